@@ -1,0 +1,59 @@
+"""autosearch: neural architecture search with every candidate trained for real.
+
+import autosearch
+from search_spaces import ResNetSpace
+from controllers import RandomSearch
+
+study = autosearch.create_study("digits", controller=RandomSearch(ResNetSpace(), seed=0))
+study.optimize(n_trials=10)
+study.pareto()
+"""
+
+from __future__ import annotations
+
+from autosearch._version import __version__
+from autosearch.architecture import Architecture
+from autosearch.controller import Controller, Outcome
+from autosearch.errors import (
+    AutosearchError,
+    DataError,
+    ExportError,
+    InvalidArchitectureError,
+    StorageError,
+    StudyError,
+    StudyFileError,
+    TrialFailed,
+    UnknownNameError,
+)
+from autosearch.registry import register_controller, register_space
+from autosearch.space import Categorical, IntRange, NetworkSpec, SearchSpace
+from autosearch.study import Record, Study, StudySpec, create_study, load_study
+from autosearch.train import TrainConfig
+
+__all__ = [
+    "Architecture",
+    "AutosearchError",
+    "Categorical",
+    "Controller",
+    "DataError",
+    "ExportError",
+    "IntRange",
+    "InvalidArchitectureError",
+    "NetworkSpec",
+    "Outcome",
+    "Record",
+    "SearchSpace",
+    "StorageError",
+    "Study",
+    "StudyError",
+    "StudyFileError",
+    "StudySpec",
+    "TrainConfig",
+    "TrialFailed",
+    "UnknownNameError",
+    "__version__",
+    "create_study",
+    "load_study",
+    "register_controller",
+    "register_space",
+]

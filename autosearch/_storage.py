@@ -1,0 +1,107 @@
+"""Storage URLs → Optuna storages, with errors that say which forms work.
+
+Forms:
+    sqlite:///relative/path.db, sqlite:////absolute/path.db   (default; one machine)
+    journal:path/to/study.log                                  (several processes, one file)
+    postgresql://user@host:port/database                       (many machines)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import optuna
+from optuna.storages import BaseStorage
+from optuna.storages.journal import JournalFileBackend
+
+from autosearch.errors import StorageError, UnknownNameError
+
+__all__ = ["URL_FORMS", "local_path", "open_storage"]
+
+URL_FORMS = "sqlite:///path/study.db, journal:path/study.log or postgresql://user@host/db"
+
+
+def _writable_file(path: Path, url: str) -> None:
+    """Create the file's folder; refuse a folder we cannot write to, with the fix."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StorageError(f"cannot create the folder of storage {url!r}: {exc}") from None
+    target = path if path.exists() else path.parent
+    if not os.access(target, os.W_OK):
+        raise StorageError(f"storage {url!r}: {target} is not writable; choose another path")
+    if path.is_dir():
+        raise StorageError(f"storage {url!r} names a folder, not a file: {path}")
+
+
+def _sqlite(url: str) -> BaseStorage:
+    path = local_path(url)
+    assert path is not None  # local_path knows every sqlite URL
+    _writable_file(path, url)
+    return _rdb(url)
+
+
+def _rdb(url: str) -> BaseStorage:
+    try:
+        return optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url))
+    except ImportError as exc:
+        raise StorageError(
+            f"storage {url!r} needs a database driver that is not installed ({exc}); "
+            "for PostgreSQL: pip install 'autosearch[postgres]'"
+        ) from None
+    except Exception as exc:  # SQLAlchemy raises many types; all mean "unusable"
+        raise StorageError(f"cannot open storage {url!r}: {type(exc).__name__}: {exc}") from None
+
+
+def _engine_kwargs(url: str) -> dict[str, object]:
+    if url.startswith("sqlite"):
+        # Several local workers share the file: wait for the lock instead of failing.
+        return {"connect_args": {"timeout": 60}}
+    return {"pool_pre_ping": True}
+
+
+def _journal(url: str) -> BaseStorage:
+    path = local_path(url)
+    assert path is not None
+    _writable_file(path, url)
+    backend = JournalFileBackend(str(path))
+    return optuna.storages.JournalStorage(backend)
+
+
+_SCHEMES: dict[str, Callable[[str], BaseStorage]] = {
+    "sqlite": _sqlite,
+    "journal": _journal,
+    "postgresql": _rdb,
+    "mysql": _rdb,
+}
+
+
+def open_storage(url: str) -> BaseStorage:
+    """An Optuna storage for ``url``; a bad URL raises StorageError saying what works."""
+    if not isinstance(url, str) or ":" not in url:
+        raise StorageError(f"storage URL {url!r} has no scheme; use {URL_FORMS}")
+    scheme = url.split(":", 1)[0].split("+", 1)[0].lower()
+    opener = _SCHEMES.get(scheme)
+    if opener is None:
+        raise StorageError(
+            str(UnknownNameError("storage scheme", scheme, _SCHEMES)) + f" Forms: {URL_FORMS}."
+        )
+    if scheme == "sqlite" and not url.startswith("sqlite:///"):
+        raise StorageError(
+            f"SQLite URL {url!r} needs three slashes: sqlite:///relative.db "
+            "or sqlite:////absolute/path.db"
+        )
+    if scheme == "journal" and not url[len("journal:") :]:
+        raise StorageError(f"journal URL {url!r} names no file; use journal:path/study.log")
+    return opener(url)
+
+
+def local_path(url: str) -> Path | None:
+    """The file behind a sqlite or journal URL (None for server storages)."""
+    if url.startswith("sqlite:///"):
+        return Path(url[len("sqlite:///") :])
+    if url.startswith("journal:"):
+        return Path(url[len("journal:") :])
+    return None

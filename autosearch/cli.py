@@ -1,0 +1,202 @@
+"""The ``autosearch`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import optuna
+from tqdm import tqdm
+
+from autosearch.errors import AutosearchError, StudyError
+from autosearch.report import write_report
+from autosearch.study import Record, Study, default_storage, load_study
+from autosearch.studyfile import load_spec
+
+__all__ = ["main"]
+
+
+def _table(records: Sequence[Record]) -> str:
+    """A plain-text table; FLOPs are 2 × MACs per image."""
+    rows = [("trial", "architecture", "val acc", "test acc", "MFLOPs", "k params")]
+    for r in records:
+        m = r.metrics
+        rows.append(
+            (
+                str(r.trial),
+                r.description,
+                f"{m['accuracy']:.4f}",
+                f"{m.get('test_accuracy', float('nan')):.4f}",
+                f"{m['flops'] / 1e6:.3f}",
+                f"{m['params'] / 1e3:.1f}",
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(
+            cell.ljust(w) if i == 1 else cell.rjust(w)
+            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        )
+        for row in rows
+    )
+
+
+def _open(args: argparse.Namespace) -> Study:
+    """The study named by a study file or by --study (and --storage)."""
+    if args.study_file:
+        spec = load_spec(args.study_file)
+        return load_study(
+            spec.name, storage=args.storage or spec.storage or default_storage(spec.name)
+        )
+    if not args.study:
+        raise StudyError("name the study: a study file (studies/digits_quick.py) or --study NAME")
+    return load_study(args.study, storage=args.storage or default_storage(args.study))
+
+
+def _out_dir(args: argparse.Namespace, study: Study) -> Path:
+    return Path(args.out) if args.out else Path("runs") / study.name
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    spec = load_spec(args.study_file)
+    study = spec.create(storage=args.storage)
+    total = args.n_trials if args.n_trials is not None else spec.n_trials
+    finished = study.count("complete", "failed")
+    remaining = max(total - finished, 0)
+    print(
+        f"study {study.name}: {finished} of {total} trials done, running {remaining} "
+        f"({study.storage_url})"
+    )
+    with tqdm(total=remaining, unit="trial", disable=not remaining) as bar:
+
+        def progress(_: Study, record: Record) -> None:
+            acc = record.metrics.get("accuracy")
+            bar.set_postfix_str(f"last {record.state}" + (f" acc {acc:.3f}" if acc else ""))
+            bar.update()
+
+        study.optimize(remaining, callbacks=[progress])
+    out = _out_dir(args, study)
+    report = write_report(study, out / "report.html")
+    best = study.best()
+    export = study.export(best, out / "best")
+    print("\nPareto front (validation accuracy against FLOPs = 2 x MACs per image):")
+    print(_table(study.pareto()))
+    print(
+        f"\nbest: trial {best.trial}, {best.description}: val {best.metrics['accuracy']:.4f}, "
+        f"test {best.metrics['test_accuracy']:.4f}"
+    )
+    print(f"storage: {study.storage_url}\nreport:  {report}\nexport:  {export}/")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    study = _open(args)
+    records = study.records()
+    counts = {s: sum(r.state == s for r in records) for s in ("complete", "failed", "running")}
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "study": study.name,
+                    "storage": study.storage_url,
+                    "space": study.space.name,
+                    "controller": study.controller.name,
+                    "objectives": list(study.objectives),
+                    "trials": counts,
+                    "pareto": [
+                        {"trial": r.trial, "description": r.description, **r.metrics}
+                        for r in study.pareto()
+                    ],
+                },
+                indent=2,
+            )
+        )
+        return 0
+    print(
+        f"study {study.name} ({study.storage_url}): space {study.space.name}, controller "
+        f"{study.controller.name}, objectives {', '.join(study.objectives)}"
+    )
+    print(", ".join(f"{n} {s}" for s, n in counts.items()))
+    if counts["complete"]:
+        print("\nPareto front (FLOPs = 2 x MACs per image):\n" + _table(study.pareto()))
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    study = _open(args)
+    path = write_report(
+        study, Path(args.out) if args.out else Path("runs") / study.name / "report.html"
+    )
+    print(path)
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    study = _open(args)
+    record = (
+        study.record(args.trial) if args.trial is not None else study.best(max_flops=args.max_flops)
+    )
+    out = study.export(record, Path(args.out) if args.out else Path("runs") / study.name / "export")
+    print(f"exported trial {record.trial} ({record.description}) to {out}/")
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="autosearch", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true", help="log each trial")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run a study file until its trial budget is spent")
+    run.add_argument("study_file")
+    run.add_argument("--n-trials", type=int, help="total trials (default: the file's n_trials)")
+    run.add_argument(
+        "--storage", help="storage URL (default: the file's, or sqlite:///runs/NAME/study.db)"
+    )
+    run.add_argument("--out", help="folder for report.html and best/ (default runs/NAME)")
+    run.set_defaults(func=cmd_run)
+
+    def reading(
+        name: str, help: str, func: Callable[[argparse.Namespace], int]
+    ) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help)
+        p.add_argument("study_file", nargs="?", help="a study file naming the study")
+        p.add_argument("--study", help="study name (instead of a study file)")
+        p.add_argument("--storage", help="storage URL (default sqlite:///runs/NAME/study.db)")
+        p.set_defaults(func=func)
+        return p
+
+    reading("status", "trial counts and the Pareto front", cmd_status).add_argument(
+        "--json", action="store_true", help="machine-readable output"
+    )
+    reading("report", "write the HTML report", cmd_report).add_argument(
+        "--out", help="HTML path (default runs/NAME/report.html)"
+    )
+    export = reading("export", "export a trained architecture (model.py + weights)", cmd_export)
+    which = export.add_mutually_exclusive_group()
+    which.add_argument("--trial", type=int, help="trial number")
+    which.add_argument("--best", action="store_true", help="the most accurate trial (default)")
+    export.add_argument("--max-flops", type=float, help="with --best: FLOPs budget (2 x MACs)")
+    export.add_argument("--out", help="export folder (default runs/NAME/export)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    optuna.logging.set_verbosity(optuna.logging.INFO if args.verbose else optuna.logging.WARNING)
+    try:
+        return int(args.func(args))
+    except AutosearchError as exc:
+        print(f"autosearch: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""One error family for everything a user can get wrong.
+
+Every message says what was given, what was expected, and how to fix it.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+__all__ = [
+    "AutosearchError",
+    "DataError",
+    "ExportError",
+    "InvalidArchitectureError",
+    "StorageError",
+    "StudyError",
+    "StudyFileError",
+    "TrialFailed",
+    "UnknownNameError",
+    "suggest",
+]
+
+
+class AutosearchError(Exception):
+    """Base class of every error autosearch raises on purpose."""
+
+
+class UnknownNameError(AutosearchError, KeyError):
+    """A name (space, controller, dataset, objective...) that is not registered."""
+
+    def __init__(self, kind: str, name: str, known: Iterable[str]) -> None:
+        known = sorted(known)
+        self.kind, self.name, self.known = kind, name, known
+        close = suggest(name, known)
+        hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+        super().__init__(
+            f"unknown {kind} {name!r}.{hint} Known {kind}s: {', '.join(known) or '(none)'}."
+        )
+
+    def __str__(self) -> str:  # KeyError would otherwise repr() the message
+        return str(self.args[0])
+
+
+class InvalidArchitectureError(AutosearchError, ValueError):
+    """An architecture that its space cannot build (wrong gene, value, or JSON)."""
+
+
+class StorageError(AutosearchError):
+    """A storage URL that cannot be used, or a study that is not in it."""
+
+
+class StudyError(AutosearchError):
+    """A study used in a way its stored definition does not allow."""
+
+
+class StudyFileError(AutosearchError):
+    """A study file that cannot be run (missing, broken, or defining no study)."""
+
+
+class DataError(AutosearchError):
+    """A dataset that cannot be loaded or split."""
+
+
+class ExportError(AutosearchError):
+    """A record that cannot be exported (no weights, unknown trial...)."""
+
+
+class TrialFailed(AutosearchError):
+    """Raised inside a trial to end it as failed with a reason (NaN loss, ...)."""
+
+
+def suggest(name: str, known: Iterable[str], *, n: int = 3) -> list[str]:
+    """Return up to ``n`` known names close to ``name`` (case-insensitive)."""
+    known = list(known)
+    lowered = {k.lower(): k for k in known}
+    hits = difflib.get_close_matches(name.lower(), list(lowered), n=n, cutoff=0.5)
+    return [lowered[h] for h in hits]

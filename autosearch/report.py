@@ -1,0 +1,73 @@
+"""A self-contained HTML report of a study (plotly.js inlined: opens offline)."""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+from autosearch import plots
+from autosearch.cost import CONVENTIONS
+from autosearch.study import Record, Study
+
+__all__ = ["write_report"]
+
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1100px; color: #222; }
+table { border-collapse: collapse; margin: 1rem 0; font-size: 0.9rem; }
+th, td { border-bottom: 1px solid #ddd; padding: 0.3rem 0.7rem; text-align: right; }
+th:nth-child(2), td:nth-child(2) { text-align: left; font-family: ui-monospace, monospace; }
+.note { color: #666; font-size: 0.85rem; }
+"""
+
+
+def _row(r: Record) -> str:
+    m = r.metrics
+    return (
+        f"<tr><td>{r.trial}</td><td>{html.escape(r.description)}</td>"
+        f"<td>{m['accuracy']:.4f}</td><td>{m.get('test_accuracy', float('nan')):.4f}</td>"
+        f"<td>{m['flops'] / 1e6:.3f}</td><td>{m['params'] / 1e3:.1f}</td>"
+        f"<td>{m.get('train_seconds', float('nan')):.1f}</td></tr>"
+    )
+
+
+def _table(records: list[Record]) -> str:
+    head = (
+        "<tr><th>trial</th><th>architecture</th><th>val acc</th><th>test acc</th>"
+        "<th>MFLOPs</th><th>k params</th><th>train s</th></tr>"
+    )
+    return f"<table>{head}{''.join(map(_row, records))}</table>"
+
+
+def write_report(study: Study, path: str | Path) -> Path:
+    """Write the study's summary, Pareto plot and tables to one HTML file."""
+    records = study.records()
+    done = sorted(
+        (r for r in records if r.state == "complete"), key=lambda r: -r.metrics["accuracy"]
+    )
+    failed = [r for r in records if r.state == "failed"]
+    figure = plots.pareto(study).to_html(include_plotlyjs=True, full_html=False)
+    failures = "".join(
+        f"<li>trial {r.trial}: {html.escape(r.description)}: {html.escape(r.reason)}</li>"
+        for r in failed
+    )
+    body = f"""
+<h1>autosearch study {html.escape(study.name)}</h1>
+<p>Space <b>{html.escape(study.space.name)}</b>,
+controller <b>{html.escape(study.controller.name)}</b>,
+objectives {html.escape(", ".join(study.objectives))};
+{len(done)} complete, {len(failed)} failed
+of {len(records)} trials. Storage: <code>{html.escape(study.storage_url)}</code>.</p>
+{figure}
+<h2>Pareto front</h2>{_table(study.pareto())}
+<h2>Top architectures (by validation accuracy)</h2>{_table(done[:10])}
+{f"<h2>Failed trials</h2><ul>{failures}</ul>" if failed else ""}
+<p class="note">Candidates are ranked on the validation split; test accuracy is held out and
+shown for reference only. {html.escape(CONVENTIONS)}</p>
+"""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(
+        f"<!doctype html><html><head><meta charset='utf-8'><title>autosearch: "
+        f"{html.escape(study.name)}</title><style>{_STYLE}</style></head><body>{body}</body></html>"
+    )
+    return out

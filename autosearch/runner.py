@@ -1,0 +1,61 @@
+"""One trial, start to end: build → train → measure → evaluate."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+
+from autosearch.architecture import Architecture
+from autosearch.cost import measure
+from autosearch.data import Dataset
+from autosearch.space import SearchSpace
+from autosearch.train import EpochResult, TrainConfig, evaluate, train
+
+__all__ = ["TrialResult", "run_trial"]
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class TrialResult:
+    """A trained candidate and what was measured of it.
+
+    ``metrics`` holds ``accuracy`` (validation, the search signal), ``test_accuracy``
+    (held out, for reports only), ``flops``, ``macs``, ``params`` and ``train_seconds``.
+    """
+
+    model: nn.Module
+    metrics: dict[str, float]
+    history: tuple[EpochResult, ...]
+
+
+def run_trial(
+    space: SearchSpace,
+    arch: Architecture,
+    data: Dataset,
+    config: TrainConfig,
+    *,
+    seed: int,
+    on_epoch: Callable[[EpochResult], None] | None = None,
+) -> TrialResult:
+    """Build ``arch``, train it on ``data`` and measure it. Deterministic for a seed on CPU.
+
+    The global torch RNG (weight initialisation) is seeded inside a fork, so a trial
+    neither depends on nor disturbs the caller's random state.
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = space.build(arch, input_shape=data.input_shape, num_classes=data.num_classes)
+        cost = measure(model, data.input_shape)
+        result = train(model, data, config, seed=seed, on_epoch=on_epoch)
+    test_accuracy, _ = evaluate(model, data.test, data)
+    metrics = {
+        "accuracy": result.val_accuracy,
+        "test_accuracy": test_accuracy,
+        "flops": float(cost.flops),
+        "macs": float(cost.macs),
+        "params": float(cost.params),
+        "train_seconds": result.seconds,
+    }
+    return TrialResult(model=model, metrics=metrics, history=result.history)

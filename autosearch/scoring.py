@@ -1,0 +1,106 @@
+"""Objectives, the scalar reward, and Pareto fronts."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from autosearch.errors import UnknownNameError
+
+__all__ = [
+    "Objective",
+    "check_reward",
+    "objective",
+    "objective_names",
+    "pareto_mask",
+    "reward",
+    "reward_names",
+]
+
+Direction = Literal["maximize", "minimize"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Objective:
+    name: str
+    direction: Direction
+    description: str
+
+
+_OBJECTIVES = {
+    o.name: o
+    for o in (
+        Objective(
+            name="accuracy",
+            direction="maximize",
+            description="validation top-1 accuracy (fraction)",
+        ),
+        Objective(
+            name="flops",
+            direction="minimize",
+            description="FLOPs per image = 2 x MACs of conv/linear layers",
+        ),
+        Objective(
+            name="macs",
+            direction="minimize",
+            description="multiply-accumulates per image of conv/linear layers",
+        ),
+        Objective(name="params", direction="minimize", description="number of parameters"),
+    )
+}
+
+
+def objective(name: str) -> Objective:
+    try:
+        return _OBJECTIVES[name]
+    except KeyError:
+        raise UnknownNameError("objective", name, _OBJECTIVES) from None
+
+
+def objective_names() -> list[str]:
+    return sorted(_OBJECTIVES)
+
+
+# Rewards map a trial's metrics to the scalar that single-objective controllers maximise.
+_REWARDS: dict[str, Callable[[Mapping[str, float]], float]] = {
+    "accuracy": lambda metrics: float(metrics["accuracy"]),
+}
+
+
+def reward(name: str, metrics: Mapping[str, float]) -> float:
+    """The scalar reward ``name`` of a trial's metrics (higher is better)."""
+    try:
+        fn = _REWARDS[name]
+    except KeyError:
+        raise UnknownNameError("reward", name, _REWARDS) from None
+    return fn(metrics)
+
+
+def reward_names() -> list[str]:
+    return sorted(_REWARDS)
+
+
+def check_reward(name: str) -> None:
+    """Raise UnknownNameError (with suggestions) unless ``name`` is a known reward."""
+    if name not in _REWARDS:
+        raise UnknownNameError("reward", name, _REWARDS)
+
+
+def pareto_mask(values: np.ndarray, directions: Sequence[Direction]) -> np.ndarray:
+    """Which rows of ``values`` (points × objectives) no other row dominates.
+
+    A point dominates another when it is at least as good in every objective and
+    strictly better in one. Equal points are all on the front.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    if values.ndim != 2 or values.shape[1] != len(directions):
+        raise ValueError(f"values must be (n, {len(directions)}), got {values.shape}")
+    sign = np.array([1.0 if d == "minimize" else -1.0 for d in directions])
+    cost = values * sign  # everything minimised from here on
+    no_worse = (cost[:, None, :] <= cost[None, :, :]).all(axis=2)
+    better = (cost[:, None, :] < cost[None, :, :]).any(axis=2)
+    dominated = (no_worse & better).any(axis=0)
+    return ~dominated

@@ -1,0 +1,254 @@
+"""The search-space protocol: named gene domains, validation, and a network builder.
+
+A space writes :meth:`SearchSpace.domains`, :meth:`SearchSpace.network` and, where
+some genes only matter in some networks, :meth:`SearchSpace.canonicalize` and
+:meth:`SearchSpace.validate`. Sampling, mutation, encoding, description and
+building derive from those.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import importlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+import torch.nn as nn
+
+from autosearch.architecture import Architecture, Gene
+from autosearch.errors import InvalidArchitectureError, suggest
+
+__all__ = ["Categorical", "Domain", "IntRange", "NetworkSpec", "SearchSpace"]
+
+_MAX_MUTATION_TRIES = 100
+
+
+@dataclass(frozen=True)
+class Categorical:
+    """A gene whose value is one of ``choices`` (ints, floats, strings or bools)."""
+
+    choices: tuple[Gene, ...]
+    default: Gene | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "choices", tuple(self.choices))
+        if not self.choices:
+            raise ValueError("a Categorical domain needs at least one choice")
+        if self.default is None:
+            object.__setattr__(self, "default", self.choices[0])
+        elif self.default not in self.choices:
+            raise ValueError(f"default {self.default!r} is not one of {self.choices}")
+
+    def values(self) -> tuple[Gene, ...]:
+        return self.choices
+
+    def contains(self, value: Gene) -> bool:
+        # bool is an int in Python: keep True from matching a choice of 1.
+        return any(type(value) is type(c) and value == c for c in self.choices)
+
+    def sample(self, rng: np.random.Generator) -> Gene:
+        return self.choices[int(rng.integers(len(self.choices)))]
+
+    def encode(self, value: Gene) -> float:
+        """Position of ``value`` among the choices, scaled to [0, 1]."""
+        index = self.choices.index(value)
+        return index / max(len(self.choices) - 1, 1)
+
+    def describe(self) -> str:
+        return "{" + ", ".join(map(str, self.choices)) + "}"
+
+
+@dataclass(frozen=True)
+class IntRange:
+    """An integer gene in ``[low, high]`` (both included) on a grid of ``step``."""
+
+    low: int
+    high: int
+    step: int = 1
+    default: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.high < self.low or self.step < 1 or (self.high - self.low) % self.step:
+            raise ValueError(
+                f"IntRange({self.low}, {self.high}, step={self.step}) is empty or off-grid"
+            )
+        if self.default is None:
+            object.__setattr__(self, "default", self.low)
+        elif not self.contains(self.default):
+            raise ValueError(f"default {self.default!r} is not in {self.describe()}")
+
+    def values(self) -> tuple[int, ...]:
+        return tuple(range(self.low, self.high + 1, self.step))
+
+    def contains(self, value: Gene) -> bool:
+        return (
+            type(value) is int
+            and self.low <= value <= self.high
+            and (value - self.low) % self.step == 0
+        )
+
+    def sample(self, rng: np.random.Generator) -> int:
+        return self.low + self.step * int(rng.integers((self.high - self.low) // self.step + 1))
+
+    def encode(self, value: Gene) -> float:
+        return (int(value) - self.low) / max(self.high - self.low, 1)
+
+    def describe(self) -> str:
+        step = f" step {self.step}" if self.step != 1 else ""
+        return f"[{self.low}..{self.high}{step}]"
+
+
+Domain = Categorical | IntRange
+
+
+@dataclass(frozen=True, kw_only=True)
+class NetworkSpec:
+    """How to build a network from a torch-only model file.
+
+    ``module`` is the dotted name of a Python module that imports nothing but torch
+    (and the standard library); ``factory`` is a callable in it; ``kwargs`` are plain
+    JSON values. Export copies the module's source next to the weights, so the
+    network rebuilds anywhere torch is installed.
+    """
+
+    module: str
+    factory: str
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    def build(self) -> nn.Module:
+        factory = getattr(importlib.import_module(self.module), self.factory)
+        return factory(**self.kwargs)
+
+
+class SearchSpace(abc.ABC):
+    """Base class of every search space.
+
+    Subclasses are frozen keyword-only dataclasses (their fields are the space's
+    configuration, see :meth:`config`) registered with
+    :func:`autosearch.registry.register_space`.
+    """
+
+    name: ClassVar[str] = ""
+
+    # What a space writes ---------------------------------------------------------------
+    @abc.abstractmethod
+    def domains(self) -> Mapping[str, Domain]:
+        """The named gene domains, in a fixed order (the order of :meth:`encode`)."""
+
+    @abc.abstractmethod
+    def network(
+        self, arch: Architecture, *, input_shape: Sequence[int], num_classes: int
+    ) -> NetworkSpec:
+        """The torch-only network for a valid ``arch`` at this input shape."""
+
+    def canonicalize(self, arch: Architecture) -> Architecture:
+        """Validate ``arch`` and reset genes its network ignores to their defaults.
+
+        Two architectures that build the same network must canonicalize equal; a
+        space whose genes all matter keeps the base behaviour.
+        """
+        self.validate(arch)
+        return arch
+
+    def validate(self, arch: Architecture) -> None:
+        """Raise InvalidArchitectureError naming the gene and what is allowed."""
+        if not isinstance(arch, Architecture):
+            raise InvalidArchitectureError(
+                f"expected an autosearch.Architecture, got {type(arch).__name__}; "
+                "use Architecture.from_json() or space.make({...})"
+            )
+        if arch.space != self.name:
+            raise InvalidArchitectureError(
+                f"architecture belongs to space {arch.space!r}, not {self.name!r}; "
+                "architectures cannot move between spaces"
+            )
+        domains = self.domains()
+        for gene in arch:
+            if gene not in domains:
+                close = suggest(gene, domains)
+                hint = f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
+                raise InvalidArchitectureError(
+                    f"space {self.name!r} has no gene {gene!r}{hint}; its genes are "
+                    f"{', '.join(domains)}"
+                )
+        for gene, domain in domains.items():
+            if gene not in arch:
+                raise InvalidArchitectureError(
+                    f"architecture of space {self.name!r} lacks gene {gene!r} "
+                    f"(allowed: {domain.describe()})"
+                )
+            if not domain.contains(arch[gene]):
+                raise InvalidArchitectureError(
+                    f"gene {gene!r} = {arch[gene]!r} is not allowed in space {self.name!r}; "
+                    f"allowed: {domain.describe()}"
+                )
+
+    def describe(self, arch: Architecture) -> str:
+        """One readable line; spaces override with a compact block string."""
+        return " ".join(f"{k}={v}" for k, v in arch.items())
+
+    # Derived ---------------------------------------------------------------------------
+    def config(self) -> dict[str, Any]:
+        """The constructor arguments as JSON values: ``type(space)(**space.config())``."""
+        if not dataclasses.is_dataclass(self):
+            raise TypeError(f"{type(self).__name__} must be a dataclass or override config()")
+        return {
+            f.name: _jsonable(getattr(self, f.name)) for f in dataclasses.fields(self) if f.init
+        }
+
+    def make(self, genes: Mapping[str, Gene]) -> Architecture:
+        """A canonical architecture of this space from a gene mapping."""
+        return self.canonicalize(Architecture(space=self.name, genes=genes))
+
+    def default(self) -> Architecture:
+        return self.make({g: d.default for g, d in self.domains().items()})  # type: ignore[misc]
+
+    def sample(self, rng: np.random.Generator) -> Architecture:
+        """A uniformly drawn gene assignment, canonicalized."""
+        return self.make({g: d.sample(rng) for g, d in self.domains().items()})
+
+    def mutate(self, arch: Architecture, rng: np.random.Generator) -> Architecture:
+        """A valid architecture that builds a different network from ``arch``.
+
+        One gene is redrawn at a time; genes that the canonical form resets give
+        the same network, so the draw repeats (a bounded number of times).
+        """
+        arch = self.canonicalize(arch)
+        domains = [(g, d) for g, d in self.domains().items() if len(d.values()) > 1]
+        if not domains:
+            raise InvalidArchitectureError(f"space {self.name!r} has one point: nothing to mutate")
+        for _ in range(_MAX_MUTATION_TRIES):
+            gene, domain = domains[int(rng.integers(len(domains)))]
+            others = [v for v in domain.values() if v != arch[gene]]
+            child = self.make({**arch, gene: others[int(rng.integers(len(others)))]})
+            if child != arch:
+                return child
+        raise InvalidArchitectureError(
+            f"no mutation of {self.describe(arch)} changed the network in "
+            f"{_MAX_MUTATION_TRIES} tries; the space may be too constrained"
+        )
+
+    def encode(self, arch: Architecture) -> np.ndarray:
+        """A fixed-length float vector in [0, 1], one entry per gene."""
+        self.validate(arch)
+        return np.array([d.encode(arch[g]) for g, d in self.domains().items()], dtype=np.float64)
+
+    def build(
+        self, arch: Architecture, *, input_shape: Sequence[int], num_classes: int
+    ) -> nn.Module:
+        """Validate ``arch`` and build its network (weights freshly initialised)."""
+        arch = self.canonicalize(arch)
+        return self.network(arch, input_shape=tuple(input_shape), num_classes=num_classes).build()
+
+    def size(self) -> int:
+        """The number of gene assignments (an upper bound on distinct networks)."""
+        return int(np.prod([len(d.values()) for d in self.domains().values()], dtype=object))
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return [_jsonable(v) for v in value]
+    return value

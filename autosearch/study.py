@@ -1,0 +1,644 @@
+"""Studies: an architecture search kept in Optuna storage.
+
+The storage is the single source of truth. Each evaluated architecture is one Optuna
+trial: its genes are the trial's params, its architecture JSON, metrics and failure
+reason are user attributes, and its objective values are the trial's values, so the
+``optuna`` CLI and optuna-dashboard read an autosearch study like any other. The
+study's definition (space, controller, data, objectives, training) is a study user
+attribute, which is how :func:`load_study` rebuilds it; the controller's state is a
+study system attribute, and finished trials it has not seen are replayed into it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import tempfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import optuna
+from optuna.artifacts import FileSystemArtifactStore, download_artifact, upload_artifact
+from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
+from optuna.storages import BaseStorage
+from optuna.trial import FrozenTrial, TrialState, create_trial
+from safetensors.torch import load_file, save_file
+
+from autosearch import scoring
+from autosearch._storage import local_path, open_storage
+from autosearch._version import __version__
+from autosearch.architecture import Architecture
+from autosearch.controller import Controller, Outcome
+from autosearch.data import Dataset, load_data
+from autosearch.errors import AutosearchError, ExportError, StorageError, StudyError, suggest
+from autosearch.export import write_export
+from autosearch.registry import controllers, spaces
+from autosearch.runner import run_trial
+from autosearch.scoring import objective, pareto_mask
+from autosearch.space import Categorical, IntRange, SearchSpace
+from autosearch.train import TrainConfig
+
+__all__ = ["Record", "Study", "StudySpec", "create_study", "load_study"]
+
+logger = logging.getLogger(__name__)
+
+_DEFINITION = "autosearch"
+_CONTROLLER_STATE = "autosearch:controller"
+_MAX_DUPLICATE_ASKS = 1000
+_METRICS = ("accuracy", "test_accuracy", "flops", "macs", "params", "train_seconds", "reward")
+_STATES = {
+    TrialState.COMPLETE: "complete",
+    TrialState.FAIL: "failed",
+    TrialState.RUNNING: "running",
+    TrialState.PRUNED: "stopped",
+    TrialState.WAITING: "waiting",
+}
+_FINISHED = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
+
+State = Literal["complete", "failed", "running", "stopped", "waiting"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Record:
+    """One evaluated (architecture, variant) point of a study.
+
+    ``metrics`` holds ``accuracy`` (validation), ``test_accuracy`` (held out),
+    ``flops`` (2 × MACs, one image), ``macs``, ``params``, ``train_seconds`` and
+    ``reward`` for complete trials.
+    """
+
+    trial: int
+    arch: Architecture
+    description: str
+    state: State
+    variant: str = "base"
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    reason: str = ""
+
+    @property
+    def accuracy(self) -> float | None:
+        return self.metrics.get("accuracy")
+
+    @property
+    def test_accuracy(self) -> float | None:
+        return self.metrics.get("test_accuracy")
+
+    @property
+    def flops(self) -> float | None:
+        return self.metrics.get("flops")
+
+    @property
+    def params(self) -> float | None:
+        return self.metrics.get("params")
+
+
+@dataclass(frozen=True, kw_only=True)
+class StudySpec:
+    """A study's whole definition, as a study file declares it.
+
+    ``autosearch run FILE`` finds the one StudySpec in FILE, creates (or resumes) the
+    study and runs it until ``n_trials`` trials have finished. The fields are the
+    arguments of :func:`create_study`.
+    """
+
+    name: str
+    controller: Controller | str
+    space: SearchSpace | None = None
+    data: str = "digits"
+    objectives: tuple[str, ...] = ("accuracy", "flops")
+    reward: str = "accuracy"
+    train: TrainConfig = field(default_factory=TrainConfig)
+    storage: str | None = None
+    artifacts: str | None = None
+    seed: int = 0
+    n_trials: int = 10
+
+    def create(self, *, storage: str | None = None, load_if_exists: bool = True) -> Study:
+        options = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        del options["name"], options["n_trials"]
+        options["storage"] = storage or self.storage
+        return create_study(self.name, **options, load_if_exists=load_if_exists)
+
+
+def default_storage(name: str) -> str:
+    return f"sqlite:///runs/{name}/study.db"
+
+
+def create_study(
+    name: str,
+    *,
+    controller: Controller | str,
+    space: SearchSpace | None = None,
+    data: str = "digits",
+    objectives: Sequence[str] = ("accuracy", "flops"),
+    reward: str = "accuracy",
+    train: TrainConfig | None = None,
+    storage: str | None = None,
+    artifacts: str | None = None,
+    seed: int = 0,
+    load_if_exists: bool = False,
+) -> Study:
+    """Create a study (or, with ``load_if_exists``, continue the stored one).
+
+    Args:
+        name: Study name, unique in its storage.
+        controller: A controller instance (which carries its space), or a registered
+            controller name together with ``space``.
+        space: The search space; optional when ``controller`` is an instance.
+        data: Dataset name (``"digits"``).
+        objectives: Objective names, the first usually ``"accuracy"``.
+        reward: The scalar reward single-objective controllers maximise.
+        train: How every candidate is trained.
+        storage: Storage URL; default ``sqlite:///runs/NAME/study.db``.
+        artifacts: Folder for trained weights; default ``artifacts/`` beside a file storage.
+        seed: Seed of the data split and of every trial's training.
+        load_if_exists: Continue a stored study of the same name and definition.
+
+    Raises:
+        UnknownNameError: an unknown space, controller, objective, reward or dataset name.
+        StorageError: an unusable storage URL.
+        StudyError: the study exists (without ``load_if_exists``) or was stored with a
+            different space, objectives or data.
+    """
+    space, controller = _resolve(space, controller, seed)
+    train = train or TrainConfig()
+    objectives = tuple(objectives)
+    # Check every name before touching storage, so bad input changes nothing stored.
+    directions = [objective(o).direction for o in objectives]
+    if len(set(objectives)) != len(objectives) or not objectives:
+        raise StudyError(f"objectives must be distinct and non-empty, got {objectives}")
+    scoring.check_reward(reward)
+    definition = {
+        "format": 1,
+        "space": {"name": space.name, "config": space.config()},
+        "controller": {"name": controller.name, "config": controller.config()},
+        "data": data,
+        "objectives": list(objectives),
+        "reward": reward,
+        "train": dataclasses.asdict(train),
+        "seed": seed,
+        "artifacts": artifacts,
+        "created_by": f"autosearch {__version__}",
+    }
+    dataset = load_data(data, seed=seed)
+    url = storage or default_storage(name)
+    backend = open_storage(url)
+    try:
+        backend.get_study_id_from_name(name)
+        exists = True
+    except KeyError:
+        exists = False
+    if exists:
+        if not load_if_exists:
+            raise StudyError(
+                f"study {name!r} already exists in {url}; pass load_if_exists=True to continue "
+                "it, load it with autosearch.load_study, or choose another name"
+            )
+        stored = _stored_definition(backend, name, url)
+        _check_same(name, stored, definition)
+    else:
+        optuna.create_study(storage=backend, study_name=name, directions=directions)
+        backend.set_study_user_attr(backend.get_study_id_from_name(name), _DEFINITION, definition)
+    return Study(
+        name=name,
+        url=url,
+        storage=backend,
+        definition=definition,
+        space=space,
+        controller=controller,
+        data=dataset,
+    )
+
+
+def load_study(name: str, *, storage: str) -> Study:
+    """Open a stored study, rebuilding its space and controller from storage.
+
+    The controller gets its stored state back, then every finished trial it has not
+    seen is replayed into it, so ``optimize`` continues where the study stopped.
+    """
+    backend = open_storage(storage)
+    definition = _stored_definition(backend, name, storage)
+    space = spaces.get(definition["space"]["name"])(**definition["space"]["config"])
+    controller_cls = controllers.get(definition["controller"]["name"])
+    controller = controller_cls(space, **definition["controller"]["config"])
+    return Study(
+        name=name,
+        url=storage,
+        storage=backend,
+        definition=definition,
+        space=space,
+        controller=controller,
+        data=None,
+    )
+
+
+class Study:
+    """A running or stored architecture search. Make one with create_study / load_study."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        url: str,
+        storage: BaseStorage,
+        definition: Mapping[str, Any],
+        space: SearchSpace,
+        controller: Controller,
+        data: Dataset | None,
+    ) -> None:
+        self.name = name
+        self.storage_url = url
+        self.space = space
+        self.controller = controller
+        self.objectives: tuple[str, ...] = tuple(definition["objectives"])
+        self.reward_name: str = definition["reward"]
+        self.train_config = TrainConfig(**definition["train"])
+        self.seed: int = definition["seed"]
+        self._definition = dict(definition)
+        self._storage = storage
+        self._study_id = storage.get_study_id_from_name(name)
+        self._dataset = data
+        self._told: set[int] = set()
+        self._restore_controller()
+
+    # Reading -------------------------------------------------------------------------
+    @property
+    def optuna_study(self) -> optuna.Study:
+        """The underlying Optuna study (same storage), for Optuna's own tools."""
+        return optuna.load_study(study_name=self.name, storage=self._storage)
+
+    @property
+    def data(self) -> Dataset:
+        if self._dataset is None:
+            self._dataset = load_data(self._definition["data"], seed=self.seed)
+        return self._dataset
+
+    @cached_property
+    def artifacts_dir(self) -> Path:
+        if self._definition.get("artifacts"):
+            return Path(self._definition["artifacts"])
+        path = local_path(self.storage_url)
+        return (path.parent if path else Path("runs") / self.name) / "artifacts"
+
+    def records(self) -> list[Record]:
+        """Every trial of the study as a Record, in trial order."""
+        trials = self._storage.get_all_trials(self._study_id, deepcopy=False)
+        return [r for r in map(self._record, trials) if r is not None]
+
+    def pareto(self) -> list[Record]:
+        """The complete records no other complete record dominates on the study's
+        objectives, ordered by their second objective (usually cost)."""
+        done = [r for r in self.records() if r.state == "complete"]
+        if not done:
+            return []
+        values = np.array([[r.metrics[o] for o in self.objectives] for r in done])
+        mask = pareto_mask(values, [objective(o).direction for o in self.objectives])
+        front = [r for r, keep in zip(done, mask, strict=True) if keep]
+        key = self.objectives[1] if len(self.objectives) > 1 else self.objectives[0]
+        return sorted(front, key=lambda r: (r.metrics[key], r.trial))
+
+    def best(self, *, max_flops: float | None = None, max_params: float | None = None) -> Record:
+        """The most accurate (validation) complete record within the given budget;
+        ties go to fewer FLOPs. The test split plays no part in this choice."""
+        done = [r for r in self.records() if r.state == "complete"]
+        fits = [
+            r
+            for r in done
+            if (max_flops is None or r.metrics["flops"] <= max_flops)
+            and (max_params is None or r.metrics["params"] <= max_params)
+        ]
+        if not fits:
+            if not done:
+                raise StudyError(f"study {self.name!r} has no complete trial yet; run optimize()")
+            smallest = min(done, key=lambda r: r.metrics["flops"])
+            raise StudyError(
+                f"no complete trial of {self.name!r} fits max_flops={max_flops}, "
+                f"max_params={max_params}; the smallest has {smallest.metrics['flops']:.3g} "
+                f"FLOPs and {smallest.metrics['params']:.3g} params (trial {smallest.trial})"
+            )
+        return max(fits, key=lambda r: (r.metrics["accuracy"], -r.metrics["flops"]))
+
+    def record(self, trial: int) -> Record:
+        for r in self.records():
+            if r.trial == trial:
+                return r
+        raise StudyError(f"study {self.name!r} has no trial number {trial}")
+
+    def count(self, *states: State) -> int:
+        return sum(r.state in states for r in self.records())
+
+    # Searching -----------------------------------------------------------------------
+    def optimize(
+        self,
+        n_trials: int,
+        *,
+        callbacks: Iterable[Callable[[Study, Record], None]] = (),
+        max_failures_in_a_row: int = 10,
+    ) -> list[Record]:
+        """Evaluate ``n_trials`` new architectures; return their records.
+
+        A failing trial is stored as failed with its reason and the search goes on;
+        ``max_failures_in_a_row`` failures in a row stop it with a StudyError, since
+        that points at the setup rather than at the architectures.
+        """
+        if n_trials < 0:
+            raise StudyError(f"n_trials must be >= 0, got {n_trials}")
+        callbacks = list(callbacks)
+        done: list[Record] = []
+        failures = 0
+        for _ in range(n_trials):
+            record = self._run_one()
+            done.append(record)
+            failures = failures + 1 if record.state == "failed" else 0
+            for callback in callbacks:
+                callback(self, record)
+            if failures >= max_failures_in_a_row:
+                raise StudyError(
+                    f"{failures} trials failed in a row in study {self.name!r}; the last said: "
+                    f"{record.reason}. Fix the setup (data, training config) before resuming"
+                )
+        return done
+
+    def _run_one(self) -> Record:
+        arch = self._ask_new()
+        trial_id = self._start_trial(arch)
+        number = self._storage.get_trial_number_from_id(trial_id)
+        seed = trial_seed(self.seed, arch)
+        logger.info("trial %d: %s", number, self.space.describe(arch))
+
+        def report(epoch: Any) -> None:
+            self._storage.set_trial_intermediate_value(trial_id, epoch.epoch, epoch.val_accuracy)
+
+        try:
+            result = run_trial(
+                self.space, arch, self.data, self.train_config, seed=seed, on_epoch=report
+            )
+        except KeyboardInterrupt:
+            self._fail(trial_id, "interrupted by the user")
+            raise
+        except Exception as exc:  # any failure ends this trial only; the search goes on
+            logger.warning("trial %d failed", number, exc_info=not isinstance(exc, AutosearchError))
+            reason = f"{type(exc).__name__}: {exc}"
+            self._fail(trial_id, reason)
+            outcome = Outcome.failed(reason)
+        else:
+            metrics = {**result.metrics, "reward": scoring.reward(self.reward_name, result.metrics)}
+            self._save_weights(trial_id, result.model)
+            for key, value in metrics.items():
+                self._storage.set_trial_user_attr(trial_id, key, value)
+            values = [metrics[o] for o in self.objectives]
+            self._storage.set_trial_state_values(trial_id, TrialState.COMPLETE, values)
+            outcome = Outcome(
+                reward=metrics["reward"], objectives={o: metrics[o] for o in self.objectives}
+            )
+        self.controller.tell(arch, outcome)
+        self._told.add(number)
+        self._save_controller_state()
+        record = self._record(self._storage.get_trial(trial_id))
+        assert record is not None  # we just wrote its attributes
+        return record
+
+    def _ask_new(self) -> Architecture:
+        """The controller's next architecture that no trial has evaluated yet."""
+        self._sync_controller()
+        by_arch = {
+            t.user_attrs["arch_id"]: t
+            for t in self._storage.get_all_trials(self._study_id, deepcopy=False)
+            if "arch_id" in t.user_attrs
+        }
+        for _ in range(_MAX_DUPLICATE_ASKS):
+            arch = self.space.canonicalize(self.controller.ask())
+            known = by_arch.get(arch.arch_id)
+            if known is None:
+                return arch
+            # Already evaluated: hand the controller the stored result instead of retraining.
+            if known.state in _FINISHED:
+                self.controller.tell(arch, self._outcome(known))
+        raise StudyError(
+            f"the controller proposed only already-evaluated architectures "
+            f"{_MAX_DUPLICATE_ASKS} times in a row; the search space ({self.space.size()} "
+            "gene assignments) may be exhausted"
+        )
+
+    def _start_trial(self, arch: Architecture) -> int:
+        template = create_trial(
+            state=TrialState.RUNNING,
+            params=dict(arch),
+            distributions=_distributions(self.space),
+            user_attrs={
+                "arch": arch.to_json(),
+                "arch_id": arch.arch_id,
+                "description": self.space.describe(arch),
+                "variant": "base",
+                "seed": trial_seed(self.seed, arch),
+            },
+        )
+        return self._storage.create_new_trial(self._study_id, template_trial=template)
+
+    def _fail(self, trial_id: int, reason: str) -> None:
+        self._storage.set_trial_user_attr(trial_id, "fail_reason", reason)
+        self._storage.set_trial_state_values(trial_id, TrialState.FAIL)
+
+    # Controller state and replay -----------------------------------------------------
+    def _restore_controller(self) -> None:
+        saved = self._storage.get_study_system_attrs(self._study_id).get(_CONTROLLER_STATE)
+        spec = self._controller_spec()
+        if saved and saved["controller"] == spec:
+            self.controller.load_state_dict(saved["state"])
+            self._told = set(saved["told"])
+        self._sync_controller()
+
+    def _sync_controller(self) -> None:
+        """Tell the controller every finished trial it has not been told (stored ones on
+        resume, other workers' while running)."""
+        trials = self._storage.get_all_trials(self._study_id, deepcopy=False, states=_FINISHED)
+        for t in sorted(trials, key=lambda t: t.number):
+            if t.number not in self._told and "arch" in t.user_attrs:
+                self.controller.tell(Architecture.from_json(t.user_attrs["arch"]), self._outcome(t))
+                self._told.add(t.number)
+
+    def _save_controller_state(self) -> None:
+        state: dict[str, Any] = {
+            "controller": self._controller_spec(),
+            "state": self.controller.state_dict(),
+            "told": sorted(self._told),
+        }
+        self._storage.set_study_system_attr(self._study_id, _CONTROLLER_STATE, state)
+
+    def _controller_spec(self) -> dict[str, Any]:
+        return {"name": self.controller.name, "config": self.controller.config()}
+
+    def _outcome(self, trial: FrozenTrial) -> Outcome:
+        attrs = trial.user_attrs
+        if trial.state == TrialState.FAIL or "reward" not in attrs:
+            return Outcome.failed(attrs.get("fail_reason", "failed"))
+        status: Literal["complete", "stopped"] = (
+            "stopped" if trial.state == TrialState.PRUNED else "complete"
+        )
+        return Outcome(
+            reward=attrs["reward"],
+            status=status,
+            objectives={o: attrs[o] for o in self.objectives if o in attrs},
+        )
+
+    def _record(self, trial: FrozenTrial) -> Record | None:
+        attrs = trial.user_attrs
+        if "arch" not in attrs:
+            return None  # a trial some other tool added to the Optuna study
+        return Record(
+            trial=trial.number,
+            arch=Architecture.from_json(attrs["arch"]),
+            description=attrs.get("description", ""),
+            state=_STATES[trial.state],  # type: ignore[arg-type]
+            variant=attrs.get("variant", "base"),
+            metrics={k: float(attrs[k]) for k in _METRICS if k in attrs},
+            reason=attrs.get("fail_reason", ""),
+        )
+
+    # Weights and export --------------------------------------------------------------
+    @cached_property
+    def _artifact_store(self) -> FileSystemArtifactStore:
+        self.artifacts_dir.mkdir(parents=True, exist_ok=True)
+        return FileSystemArtifactStore(str(self.artifacts_dir))
+
+    def _save_weights(self, trial_id: int, model: Any) -> None:
+        state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "model.safetensors"
+            save_file(state, str(path))
+            artifact_id = upload_artifact(
+                artifact_store=self._artifact_store,
+                file_path=str(path),
+                study_or_trial=self._storage.get_trial(trial_id),
+                storage=self._storage,
+            )
+        self._storage.set_trial_user_attr(trial_id, "weights", artifact_id)
+
+    def load_model(self, record: Record) -> Any:
+        """The trained network of a complete record, in eval mode."""
+        if record.state != "complete":
+            raise ExportError(
+                f"trial {record.trial} is {record.state}; only complete trials have trained weights"
+            )
+        trial = self._storage.get_trial(
+            self._storage.get_trial_id_from_study_id_trial_number(self._study_id, record.trial)
+        )
+        artifact_id = trial.user_attrs.get("weights")
+        if artifact_id is None:
+            raise ExportError(f"trial {record.trial} stored no weights")
+        model = self.space.build(
+            record.arch, input_shape=self.data.input_shape, num_classes=self.data.num_classes
+        )
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "model.safetensors"
+            try:
+                download_artifact(
+                    artifact_store=self._artifact_store,
+                    file_path=str(path),
+                    artifact_id=artifact_id,
+                )
+            except Exception as exc:
+                raise ExportError(
+                    f"the weights of trial {record.trial} are missing from {self.artifacts_dir} "
+                    f"({type(exc).__name__}); was the artifacts folder moved or deleted?"
+                ) from None
+            model.load_state_dict(load_file(str(path)))
+        return model.eval()
+
+    def export(self, record: Record, out_dir: str | Path) -> Path:
+        """Write ``arch.json``, ``model.safetensors`` and a torch-only ``model.py``."""
+        model = self.load_model(record)
+        data = self.data
+        spec = self.space.network(
+            record.arch, input_shape=data.input_shape, num_classes=data.num_classes
+        )
+        return write_export(
+            out_dir,
+            arch=record.arch,
+            spec=spec,
+            model=model,
+            description=record.description,
+            input_shape=data.input_shape,
+            mean=data.mean,
+            std=data.std,
+            metrics=record.metrics,
+            provenance={"study": self.name, "trial": record.trial, "version": __version__},
+        )
+
+
+def trial_seed(study_seed: int, arch: Architecture) -> int:
+    """A trial's seed depends only on the study seed and the architecture, so a
+    retrained architecture repeats its result whatever order trials ran in."""
+    digest = hashlib.sha256(f"{study_seed}:{arch.arch_id}".encode()).digest()
+    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+
+
+def _resolve(
+    space: SearchSpace | None, controller: Controller | str, seed: int
+) -> tuple[SearchSpace, Controller]:
+    if isinstance(controller, str):
+        if space is None:
+            raise StudyError(
+                f"controller {controller!r} is given by name, so the study needs space=...; "
+                "or pass a controller instance, e.g. RandomSearch(ResNetSpace(), seed=0)"
+            )
+        return space, controllers.get(controller)(space, seed=seed)
+    if not isinstance(controller, Controller):
+        raise StudyError(
+            f"controller must be a Controller or a registered name, got {type(controller).__name__}"
+        )
+    if space is not None and (space.name, space.config()) != (
+        controller.space.name,
+        controller.space.config(),
+    ):
+        raise StudyError("space= differs from the controller's own space; pass one of them")
+    return controller.space, controller
+
+
+def _distributions(space: SearchSpace) -> dict[str, BaseDistribution]:
+    return {gene: _DISTRIBUTIONS[type(d)](d) for gene, d in space.domains().items()}
+
+
+_DISTRIBUTIONS: dict[type, Callable[[Any], BaseDistribution]] = {
+    Categorical: lambda d: CategoricalDistribution(d.choices),
+    IntRange: lambda d: IntDistribution(d.low, d.high, step=d.step),
+}
+
+
+def _stored_definition(storage: BaseStorage, name: str, url: str) -> dict[str, Any]:
+    try:
+        study_id = storage.get_study_id_from_name(name)
+    except KeyError:
+        names = [s.study_name for s in storage.get_all_studies()]
+        close = suggest(name, names)
+        hint = f" Did you mean {' or '.join(map(repr, close))}?" if close else ""
+        raise StorageError(
+            f"no study named {name!r} in {url}.{hint} Studies there: {', '.join(names) or '(none)'}"
+        ) from None
+    definition = storage.get_study_user_attrs(study_id).get(_DEFINITION)
+    if not isinstance(definition, dict):
+        raise StudyError(f"study {name!r} in {url} was not created by autosearch (no definition)")
+    return definition
+
+
+def _check_same(name: str, stored: Mapping[str, Any], given: Mapping[str, Any]) -> None:
+    """Refuse to continue a study with a different space, objectives, data or training."""
+    keys = ("space", "objectives", "data", "reward", "train", "seed")
+    differs = [
+        k
+        for k in keys
+        if json.dumps(stored.get(k), sort_keys=True) != json.dumps(given.get(k), sort_keys=True)
+    ]
+    if differs:
+        lines = "; ".join(f"{k}: stored {stored.get(k)!r}, given {given.get(k)!r}" for k in differs)
+        raise StudyError(
+            f"study {name!r} is stored with a different definition ({lines}). Its results "
+            "would not be comparable: use a new study name, or autosearch.load_study to "
+            "continue it as stored"
+        )

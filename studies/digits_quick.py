@@ -1,0 +1,20 @@
+"""digits-quick: the default study (`make run`).
+
+Random search over small ResNets on scikit-learn's bundled digits (8×8 grayscale,
+10 classes), 12 candidates trained for 10 epochs each; about two minutes on two
+CPU cores. Results land in runs/digits-quick/.
+"""
+
+from autosearch import StudySpec, TrainConfig
+from controllers import RandomSearch
+from search_spaces import ResNetSpace
+
+study = StudySpec(
+    name="digits-quick",
+    controller=RandomSearch(ResNetSpace(stages=3, depths=(1, 2), widths=(8, 16, 32)), seed=0),
+    data="digits",
+    objectives=("accuracy", "flops"),
+    train=TrainConfig(epochs=10, batch_size=64, lr=0.05, crop_padding=1),
+    storage="sqlite:///runs/digits-quick/study.db",
+    n_trials=12,
+)
