@@ -57,3 +57,12 @@ __all__ = [
     "register_controller",
     "register_space",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # plots and report pull in plotly: load them on first use, not on `import autosearch`.
+    if name in ("plots", "report"):
+        import importlib
+
+        return importlib.import_module(f"autosearch.{name}")
+    raise AttributeError(f"module 'autosearch' has no attribute {name!r}")

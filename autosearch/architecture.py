@@ -8,7 +8,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from autosearch.errors import InvalidArchitectureError
+from autosearch.errors import InvalidArchitectureError, MissingGeneError
 
 __all__ = ["Architecture", "Gene"]
 
@@ -56,7 +56,7 @@ class Architecture(Mapping[str, Gene]):
         try:
             return self.genes[name]
         except KeyError:
-            raise InvalidArchitectureError(
+            raise MissingGeneError(
                 f"architecture of space {self.space!r} has no gene {name!r}; "
                 f"its genes are {', '.join(self.genes)}"
             ) from None

@@ -13,6 +13,7 @@ __all__ = [
     "DataError",
     "ExportError",
     "InvalidArchitectureError",
+    "MissingGeneError",
     "StorageError",
     "StudyError",
     "StudyFileError",
@@ -44,6 +45,13 @@ class UnknownNameError(AutosearchError, KeyError):
 
 class InvalidArchitectureError(AutosearchError, ValueError):
     """An architecture that its space cannot build (wrong gene, value, or JSON)."""
+
+
+class MissingGeneError(InvalidArchitectureError, KeyError):
+    """A gene an architecture does not have (a KeyError, so Mapping lookups work)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
 
 
 class StorageError(AutosearchError):

@@ -81,6 +81,9 @@ class Record:
     metrics: Mapping[str, float] = field(default_factory=dict)
     reason: str = ""
 
+    def __hash__(self) -> int:
+        return hash((self.trial, self.variant))
+
     @property
     def accuracy(self) -> float | None:
         return self.metrics.get("accuracy")

@@ -1,0 +1,125 @@
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from autosearch import StudyFileError
+from autosearch.cli import main
+from autosearch.studyfile import load_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+
+TINY_STUDY = textwrap.dedent(
+    """
+    from autosearch import StudySpec, TrainConfig
+    from controllers import RandomSearch
+    from search_spaces import ResNetSpace
+
+    study = StudySpec(
+        name="cli-tiny",
+        controller=RandomSearch(ResNetSpace(stages=2, depths=(1,), widths=(4, 8)), seed=0),
+        train=TrainConfig(epochs=1, batch_size=128, lr=0.1),
+        n_trials=2,
+    )
+    """
+)
+
+
+@pytest.fixture
+def study_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "tiny.py"
+    path.write_text(TINY_STUDY)
+    return path
+
+
+def test_run_status_report_export(study_file, tmp_path, capsys):
+    assert main(["run", str(study_file)]) == 0
+    out = capsys.readouterr().out
+    assert "Pareto front" in out and "report:  runs/cli-tiny/report.html" in out
+    run_dir = tmp_path / "runs" / "cli-tiny"
+    assert (run_dir / "study.db").is_file() and (run_dir / "best" / "model.py").is_file()
+    html = (run_dir / "report.html").read_text()
+    assert "Plotly.newPlot" in html and "cli-tiny" in html and "Pareto front" in html
+
+    # A second run finds the budget spent and trains nothing.
+    assert main(["run", str(study_file)]) == 0
+    assert "2 of 2 trials done, running 0" in capsys.readouterr().out
+
+    assert main(["status", str(study_file), "--json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert status["trials"] == {"complete": 2, "failed": 0, "running": 0}
+    assert status["pareto"] and status["space"] == "resnet"
+
+    assert main(["status", "--study", "cli-tiny"]) == 0
+    assert "2 complete" in capsys.readouterr().out
+
+    assert main(["export", str(study_file), "--trial", "1", "--out", "exp"]) == 0
+    assert (tmp_path / "exp" / "model.safetensors").is_file()
+    assert main(["report", str(study_file), "--out", "r.html"]) == 0
+    assert (tmp_path / "r.html").stat().st_size > 1_000_000  # plotly.js inlined: works offline
+
+
+def test_optuna_cli_reads_the_study_unchanged(study_file, tmp_path):
+    assert main(["run", str(study_file)]) == 0
+    optuna_cli = shutil.which("optuna", path=str(Path(sys.executable).parent))
+    assert optuna_cli, "the optuna console script is installed with optuna"
+    result = subprocess.run(
+        [
+            optuna_cli,
+            "trials",
+            "--study-name",
+            "cli-tiny",
+            "--storage",
+            "sqlite:///runs/cli-tiny/study.db",
+            "-f",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    trials = json.loads(result.stdout)
+    assert [t["number"] for t in trials] == [0, 1]
+    assert all(t["state"] == "COMPLETE" and "stage1.width" in t["params"] for t in trials)
+
+
+@pytest.mark.parametrize(
+    ("source", "match"),
+    [
+        ("x = 1\n", "defines no study"),
+        ("raise RuntimeError('oops')\n", "failed to run: RuntimeError: oops"),
+        (TINY_STUDY + "\nother = study\n", "defines 2 studies"),
+    ],
+)
+def test_bad_study_files(tmp_path, source, match, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "bad.py"
+    path.write_text(source)
+    with pytest.raises(StudyFileError, match=match):
+        load_spec(path)
+    assert main(["run", str(path)]) == 2
+    assert match.split(":")[0] in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()  # nothing created
+
+
+def test_missing_study_file_and_unknown_study(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "nope.py"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert main(["status", "--study", "nothing-here"]) == 2
+    assert "no study named 'nothing-here'" in capsys.readouterr().err
+
+
+def test_the_default_study_file_defines_digits_quick():
+    spec = load_spec(ROOT / "studies" / "digits_quick.py")
+    assert spec.name == "digits-quick" and spec.data == "digits"
+    assert spec.storage == "sqlite:///runs/digits-quick/study.db"

@@ -1,0 +1,36 @@
+"""The shipped contracts, run over every registered space and controller."""
+
+from __future__ import annotations
+
+import pytest
+
+from autosearch.registry import controllers, spaces
+from autosearch.testing import ControllerContract, SpaceContract
+from search_spaces import ResNetSpace
+
+
+@pytest.fixture(params=spaces.names())
+def registered_space(request):
+    return spaces.get(request.param)()
+
+
+class TestEverySpace(SpaceContract):
+    @pytest.fixture
+    def space(self, registered_space):
+        return registered_space
+
+
+class TestEveryController(ControllerContract):
+    @pytest.fixture
+    def space(self):
+        return ResNetSpace()
+
+    @pytest.fixture(params=controllers.names())
+    def make_controller(self, request, space):
+        cls = controllers.get(request.param)
+        return lambda seed: cls(space, seed=seed)
+
+
+def test_registries_list_the_plugins():
+    assert "resnet" in spaces.names()
+    assert "random" in controllers.names()

@@ -1,0 +1,96 @@
+"""Imports go down the layers of DESIGN.md only."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Rank of each autosearch module: a module may import only modules of lower rank.
+RANKS = {
+    "errors": 0,
+    "_version": 0,
+    "architecture": 1,
+    "space": 2,
+    "controller": 3,
+    "registry": 4,
+    # the shared training stack and measurement
+    "data": 5,
+    "cost": 5,
+    "scoring": 5,
+    "_storage": 5,
+    "train": 6,
+    "runner": 7,
+    "export": 7,
+    "study": 8,
+    "plots": 9,
+    "studyfile": 9,
+    "report": 10,
+    "cli": 11,
+    "testing": 11,
+}
+CORE_FOR_PLUGINS = {"architecture", "space", "controller", "registry", "errors"}
+NO_OPTUNA = {"data", "cost", "train", "runner", "architecture", "space", "controller"}
+
+
+def _imports(path: Path) -> set[str]:
+    """Dotted names a file imports anywhere (lazy imports inside functions count)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def _module_of(path: Path, package: str) -> str:
+    rel = path.relative_to(ROOT / package).with_suffix("")
+    return rel.parts[0]
+
+
+def _autosearch_deps(path: Path) -> set[str]:
+    return {n.split(".")[1] for n in _imports(path) if n.startswith("autosearch.")} & set(RANKS)
+
+
+def test_every_module_has_a_rank():
+    modules = {_module_of(p, "autosearch") for p in (ROOT / "autosearch").rglob("*.py")}
+    assert modules - {"__init__"} <= set(RANKS), "add new modules to RANKS (and DESIGN.md)"
+
+
+def test_autosearch_imports_go_down_only():
+    bad = []
+    for path in (ROOT / "autosearch").rglob("*.py"):
+        module = _module_of(path, "autosearch")
+        if module == "__init__":
+            continue
+        for dep in _autosearch_deps(path) - {module}:
+            if RANKS[dep] >= RANKS[module]:
+                bad.append(f"{module} (rank {RANKS[module]}) imports {dep} (rank {RANKS[dep]})")
+        plugins = {n for n in _imports(path) if n.split(".")[0] in ("search_spaces", "controllers")}
+        if plugins:
+            bad.append(f"{module} imports plugins {plugins}: resolve them through the registry")
+        if module in NO_OPTUNA and any(n.split(".")[0] == "optuna" for n in _imports(path)):
+            bad.append(f"{module} imports optuna: the training stack must not")
+    assert not bad, "\n".join(bad)
+
+
+def test_plugins_import_only_the_core_protocols():
+    bad = []
+    for package in ("search_spaces", "controllers"):
+        for path in (ROOT / package).rglob("*.py"):
+            for dep in _autosearch_deps(path) - CORE_FOR_PLUGINS:
+                bad.append(f"{path.relative_to(ROOT)} imports autosearch.{dep}")
+            other = "controllers" if package == "search_spaces" else "search_spaces"
+            if any(n.split(".")[0] == other for n in _imports(path)):
+                bad.append(f"{path.relative_to(ROOT)} imports {other}")
+    assert not bad, "\n".join(bad)
+
+
+def test_the_checker_catches_a_violation(tmp_path):
+    bad = tmp_path / "train.py"
+    bad.write_text("from autosearch.study import Study\nimport optuna\n")
+    deps = _autosearch_deps(bad)
+    assert deps == {"study"} and RANKS["study"] > RANKS["train"]

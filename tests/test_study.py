@@ -1,0 +1,246 @@
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+
+import autosearch
+from autosearch import (
+    Controller,
+    Outcome,
+    StorageError,
+    StudyError,
+    UnknownNameError,
+)
+from autosearch import study as study_module
+from controllers import RandomSearch
+from search_spaces import ResNetSpace
+
+
+def test_end_to_end_two_trials(make_study, tmp_path):
+    study = make_study()
+    records = study.optimize(2)
+    assert [r.trial for r in records] == [0, 1]
+    assert all(r.state == "complete" for r in records)
+    for r in records:
+        assert 0 <= r.metrics["accuracy"] <= 1 and 0 <= r.metrics["test_accuracy"] <= 1
+        assert r.metrics["flops"] == 2 * r.metrics["macs"] > 0 and r.metrics["params"] > 0
+        assert r.metrics["reward"] == r.metrics["accuracy"]  # the default reward
+        assert r.description.startswith("resnet basic")
+    assert records[0].arch != records[1].arch
+    # Optuna sees an ordinary multi-objective study: params are the genes.
+    trials = optuna.load_study(study_name="t", storage=f"sqlite:///{tmp_path}/t.db").trials
+    assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE] * 2
+    assert trials[0].params == dict(records[0].arch)
+    assert trials[0].values == [records[0].accuracy, records[0].flops]
+    assert sorted(trials[0].intermediate_values) == [1]  # one epoch reported
+    assert study.best() in records and set(study.pareto()) <= set(records)
+
+
+def test_pareto_and_best_follow_the_metrics(make_study):
+    study = make_study()
+    study.optimize(4)
+    done = study.records()
+    front = study.pareto()
+    for r in done:
+        dominated = any(
+            o.accuracy >= r.accuracy
+            and o.flops <= r.flops
+            and (o.accuracy > r.accuracy or o.flops < r.flops)
+            for o in done
+        )
+        assert (r in front) == (not dominated)
+    assert study.best() == max(done, key=lambda r: (r.accuracy, -r.flops))
+    cheapest = min(done, key=lambda r: r.flops)
+    assert study.best(max_flops=cheapest.flops).flops == cheapest.flops
+    with pytest.raises(StudyError, match="smallest has"):
+        study.best(max_flops=cheapest.flops - 1)
+
+
+def test_resume_continues_without_retraining_and_matches_an_uninterrupted_run(
+    make_study, tmp_path, monkeypatch
+):
+    trained = []
+    real = study_module.run_trial
+
+    def counting(space, arch, *args, **kwargs):
+        trained.append(arch)
+        return real(space, arch, *args, **kwargs)
+
+    monkeypatch.setattr(study_module, "run_trial", counting)
+    first = make_study("resume")
+    first.optimize(2)
+    url = f"sqlite:///{tmp_path}/resume.db"
+    again = autosearch.load_study("resume", storage=url)
+    again.optimize(2)
+    assert len(trained) == 4 and len(set(trained)) == 4
+    assert [r.trial for r in again.records()] == [0, 1, 2, 3]
+    # Same seed, no interruption: the same four architectures in the same order.
+    straight = make_study("straight")
+    straight.optimize(4)
+    assert [r.arch for r in straight.records()] == [r.arch for r in again.records()]
+    # create_study(load_if_exists=True) with the same definition continues too.
+    third = make_study("resume", load_if_exists=True)
+    third.optimize(1)
+    assert len(trained) == 9 and len(set(trained[:4] + trained[-1:])) == 5
+
+
+class Repeating(Controller):
+    """Proposes one fixed architecture first and again every other ask."""
+
+    name = "repeating"
+
+    def __init__(self, space, *, seed=0):
+        super().__init__(space)
+        self.inner = RandomSearch(space, seed=seed)
+        self.fixed = space.default()
+        self.asks = 0
+        self.told: list[Any] = []
+
+    def ask(self):
+        self.asks += 1
+        return self.fixed if self.asks % 2 else self.inner.ask()
+
+    def tell(self, arch, outcome):
+        self.told.append((arch, outcome))
+        self.inner.tell(arch, outcome)
+
+    def state_dict(self):
+        return {"asks": self.asks}
+
+    def load_state_dict(self, state):
+        self.asks = state["asks"]
+
+    def config(self):
+        return {}
+
+
+def test_an_evaluated_architecture_is_never_trained_twice(make_study, tiny_space):
+    controller = Repeating(tiny_space)
+    study = make_study(controller=controller)
+    study.optimize(3)
+    archs = [r.arch for r in study.records()]
+    assert len(archs) == 3 and len(set(archs)) == 3 and archs[0] == tiny_space.default()
+    # The repeated proposal was answered from storage, not retrained.
+    repeats = [o for a, o in controller.told if a == tiny_space.default()]
+    assert len(repeats) >= 2 and len({o.reward for o in repeats}) == 1
+
+
+def test_a_failing_trial_is_stored_with_its_reason_and_the_study_goes_on(make_study, monkeypatch):
+    real = study_module.run_trial
+    calls = []
+
+    def flaky(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("CUDA out of memory (simulated)")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(study_module, "run_trial", flaky)
+    study = make_study()
+    records = study.optimize(2)
+    assert [r.state for r in records] == ["failed", "complete"]
+    assert records[0].reason == "RuntimeError: CUDA out of memory (simulated)"
+    assert study.count("failed") == 1 and study.best() == records[1]
+    trial = study.optuna_study.trials[0]
+    assert trial.state == optuna.trial.TrialState.FAIL
+    assert trial.user_attrs["fail_reason"].endswith("(simulated)")
+
+
+def test_failures_in_a_row_stop_the_study_with_the_last_reason(make_study, monkeypatch):
+    def broken(*args, **kwargs):
+        raise ValueError("labels out of range")
+
+    monkeypatch.setattr(study_module, "run_trial", broken)
+    study = make_study()
+    with pytest.raises(StudyError, match="3 trials failed in a row.*labels out of range"):
+        study.optimize(10, max_failures_in_a_row=3)
+    assert study.count("failed") == 3
+
+
+def test_callbacks_see_every_record(make_study):
+    seen = []
+    make_study().optimize(2, callbacks=[lambda s, r: seen.append(r.trial)])
+    assert seen == [0, 1]
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_bad_input_changes_nothing_stored(make_study, tmp_path, tiny_space):
+    study = make_study("kept")
+    study.optimize(1)
+    db = tmp_path / "kept.db"
+    before = _digest(db)
+    url = f"sqlite:///{db}"
+    with pytest.raises(StudyError, match="already exists.*load_if_exists=True"):
+        make_study("kept")
+    with pytest.raises(StudyError, match="different definition.*space"):
+        make_study(
+            "kept", load_if_exists=True, controller=RandomSearch(ResNetSpace(stages=3), seed=0)
+        )
+    with pytest.raises(StudyError, match="different definition.*objectives"):
+        make_study("kept", load_if_exists=True, objectives=("accuracy", "params"))
+    with pytest.raises(UnknownNameError, match="Did you mean 'random'"):
+        autosearch.create_study("kept", controller="randm", space=tiny_space, storage=url)
+    with pytest.raises(UnknownNameError, match="Did you mean 'flops'"):
+        make_study("kept", load_if_exists=True, objectives=("accuracy", "flop"))
+    with pytest.raises(UnknownNameError, match="Did you mean 'digits'"):
+        make_study("kept", load_if_exists=True, data="digit")
+    with pytest.raises(StorageError, match="Did you mean 'kept'"):
+        autosearch.load_study("kep", storage=url)
+    assert _digest(db) == before
+    assert len(autosearch.load_study("kept", storage=url).records()) == 1
+
+
+@pytest.mark.parametrize(
+    ("url", "match"),
+    [
+        ("runs/x.db", "has no scheme"),
+        ("sqlite://relative.db", "three slashes"),
+        ("mongodb://localhost/x", "unknown storage scheme 'mongodb'"),
+        ("journal:", "names no file"),
+        ("sqlite:////proc/autosearch/x.db", "cannot create the folder"),
+        ("postgresql://nobody@127.0.0.1:1/none", "cannot open storage|driver"),
+    ],
+)
+def test_unusable_storage_urls_say_what_works(url, match, tiny_space):
+    with pytest.raises(StorageError, match=match):
+        autosearch.create_study("x", controller=RandomSearch(tiny_space), storage=url)
+
+
+def test_sqlite_file_that_is_not_a_database(tmp_path, tiny_space):
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(StorageError, match="cannot open storage"):
+        autosearch.create_study(
+            "x", controller=RandomSearch(tiny_space), storage=f"sqlite:///{junk}"
+        )
+    assert junk.read_bytes() == b"this is not sqlite" * 100
+
+
+def test_controller_by_name_needs_a_space(tmp_path, tiny_space):
+    with pytest.raises(StudyError, match="needs space="):
+        autosearch.create_study("x", controller="random", storage=f"sqlite:///{tmp_path}/x.db")
+    study = autosearch.create_study(
+        "x", controller="random", space=tiny_space, seed=3, storage=f"sqlite:///{tmp_path}/x.db"
+    )
+    assert isinstance(study.controller, RandomSearch) and study.controller.seed == 3
+
+
+def test_journal_storage_works_too(make_study, tmp_path):
+    study = make_study("j", storage=f"journal:{tmp_path}/j.log")
+    study.optimize(1)
+    again = autosearch.load_study("j", storage=f"journal:{tmp_path}/j.log")
+    assert [r.state for r in again.records()] == ["complete"]
+    assert again.load_model(again.best()) is not None
+
+
+def test_outcome_rules():
+    with pytest.raises(ValueError, match="finite reward"):
+        Outcome(reward=float("nan"))
+    assert not Outcome.failed("x").ok and Outcome(reward=1.0).ok
