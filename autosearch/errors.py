@@ -10,6 +10,7 @@ from collections.abc import Iterable
 
 __all__ = [
     "AutosearchError",
+    "BudgetError",
     "DataError",
     "ExportError",
     "InvalidArchitectureError",
@@ -52,6 +53,10 @@ class MissingGeneError(InvalidArchitectureError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+class BudgetError(InvalidArchitectureError):
+    """An architecture over the space's FLOPs or parameter budget."""
 
 
 class StorageError(AutosearchError):

@@ -10,20 +10,24 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import functools
 import importlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
+import torch
 import torch.nn as nn
 
 from autosearch.architecture import Architecture, Gene
-from autosearch.errors import InvalidArchitectureError, suggest
+from autosearch.cost import Cost, measure
+from autosearch.errors import BudgetError, InvalidArchitectureError, UnknownNameError, suggest
 
 __all__ = ["Categorical", "Domain", "IntRange", "NetworkSpec", "SearchSpace"]
 
 _MAX_MUTATION_TRIES = 100
+_MAX_BUDGET_TRIES = 200
 
 
 @dataclass(frozen=True)
@@ -123,15 +127,35 @@ class NetworkSpec:
         return factory(**self.kwargs)
 
 
+@dataclass(frozen=True, kw_only=True)
 class SearchSpace(abc.ABC):
     """Base class of every search space.
 
     Subclasses are frozen keyword-only dataclasses (their fields are the space's
     configuration, see :meth:`config`) registered with
     :func:`autosearch.registry.register_space`.
+
+    Every space takes an optional budget, checked from the architecture alone
+    (the network is built on the meta device: no weights, no training):
+
+    Attributes:
+        max_flops: Largest FLOPs (2 × MACs) per image at ``budget_input``.
+        max_params: Largest number of parameters.
+        budget_input: ``(C, H, W)`` of the images the FLOPs budget is counted at.
+        budget_classes: Classes of the head the budget is counted with.
     """
 
     name: ClassVar[str] = ""
+
+    max_flops: float | None = None
+    max_params: float | None = None
+    budget_input: tuple[int, int, int] = (3, 32, 32)
+    budget_classes: int = 10
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "budget_input", tuple(self.budget_input))
+        if len(self.budget_input) != 3 or min(self.budget_input) < 1:
+            raise ValueError(f"budget_input must be (C, H, W), got {self.budget_input}")
 
     # What a space writes ---------------------------------------------------------------
     @abc.abstractmethod
@@ -153,8 +177,22 @@ class SearchSpace(abc.ABC):
         self.validate(arch)
         return arch
 
-    def validate(self, arch: Architecture) -> None:
-        """Raise InvalidArchitectureError naming the gene and what is allowed."""
+    def check_input(self, arch: Architecture, input_shape: Sequence[int]) -> None:
+        """Raise InvalidArchitectureError (naming the gene) if ``arch`` cannot take
+        images of ``input_shape``, e.g. when its downsampling would shrink a feature
+        map to nothing. Spaces whose maps can shrink to nothing override this."""
+        return None
+
+    def validate(self, arch: Architecture, *, input_shape: Sequence[int] | None = None) -> None:
+        """Raise InvalidArchitectureError naming the gene and what is allowed.
+
+        With ``input_shape``, also check that the network takes such images.
+        """
+        self._check_genes(arch)
+        if input_shape is not None:
+            self.check_input(arch, tuple(input_shape))
+
+    def _check_genes(self, arch: Architecture) -> None:
         if not isinstance(arch, Architecture):
             raise InvalidArchitectureError(
                 f"expected an autosearch.Architecture, got {type(arch).__name__}; "
@@ -193,8 +231,6 @@ class SearchSpace(abc.ABC):
     # Derived ---------------------------------------------------------------------------
     def config(self) -> dict[str, Any]:
         """The constructor arguments as JSON values: ``type(space)(**space.config())``."""
-        if not dataclasses.is_dataclass(self):
-            raise TypeError(f"{type(self).__name__} must be a dataclass or override config()")
         return {
             f.name: _jsonable(getattr(self, f.name)) for f in dataclasses.fields(self) if f.init
         }
@@ -207,11 +243,15 @@ class SearchSpace(abc.ABC):
         return self.make({g: d.default for g, d in self.domains().items()})  # type: ignore[misc]
 
     def sample(self, rng: np.random.Generator) -> Architecture:
-        """A uniformly drawn gene assignment, canonicalized."""
-        return self.make({g: d.sample(rng) for g, d in self.domains().items()})
+        """A uniformly drawn gene assignment, canonicalized, within the budget
+        (rejection sampling, a bounded number of draws)."""
+        domains = self.domains()
+        return self._within_budget(
+            lambda: self.make({g: d.sample(rng) for g, d in domains.items()}), "sample"
+        )
 
     def mutate(self, arch: Architecture, rng: np.random.Generator) -> Architecture:
-        """A valid architecture that builds a different network from ``arch``.
+        """A valid architecture within the budget that builds a different network.
 
         One gene is redrawn at a time; genes that the canonical form resets give
         the same network, so the draw repeats (a bounded number of times).
@@ -220,16 +260,107 @@ class SearchSpace(abc.ABC):
         domains = [(g, d) for g, d in self.domains().items() if len(d.values()) > 1]
         if not domains:
             raise InvalidArchitectureError(f"space {self.name!r} has one point: nothing to mutate")
-        for _ in range(_MAX_MUTATION_TRIES):
-            gene, domain = domains[int(rng.integers(len(domains)))]
-            others = [v for v in domain.values() if v != arch[gene]]
-            child = self.make({**arch, gene: others[int(rng.integers(len(others)))]})
-            if child != arch:
-                return child
-        raise InvalidArchitectureError(
-            f"no mutation of {self.describe(arch)} changed the network in "
-            f"{_MAX_MUTATION_TRIES} tries; the space may be too constrained"
+
+        def redraw() -> Architecture:
+            for _ in range(_MAX_MUTATION_TRIES):
+                gene, domain = domains[int(rng.integers(len(domains)))]
+                others = [v for v in domain.values() if v != arch[gene]]
+                child = self.make({**arch, gene: others[int(rng.integers(len(others)))]})
+                if child != arch:
+                    return child
+            raise InvalidArchitectureError(
+                f"no mutation of {self.describe(arch)} changed the network in "
+                f"{_MAX_MUTATION_TRIES} tries; the space may be too constrained"
+            )
+
+        return self._within_budget(redraw, f"mutation of {self.describe(arch)}")
+
+    def _within_budget(self, draw: Callable[[], Architecture], what: str) -> Architecture:
+        if self.max_flops is None and self.max_params is None:
+            return draw()
+        smallest: Cost | None = None
+        for _ in range(_MAX_BUDGET_TRIES):
+            arch = draw()
+            cost = self.cost(arch)
+            if self._fits(cost):
+                return arch
+            if smallest is None or cost.flops < smallest.flops:
+                smallest = cost
+        assert smallest is not None
+        raise BudgetError(
+            f"no {what} of space {self.name!r} met the budget (max_flops={self.max_flops:.4g}, "
+            f"max_params={self.max_params}) in {_MAX_BUDGET_TRIES} draws; the smallest drawn had "
+            f"{smallest.flops:.4g} FLOPs and {smallest.params} params at {self.budget_input}. "
+            "Loosen the budget or narrow the space's depths and widths"
+            if self.max_flops is not None
+            else f"no {what} of space {self.name!r} met max_params={self.max_params} in "
+            f"{_MAX_BUDGET_TRIES} draws; the smallest drawn had {smallest.params} params. "
+            "Loosen the budget or narrow the space's depths and widths"
         )
+
+    def _fits(self, cost: Cost) -> bool:
+        return (self.max_flops is None or cost.flops <= self.max_flops) and (
+            self.max_params is None or cost.params <= self.max_params
+        )
+
+    def cost(
+        self,
+        arch: Architecture,
+        *,
+        input_shape: Sequence[int] | None = None,
+        num_classes: int | None = None,
+    ) -> Cost:
+        """FLOPs (2 × MACs), MACs and parameters of ``arch``, counted on the meta
+        device (no memory, no initialisation), at ``budget_input`` by default."""
+        shape = tuple(input_shape or self.budget_input)
+        classes = num_classes or self.budget_classes
+        return _meta_cost(self, self.canonicalize(arch), shape, classes)
+
+    def within_budget(self, arch: Architecture) -> bool:
+        return self._fits(self.cost(arch))
+
+    def check_budget(self, arch: Architecture) -> None:
+        """Raise BudgetError if ``arch`` exceeds the space's budget."""
+        cost = self.cost(arch)
+        if not self._fits(cost):
+            raise BudgetError(
+                f"{self.describe(arch)} has {cost.flops:.4g} FLOPs and {cost.params} params at "
+                f"{self.budget_input}, over the budget max_flops={self.max_flops}, "
+                f"max_params={self.max_params}"
+            )
+
+    def references(self) -> list[str]:
+        """Names of the published architectures this space contains."""
+        return []
+
+    def reference(self, name: str) -> Architecture:
+        """The architecture of the published network ``name`` (see :meth:`references`)."""
+        raise UnknownNameError(f"{self.name} reference", name, self.references())
+
+    def _reference(self, name: str, table: Mapping[str, Mapping[str, Gene]]) -> Architecture:
+        """A reference from a table of its genes; unlisted genes take their defaults."""
+        if name not in table:
+            raise UnknownNameError(f"{self.name} reference", name, table)
+        genes = {g: d.default for g, d in self.domains().items()} | dict(table[name])
+        try:
+            return self.make(genes)  # type: ignore[arg-type]
+        except InvalidArchitectureError as exc:
+            raise InvalidArchitectureError(
+                f"reference {name!r} does not fit this {type(self).__name__}: {exc}. "
+                f"The default {type(self).__name__}() contains every reference"
+            ) from None
+
+    def cost_model(
+        self, arch: Architecture, input_shape: tuple[int, int, int], num_classes: int
+    ) -> Cost | None:
+        """An analytic cost of a canonical ``arch`` (see :class:`autosearch.cost.Tally`),
+        or None to count on a meta-device build. It must equal :func:`measure`."""
+        return None
+
+    def train_overrides(self, arch: Architecture) -> dict[str, Any]:
+        """Training settings this architecture carries (searched hyperparameters);
+        the trainer applies them over the study's TrainConfig."""
+        return {}
 
     def encode(self, arch: Architecture) -> np.ndarray:
         """A fixed-length float vector in [0, 1], one entry per gene."""
@@ -249,6 +380,22 @@ class SearchSpace(abc.ABC):
 
 
 def _jsonable(value: Any) -> Any:
-    if isinstance(value, tuple):
+    if isinstance(value, tuple | list):
         return [_jsonable(v) for v in value]
+    if isinstance(value, SearchSpace):
+        return {"name": value.name, "config": value.config()}
     return value
+
+
+@functools.lru_cache(maxsize=4096)
+def _meta_cost(
+    space: SearchSpace, arch: Architecture, input_shape: tuple[int, ...], num_classes: int
+) -> Cost:
+    space.check_input(arch, input_shape)
+    analytic = space.cost_model(arch, input_shape, num_classes)  # type: ignore[arg-type]
+    if analytic is not None:
+        return analytic
+    spec = space.network(arch, input_shape=input_shape, num_classes=num_classes)
+    with torch.device("meta"):
+        model = spec.build()
+    return measure(model, input_shape)

@@ -17,19 +17,42 @@ def conv_bn(c_in: int, c_out: int, kernel: int, stride: int = 1) -> nn.Sequentia
     )
 
 
+class PadShortcut(nn.Module):
+    """Option A of He et al. (2016): subsample, then zero-pad the new channels.
+
+    Parameter-free; the CIFAR ResNets (ResNet-20/56/110) use it.
+    """
+
+    def __init__(self, c_in: int, c_out: int, stride: int) -> None:
+        super().__init__()
+        self.extra, self.stride = c_out - c_in, stride
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.stride > 1:
+            x = x[:, :, :: self.stride, :: self.stride]
+        return nn.functional.pad(x, (0, 0, 0, 0, 0, self.extra)) if self.extra else x
+
+
+def make_shortcut(kind: str, c_in: int, c_out: int, stride: int) -> nn.Module:
+    """Identity when shapes match; else a 1×1 projection (option B) or zero padding (A)."""
+    if stride == 1 and c_in == c_out:
+        return nn.Identity()
+    if kind == "pad" and c_out >= c_in:
+        return PadShortcut(c_in, c_out, stride)
+    return conv_bn(c_in, c_out, 1, stride)
+
+
 class BasicBlock(nn.Module):
     """Two 3×3 convolutions with a residual connection (He et al. 2016)."""
 
     expansion = 1
 
-    def __init__(self, c_in: int, width: int, stride: int) -> None:
+    def __init__(self, c_in: int, width: int, stride: int, shortcut: str) -> None:
         super().__init__()
         c_out = width * self.expansion
         self.conv1 = conv_bn(c_in, width, 3, stride)
         self.conv2 = conv_bn(width, c_out, 3)
-        self.shortcut = (
-            conv_bn(c_in, c_out, 1, stride) if stride != 1 or c_in != c_out else nn.Identity()
-        )
+        self.shortcut = make_shortcut(shortcut, c_in, c_out, stride)
         self.relu = nn.ReLU(inplace=True)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -42,15 +65,13 @@ class Bottleneck(nn.Module):
 
     expansion = 4
 
-    def __init__(self, c_in: int, width: int, stride: int) -> None:
+    def __init__(self, c_in: int, width: int, stride: int, shortcut: str) -> None:
         super().__init__()
         c_out = width * self.expansion
         self.conv1 = conv_bn(c_in, width, 1)
         self.conv2 = conv_bn(width, width, 3, stride)
         self.conv3 = conv_bn(width, c_out, 1)
-        self.shortcut = (
-            conv_bn(c_in, c_out, 1, stride) if stride != 1 or c_in != c_out else nn.Identity()
-        )
+        self.shortcut = make_shortcut(shortcut, c_in, c_out, stride)
         self.relu = nn.ReLU(inplace=True)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -74,6 +95,8 @@ class ResNet(nn.Module):
         stem: ``"cifar"`` (3×3 conv, stride 1) or ``"imagenet"`` (7×7 stride 2 + max-pool).
         stem_width: Channels after the stem.
         block: ``"basic"`` or ``"bottleneck"``.
+        shortcut: ``"projection"`` (1×1 conv + BN where shapes change) or ``"pad"``
+            (parameter-free subsampling and zero padding).
         stages: ``[depth, width, stride]`` per stage; the first block of a stage
             carries its stride.
     """
@@ -86,6 +109,7 @@ class ResNet(nn.Module):
         stem: str,
         stem_width: int,
         block: str,
+        shortcut: str = "projection",
         stages: list[list[int]],
     ) -> None:
         super().__init__()
@@ -102,7 +126,7 @@ class ResNet(nn.Module):
         channels = stem_width
         for depth, width, stride in stages:
             for index in range(depth):
-                layers.append(block_cls(channels, width, stride if index == 0 else 1))
+                layers.append(block_cls(channels, width, stride if index == 0 else 1, shortcut))
                 channels = width * block_cls.expansion
         self.stages = nn.Sequential(*layers)
         self.pool = nn.AdaptiveAvgPool2d(1)

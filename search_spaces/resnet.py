@@ -1,64 +1,147 @@
-"""ResNet search space: per-stage depth and width, block type and stem width."""
+"""ResNet search space: stem, stages of basic or bottleneck blocks, shortcut type.
+
+It contains the published CIFAR ResNets (ResNet-20/56/110, He et al. 2016, with
+option-A shortcuts) and the ImageNet ResNets (ResNet-18/34/50 as in torchvision),
+exactly, and their neighbourhood.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from autosearch.architecture import Architecture
+from autosearch.architecture import Architecture, Gene
+from autosearch.cost import Cost, Tally
 from autosearch.registry import register_space
-from autosearch.space import Categorical, Domain, NetworkSpec, SearchSpace
+from autosearch.space import Categorical, Domain, IntRange, NetworkSpec, SearchSpace
 
 __all__ = ["ResNetSpace"]
 
-_IMAGENET_STEM_MIN_SIZE = 128  # below this a 7×7/4 stem throws away most of the image
+_IMAGENET_STEM_MIN_SIZE = 128  # below this a 7×7/2 stem and max-pool throw away most of the image
+_EXPANSION = {"basic": 1, "bottleneck": 4}
+
+
+def _cifar(n: int) -> dict[str, Gene]:
+    stages = {1: (n, 16, 1), 2: (n, 32, 2), 3: (n, 64, 2)}
+    return {"stem.width": 16, "block": "basic", "shortcut": "pad", "stages": 3, **_stages(stages)}
+
+
+def _imagenet(block: str, depths: tuple[int, int, int, int]) -> dict[str, Gene]:
+    stages = {i + 1: (d, 64 * 2**i, 1 if i == 0 else 2) for i, d in enumerate(depths)}
+    return {
+        "stem.width": 64,
+        "block": block,
+        "shortcut": "projection",
+        "stages": 4,
+        **_stages(stages),
+    }
+
+
+def _stages(stages: Mapping[int, tuple[int, int, int]]) -> dict[str, Gene]:
+    genes: dict[str, Gene] = {}
+    for i, (depth, width, stride) in stages.items():
+        genes |= {f"stage{i}.depth": depth, f"stage{i}.width": width, f"stage{i}.stride": stride}
+    return genes
+
+
+_REFERENCES: dict[str, dict[str, Gene]] = {
+    "resnet20": _cifar(3),
+    "resnet56": _cifar(9),
+    "resnet110": _cifar(18),
+    "resnet18": _imagenet("basic", (2, 2, 2, 2)),
+    "resnet34": _imagenet("basic", (3, 4, 6, 3)),
+    "resnet50": _imagenet("bottleneck", (3, 4, 6, 3)),
+}
 
 
 @register_space("resnet")
 @dataclass(frozen=True, kw_only=True)
 class ResNetSpace(SearchSpace):
-    """Residual networks with ``stages`` stages; the first keeps the resolution,
-    each later one halves it.
+    """Residual networks of 1 to ``max_stages`` stages.
 
-    Genes: ``stem.width``, ``block`` (basic / bottleneck), and per stage ``stageI.depth``
-    and ``stageI.width`` (for bottleneck blocks the inner width; outputs are 4×).
+    Genes: ``stem.width``, ``block`` (basic / bottleneck), ``shortcut`` (projection /
+    pad), ``stages``, and for each stage ``stageI.depth``, ``stageI.width`` (for
+    bottleneck blocks the inner width; outputs are 4×) and ``stageI.stride``. Genes
+    of stages beyond ``stages`` are reset to their defaults, and so is ``shortcut``
+    when no block changes shape, so equal networks share an ``arch_id``.
 
     Args:
-        stages: Number of stages.
+        min_stages, max_stages: Range of the number of stages.
         depths: Allowed blocks per stage.
-        widths: Allowed channel widths (stem and stages).
+        widths: Allowed stage widths.
+        stem_widths: Allowed stem widths.
+        strides: Allowed stage strides.
         blocks: Allowed block types.
-        stem: ``"cifar"``, ``"imagenet"`` or ``"auto"`` (ImageNet-style from 128 px up).
+        shortcuts: Allowed shortcut types where shapes change.
+        stem: ``"cifar"`` (3×3 conv), ``"imagenet"`` (7×7/2 conv + 3×3/2 max-pool) or
+            ``"auto"`` (ImageNet-style for inputs of 128 px and more).
     """
 
-    stages: int = 3
-    depths: tuple[int, ...] = (1, 2, 3)
-    widths: tuple[int, ...] = (16, 32, 64)
+    min_stages: int = 1
+    max_stages: int = 4
+    depths: tuple[int, ...] = (1, 2, 3, 4, 6, 9, 18)
+    widths: tuple[int, ...] = (16, 32, 64, 128, 256, 512)
+    stem_widths: tuple[int, ...] = (16, 32, 64)
+    strides: tuple[int, ...] = (1, 2)
     blocks: tuple[str, ...] = ("basic", "bottleneck")
+    shortcuts: tuple[str, ...] = ("projection", "pad")
     stem: str = "auto"
 
     def __post_init__(self) -> None:
-        for name in ("depths", "widths", "blocks"):
+        super().__post_init__()
+        for name in ("depths", "widths", "stem_widths", "strides", "blocks", "shortcuts"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
-        if self.stages < 1:
-            raise ValueError(f"ResNetSpace needs at least one stage, got stages={self.stages}")
+            if not getattr(self, name):
+                raise ValueError(f"ResNetSpace {name} must not be empty")
+        if not 1 <= self.min_stages <= self.max_stages:
+            raise ValueError(
+                f"need 1 <= min_stages <= max_stages, got {self.min_stages}, {self.max_stages}"
+            )
         if self.stem not in ("auto", "cifar", "imagenet"):
             raise ValueError(f"stem must be 'auto', 'cifar' or 'imagenet', got {self.stem!r}")
-        unknown = set(self.blocks) - {"basic", "bottleneck"}
-        if unknown or not self.blocks:
+        if set(self.blocks) - set(_EXPANSION):
             raise ValueError(f"blocks must be among 'basic', 'bottleneck', got {self.blocks}")
-        if not self.depths or min(self.depths) < 1 or not self.widths or min(self.widths) < 1:
-            raise ValueError("depths and widths must be non-empty and positive")
+        if set(self.shortcuts) - {"projection", "pad"}:
+            raise ValueError(f"shortcuts must be among 'projection', 'pad', got {self.shortcuts}")
+        if min(self.depths + self.widths + self.stem_widths + self.strides) < 1:
+            raise ValueError("depths, widths and strides must be positive")
 
     def domains(self) -> Mapping[str, Domain]:
         genes: dict[str, Domain] = {
-            "stem.width": Categorical(self.widths),
+            "stem.width": Categorical(self.stem_widths),
             "block": Categorical(self.blocks),
+            "shortcut": Categorical(self.shortcuts),
+            "stages": IntRange(self.min_stages, self.max_stages, default=self.max_stages),
         }
-        for i in range(1, self.stages + 1):
+        for i in range(1, self.max_stages + 1):
             genes[f"stage{i}.depth"] = Categorical(self.depths)
             genes[f"stage{i}.width"] = Categorical(self.widths)
+            stride = 1 if i == 1 or 2 not in self.strides else 2
+            genes[f"stage{i}.stride"] = Categorical(self.strides, default=stride)
         return genes
+
+    def canonicalize(self, arch: Architecture) -> Architecture:
+        self.validate(arch)
+        domains = self.domains()
+        genes = dict(arch)
+        for i in range(int(arch["stages"]) + 1, self.max_stages + 1):
+            for part in ("depth", "width", "stride"):
+                genes[f"stage{i}.{part}"] = domains[f"stage{i}.{part}"].default  # type: ignore[assignment]
+        if not self._changes_shape(genes):
+            genes["shortcut"] = domains["shortcut"].default  # type: ignore[assignment]
+        return Architecture(space=self.name, genes=genes)
+
+    def _changes_shape(self, genes: Mapping[str, Gene]) -> bool:
+        """Whether any block's input and output shapes differ (so shortcut matters)."""
+        expansion = _EXPANSION[str(genes["block"])]
+        channels = int(genes["stem.width"])
+        for i in range(1, int(genes["stages"]) + 1):
+            out = int(genes[f"stage{i}.width"]) * expansion
+            if genes[f"stage{i}.stride"] != 1 or out != channels:
+                return True
+            channels = out
+        return False
 
     def network(
         self, arch: Architecture, *, input_shape: Sequence[int], num_classes: int
@@ -68,25 +151,61 @@ class ResNetSpace(SearchSpace):
         if stem == "auto":
             stem = "imagenet" if min(height, width) >= _IMAGENET_STEM_MIN_SIZE else "cifar"
         stages = [
-            [arch[f"stage{i}.depth"], arch[f"stage{i}.width"], 1 if i == 1 else 2]
-            for i in range(1, self.stages + 1)
+            [arch[f"stage{i}.depth"], arch[f"stage{i}.width"], arch[f"stage{i}.stride"]]
+            for i in range(1, int(arch["stages"]) + 1)
         ]
-        return NetworkSpec(
-            module="search_spaces._resnet_net",
-            factory="ResNet",
-            kwargs={
-                "in_channels": channels,
-                "num_classes": num_classes,
-                "stem": stem,
-                "stem_width": arch["stem.width"],
-                "block": arch["block"],
-                "stages": stages,
-            },
-        )
+        kwargs: dict[str, Any] = {
+            "in_channels": channels,
+            "num_classes": num_classes,
+            "stem": stem,
+            "stem_width": arch["stem.width"],
+            "block": arch["block"],
+            "shortcut": arch["shortcut"],
+            "stages": stages,
+        }
+        return NetworkSpec(module="search_spaces._resnet_net", factory="ResNet", kwargs=kwargs)
+
+    def cost_model(
+        self, arch: Architecture, input_shape: tuple[int, int, int], num_classes: int
+    ) -> Cost:
+        kw = self.network(arch, input_shape=input_shape, num_classes=num_classes).kwargs
+        t = Tally(channels=input_shape[0], height=input_shape[1], width=input_shape[2])
+        if kw["stem"] == "imagenet":
+            t.conv(kw["stem_width"], 7, 2).pool(3, 2, padding=1)
+        else:
+            t.conv(kw["stem_width"], 3)
+        expansion = _EXPANSION[kw["block"]]
+        for depth, width, stride in kw["stages"]:
+            for index in range(depth):
+                s = stride if index == 0 else 1
+                shortcut = t.fork()
+                c_out = width * expansion
+                if s != 1 or t.channels != c_out:
+                    if kw["shortcut"] == "pad" and c_out >= t.channels:
+                        shortcut.pool(1, s)
+                        shortcut.channels = c_out
+                    else:
+                        shortcut.conv(c_out, 1, s)
+                if kw["block"] == "basic":
+                    t.conv(width, 3, s).conv(c_out, 3)
+                else:
+                    t.conv(width, 1).conv(width, 3, s).conv(c_out, 1)
+                t.join(shortcut)
+                t.channels = c_out
+        return t.linear_head(num_classes).cost()
 
     def describe(self, arch: Architecture) -> str:
         stages = "-".join(
             f"{arch[f'stage{i}.depth']}x{arch[f'stage{i}.width']}"
-            for i in range(1, self.stages + 1)
+            + (f"/{arch[f'stage{i}.stride']}" if arch[f"stage{i}.stride"] != 1 else "")
+            for i in range(1, int(arch["stages"]) + 1)
         )
-        return f"resnet {arch['block']} stem{arch['stem.width']} {stages}"
+        return f"resnet {arch['block']} {arch['shortcut']} stem{arch['stem.width']} {stages}"
+
+    def references(self) -> list[str]:
+        """Names of the published networks :meth:`reference` knows."""
+        return sorted(_REFERENCES)
+
+    def reference(self, name: str) -> Architecture:
+        """The architecture of a published ResNet (see :meth:`references`)."""
+        return self._reference(name, _REFERENCES)

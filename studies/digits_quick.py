@@ -11,7 +11,12 @@ from search_spaces import ResNetSpace
 
 study = StudySpec(
     name="digits-quick",
-    controller=RandomSearch(ResNetSpace(stages=3, depths=(1, 2), widths=(8, 16, 32)), seed=0),
+    controller=RandomSearch(
+        ResNetSpace(
+            min_stages=2, max_stages=3, depths=(1, 2), widths=(8, 16, 32), stem_widths=(8, 16, 32)
+        ),
+        seed=0,
+    ),
     data="digits",
     objectives=("accuracy", "flops"),
     train=TrainConfig(epochs=10, batch_size=64, lr=0.05, crop_padding=1),

@@ -16,7 +16,14 @@ def digits() -> Dataset:
 @pytest.fixture
 def tiny_space() -> ResNetSpace:
     """Small enough that one epoch on digits takes a fraction of a second."""
-    return ResNetSpace(stages=2, depths=(1, 2), widths=(4, 8), blocks=("basic",))
+    return ResNetSpace(
+        min_stages=2,
+        max_stages=2,
+        depths=(1, 2),
+        widths=(4, 8),
+        stem_widths=(4, 8),
+        blocks=("basic",),
+    )
 
 
 @pytest.fixture

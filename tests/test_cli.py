@@ -23,7 +23,9 @@ TINY_STUDY = textwrap.dedent(
 
     study = StudySpec(
         name="cli-tiny",
-        controller=RandomSearch(ResNetSpace(stages=2, depths=(1,), widths=(4, 8)), seed=0),
+        controller=RandomSearch(
+            ResNetSpace(max_stages=2, depths=(1,), widths=(4, 8), stem_widths=(4,)), seed=0
+        ),
         train=TrainConfig(epochs=1, batch_size=128, lr=0.1),
         n_trials=2,
     )

@@ -11,13 +11,13 @@ ROOT = Path(__file__).resolve().parents[1]
 RANKS = {
     "errors": 0,
     "_version": 0,
+    "cost": 0,  # counting FLOPs needs only torch; spaces use it for budgets
     "architecture": 1,
     "space": 2,
     "controller": 3,
     "registry": 4,
     # the shared training stack and measurement
     "data": 5,
-    "cost": 5,
     "scoring": 5,
     "_storage": 5,
     "train": 6,
@@ -30,7 +30,7 @@ RANKS = {
     "cli": 11,
     "testing": 11,
 }
-CORE_FOR_PLUGINS = {"architecture", "space", "controller", "registry", "errors"}
+CORE_FOR_PLUGINS = {"architecture", "space", "controller", "registry", "errors", "cost"}
 NO_OPTUNA = {"data", "cost", "train", "runner", "architecture", "space", "controller"}
 
 

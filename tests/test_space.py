@@ -27,9 +27,9 @@ def test_validate_messages_name_gene_and_allowed_values():
     space = ResNetSpace()
     arch = space.default()
     with pytest.raises(
-        InvalidArchitectureError, match=r"'stage1.depth' = 9 .* allowed: \{1, 2, 3\}"
+        InvalidArchitectureError, match=r"'stage1.depth' = 5 .* allowed: \{1, 2, 3, 4, 6, 9, 18\}"
     ):
-        space.validate(arch.replace(**{"stage1.depth": 9}))
+        space.validate(arch.replace(**{"stage1.depth": 5}))
     with pytest.raises(InvalidArchitectureError, match="did you mean 'stage1.depth'"):
         space.validate(arch.replace(**{"stage1.dept": 2}))
     missing = {k: v for k, v in arch.items() if k != "block"}
@@ -38,21 +38,33 @@ def test_validate_messages_name_gene_and_allowed_values():
 
 
 def test_mutation_exhaustion_is_bounded_and_explained():
-    space = ResNetSpace(stages=1, depths=(1,), widths=(8,), blocks=("basic",))
+    space = ResNetSpace(
+        max_stages=1,
+        depths=(1,),
+        widths=(8,),
+        stem_widths=(8,),
+        blocks=("basic",),
+        strides=(1,),
+        shortcuts=("pad",),
+    )
     with pytest.raises(InvalidArchitectureError, match="one point"):
         space.mutate(space.default(), np.random.default_rng(0))
 
 
 def test_resnet_builds_the_network_its_genes_say():
-    space = ResNetSpace(stages=2)
+    space = ResNetSpace(max_stages=2)
     arch = space.make(
         {
             "stem.width": 16,
             "block": "basic",
+            "shortcut": "projection",
+            "stages": 2,
             "stage1.depth": 2,
             "stage1.width": 16,
+            "stage1.stride": 1,
             "stage2.depth": 1,
             "stage2.width": 32,
+            "stage2.stride": 2,
         }
     )
     model = space.build(arch, input_shape=(3, 32, 32), num_classes=10)
@@ -74,7 +86,7 @@ def test_resnet_builds_the_network_its_genes_say():
 
 
 def test_resnet_stem_follows_input_size():
-    space = ResNetSpace(stages=1)
+    space = ResNetSpace(max_stages=1)
     big = space.network(space.default(), input_shape=(3, 224, 224), num_classes=5)
     small = space.network(space.default(), input_shape=(1, 8, 8), num_classes=5)
     assert big.kwargs["stem"] == "imagenet" and small.kwargs["stem"] == "cifar"

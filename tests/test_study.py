@@ -181,7 +181,7 @@ def test_bad_input_changes_nothing_stored(make_study, tmp_path, tiny_space):
         make_study("kept")
     with pytest.raises(StudyError, match="different definition.*space"):
         make_study(
-            "kept", load_if_exists=True, controller=RandomSearch(ResNetSpace(stages=3), seed=0)
+            "kept", load_if_exists=True, controller=RandomSearch(ResNetSpace(max_stages=3), seed=0)
         )
     with pytest.raises(StudyError, match="different definition.*objectives"):
         make_study("kept", load_if_exists=True, objectives=("accuracy", "params"))
