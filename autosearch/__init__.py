@@ -16,6 +16,7 @@ from autosearch.architecture import Architecture
 from autosearch.controller import Controller, Outcome
 from autosearch.errors import (
     AutosearchError,
+    BudgetError,
     DataError,
     ExportError,
     InvalidArchitectureError,
@@ -28,11 +29,13 @@ from autosearch.errors import (
 from autosearch.registry import register_controller, register_space
 from autosearch.space import Categorical, IntRange, NetworkSpec, SearchSpace
 from autosearch.study import Record, Study, StudySpec, create_study, load_study
+from autosearch.tabular import Table
 from autosearch.train import TrainConfig
 
 __all__ = [
     "Architecture",
     "AutosearchError",
+    "BudgetError",
     "Categorical",
     "Controller",
     "DataError",
@@ -48,6 +51,7 @@ __all__ = [
     "StudyError",
     "StudyFileError",
     "StudySpec",
+    "Table",
     "TrainConfig",
     "TrialFailed",
     "UnknownNameError",

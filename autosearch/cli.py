@@ -13,9 +13,11 @@ import optuna
 from tqdm import tqdm
 
 from autosearch.errors import AutosearchError, StudyError
+from autosearch.registry import controllers, spaces
 from autosearch.report import write_report
-from autosearch.study import Record, Study, default_storage, load_study
+from autosearch.study import Record, Study, Table, create_study, default_storage, load_study
 from autosearch.studyfile import load_spec
+from autosearch.train import TrainConfig
 
 __all__ = ["main"]
 
@@ -61,10 +63,8 @@ def _out_dir(args: argparse.Namespace, study: Study) -> Path:
     return Path(args.out) if args.out else Path("runs") / study.name
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    spec = load_spec(args.study_file)
-    study = spec.create(storage=args.storage)
-    total = args.n_trials if args.n_trials is not None else spec.n_trials
+def _run_to_budget(study: Study, total: int, out: Path) -> int:
+    """Run the study until ``total`` trials have finished; write the report and export."""
     finished = study.count("complete", "failed")
     remaining = max(total - finished, 0)
     print(
@@ -79,18 +79,49 @@ def cmd_run(args: argparse.Namespace) -> int:
             bar.update()
 
         study.optimize(remaining, callbacks=[progress])
-    out = _out_dir(args, study)
     report = write_report(study, out / "report.html")
     best = study.best()
-    export = study.export(best, out / "best")
     print("\nPareto front (validation accuracy against FLOPs = 2 x MACs per image):")
     print(_table(study.pareto()))
+    test = best.metrics.get("test_accuracy")
     print(
-        f"\nbest: trial {best.trial}, {best.description}: val {best.metrics['accuracy']:.4f}, "
-        f"test {best.metrics['test_accuracy']:.4f}"
+        f"\nbest: trial {best.trial}, {best.description}: val {best.metrics['accuracy']:.4f}"
+        + (f", test {test:.4f}" if test is not None else "")
     )
-    print(f"storage: {study.storage_url}\nreport:  {report}\nexport:  {export}/")
+    print(f"storage: {study.storage_url}\nreport:  {report}")
+    if study.table is None:
+        print(f"export:  {study.export(best, out / 'best')}/")
     return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    spec = load_spec(args.study_file)
+    study = spec.create(storage=args.storage)
+    total = args.n_trials if args.n_trials is not None else spec.n_trials
+    return _run_to_budget(study, total, _out_dir(args, study))
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    budget = {
+        k: v
+        for k, v in (("max_flops", args.max_flops), ("max_params", args.max_params))
+        if v is not None
+    }
+    space = spaces.get(args.space)(**budget)
+    controller = controllers.get(args.controller)(space, seed=args.seed)
+    table = Table(path=args.table) if args.table else None
+    study = create_study(
+        args.name,
+        controller=controller,
+        data=args.data,
+        objectives=tuple(args.objectives.split(",")),
+        train=TrainConfig(epochs=args.epochs),
+        storage=args.storage,
+        seed=args.seed,
+        table=table,
+        load_if_exists=True,
+    )
+    return _run_to_budget(study, args.n_trials, _out_dir(args, study))
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -158,6 +189,24 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--out", help="folder for report.html and best/ (default runs/NAME)")
     run.set_defaults(func=cmd_run)
+
+    search = sub.add_parser("search", help="search a registered space with a registered controller")
+    search.add_argument("name", help="study name")
+    search.add_argument("--space", required=True, help=f"one of: {', '.join(spaces.names())}")
+    search.add_argument(
+        "--controller", default="random", help=f"one of: {', '.join(controllers.names())}"
+    )
+    search.add_argument("--n-trials", type=int, default=10, help="total trials")
+    search.add_argument("--data", default="digits", help="dataset (default digits)")
+    search.add_argument("--epochs", type=int, default=10, help="training epochs per trial")
+    search.add_argument("--table", help="evaluate by looking up this benchmark table (CSV/JSON)")
+    search.add_argument("--objectives", default="accuracy,flops", help="comma-separated")
+    search.add_argument("--max-flops", type=float, help="budget: FLOPs (2 x MACs) at 3x32x32")
+    search.add_argument("--max-params", type=float, help="budget: parameters")
+    search.add_argument("--seed", type=int, default=0)
+    search.add_argument("--storage", help="storage URL (default sqlite:///runs/NAME/study.db)")
+    search.add_argument("--out", help="folder for report.html and best/ (default runs/NAME)")
+    search.set_defaults(func=cmd_search)
 
     def reading(
         name: str, help: str, func: Callable[[argparse.Namespace], int]

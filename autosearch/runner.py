@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -25,7 +26,7 @@ class TrialResult:
     (held out, for reports only), ``flops``, ``macs``, ``params`` and ``train_seconds``.
     """
 
-    model: nn.Module
+    model: nn.Module | None
     metrics: dict[str, float]
     history: tuple[EpochResult, ...]
 
@@ -39,11 +40,15 @@ def run_trial(
     seed: int,
     on_epoch: Callable[[EpochResult], None] | None = None,
 ) -> TrialResult:
-    """Build ``arch``, train it on ``data`` and measure it. Deterministic for a seed on CPU.
+    """Check ``arch``'s budget, build it, train it on ``data`` (with the hyperparameters
+    it carries, if its space searches them) and measure it. Deterministic for a seed
+    on CPU.
 
     The global torch RNG (weight initialisation) is seeded inside a fork, so a trial
     neither depends on nor disturbs the caller's random state.
     """
+    space.check_budget(arch)  # before any training; over budget ends the trial here
+    config = dataclasses.replace(config, **space.train_overrides(arch))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = space.build(arch, input_shape=data.input_shape, num_classes=data.num_classes)

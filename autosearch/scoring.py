@@ -49,6 +49,11 @@ _OBJECTIVES = {
             description="multiply-accumulates per image of conv/linear layers",
         ),
         Objective(name="params", direction="minimize", description="number of parameters"),
+        Objective(
+            name="train_seconds",
+            direction="minimize",
+            description="training time in seconds (measured, or from a benchmark table)",
+        ),
     )
 }
 

@@ -229,6 +229,11 @@ class SearchSpace(abc.ABC):
         return " ".join(f"{k}={v}" for k, v in arch.items())
 
     # Derived ---------------------------------------------------------------------------
+    @classmethod
+    def example(cls) -> SearchSpace:
+        """A small instance (at most 2 M parameters) for contract tests and docs."""
+        return cls(max_params=2_000_000)
+
     def config(self) -> dict[str, Any]:
         """The constructor arguments as JSON values: ``type(space)(**space.config())``."""
         return {
@@ -370,8 +375,9 @@ class SearchSpace(abc.ABC):
     def build(
         self, arch: Architecture, *, input_shape: Sequence[int], num_classes: int
     ) -> nn.Module:
-        """Validate ``arch`` and build its network (weights freshly initialised)."""
+        """Validate ``arch`` for ``input_shape`` and build its network (fresh weights)."""
         arch = self.canonicalize(arch)
+        self.check_input(arch, tuple(input_shape))
         return self.network(arch, input_shape=tuple(input_shape), num_classes=num_classes).build()
 
     def size(self) -> int:

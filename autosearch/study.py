@@ -42,9 +42,10 @@ from autosearch.registry import controllers, spaces
 from autosearch.runner import run_trial
 from autosearch.scoring import objective, pareto_mask
 from autosearch.space import Categorical, IntRange, SearchSpace
+from autosearch.tabular import Table
 from autosearch.train import TrainConfig
 
-__all__ = ["Record", "Study", "StudySpec", "create_study", "load_study"]
+__all__ = ["Record", "Study", "StudySpec", "Table", "create_study", "load_study"]
 
 logger = logging.getLogger(__name__)
 
@@ -120,6 +121,7 @@ class StudySpec:
     storage: str | None = None
     artifacts: str | None = None
     seed: int = 0
+    table: Table | None = None
     n_trials: int = 10
 
     def create(self, *, storage: str | None = None, load_if_exists: bool = True) -> Study:
@@ -145,6 +147,7 @@ def create_study(
     storage: str | None = None,
     artifacts: str | None = None,
     seed: int = 0,
+    table: Table | None = None,
     load_if_exists: bool = False,
 ) -> Study:
     """Create a study (or, with ``load_if_exists``, continue the stored one).
@@ -161,6 +164,8 @@ def create_study(
         storage: Storage URL; default ``sqlite:///runs/NAME/study.db``.
         artifacts: Folder for trained weights; default ``artifacts/`` beside a file storage.
         seed: Seed of the data split and of every trial's training.
+        table: Evaluate architectures by looking them up in this benchmark table
+            instead of training them (``data`` and ``train`` are then unused).
         load_if_exists: Continue a stored study of the same name and definition.
 
     Raises:
@@ -177,6 +182,9 @@ def create_study(
     if len(set(objectives)) != len(objectives) or not objectives:
         raise StudyError(f"objectives must be distinct and non-empty, got {objectives}")
     scoring.check_reward(reward)
+    if table is not None:
+        table.check_space(space)
+        table.rows()  # a missing or malformed table fails here, before storage is touched
     definition = {
         "format": 1,
         "space": {"name": space.name, "config": space.config()},
@@ -187,9 +195,10 @@ def create_study(
         "train": dataclasses.asdict(train),
         "seed": seed,
         "artifacts": artifacts,
+        "table": json.loads(json.dumps(dataclasses.asdict(table))) if table else None,
         "created_by": f"autosearch {__version__}",
     }
-    dataset = load_data(data, seed=seed)
+    dataset = load_data(data, seed=seed) if table is None else None
     url = storage or default_storage(name)
     backend = open_storage(url)
     try:
@@ -267,6 +276,7 @@ class Study:
         self._storage = storage
         self._study_id = storage.get_study_id_from_name(name)
         self._dataset = data
+        self.table = Table(**definition["table"]) if definition.get("table") else None
         self._told: set[int] = set()
         self._restore_controller()
 
@@ -375,13 +385,8 @@ class Study:
         seed = trial_seed(self.seed, arch)
         logger.info("trial %d: %s", number, self.space.describe(arch))
 
-        def report(epoch: Any) -> None:
-            self._storage.set_trial_intermediate_value(trial_id, epoch.epoch, epoch.val_accuracy)
-
         try:
-            result = run_trial(
-                self.space, arch, self.data, self.train_config, seed=seed, on_epoch=report
-            )
+            metrics, model = self._evaluate(arch, trial_id, seed)
         except KeyboardInterrupt:
             self._fail(trial_id, "interrupted by the user")
             raise
@@ -391,8 +396,9 @@ class Study:
             self._fail(trial_id, reason)
             outcome = Outcome.failed(reason)
         else:
-            metrics = {**result.metrics, "reward": scoring.reward(self.reward_name, result.metrics)}
-            self._save_weights(trial_id, result.model)
+            metrics["reward"] = scoring.reward(self.reward_name, metrics)
+            if model is not None:
+                self._save_weights(trial_id, model)
             for key, value in metrics.items():
                 self._storage.set_trial_user_attr(trial_id, key, value)
             values = [metrics[o] for o in self.objectives]
@@ -406,6 +412,21 @@ class Study:
         record = self._record(self._storage.get_trial(trial_id))
         assert record is not None  # we just wrote its attributes
         return record
+
+    def _evaluate(
+        self, arch: Architecture, trial_id: int, seed: int
+    ) -> tuple[dict[str, float], Any]:
+        """Train ``arch`` (or look it up in the study's table): its metrics and model."""
+        if self.table is not None:
+            return self.table.evaluate(self.space, arch), None
+
+        def report(epoch: Any) -> None:
+            self._storage.set_trial_intermediate_value(trial_id, epoch.epoch, epoch.val_accuracy)
+
+        result = run_trial(
+            self.space, arch, self.data, self.train_config, seed=seed, on_epoch=report
+        )
+        return result.metrics, result.model
 
     def _ask_new(self) -> Architecture:
         """The controller's next architecture that no trial has evaluated yet."""
@@ -534,7 +555,8 @@ class Study:
         )
         artifact_id = trial.user_attrs.get("weights")
         if artifact_id is None:
-            raise ExportError(f"trial {record.trial} stored no weights")
+            how = " (it was looked up in a benchmark table, not trained)" if self.table else ""
+            raise ExportError(f"trial {record.trial} stored no weights{how}")
         model = self.space.build(
             record.arch, input_shape=self.data.input_shape, num_classes=self.data.num_classes
         )
@@ -632,7 +654,7 @@ def _stored_definition(storage: BaseStorage, name: str, url: str) -> dict[str, A
 
 def _check_same(name: str, stored: Mapping[str, Any], given: Mapping[str, Any]) -> None:
     """Refuse to continue a study with a different space, objectives, data or training."""
-    keys = ("space", "objectives", "data", "reward", "train", "seed")
+    keys = ("space", "objectives", "data", "reward", "train", "seed", "table")
     differs = [
         k
         for k in keys

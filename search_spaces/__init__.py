@@ -1,5 +1,9 @@
 """Search-space plugins. Importing this package registers every space in it."""
 
+from search_spaces.densenet import DenseNetSpace
+from search_spaces.hyper import HyperparameterSpace
+from search_spaces.mobilenet import MobileNetSpace
+from search_spaces.nb201 import NB201Space
 from search_spaces.resnet import ResNetSpace
 
-__all__ = ["ResNetSpace"]
+__all__ = ["DenseNetSpace", "HyperparameterSpace", "MobileNetSpace", "NB201Space", "ResNetSpace"]

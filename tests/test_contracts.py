@@ -11,7 +11,7 @@ from search_spaces import ResNetSpace
 
 @pytest.fixture(params=spaces.names())
 def registered_space(request):
-    return spaces.get(request.param)()
+    return spaces.get(request.param).example()
 
 
 class TestEverySpace(SpaceContract):

@@ -20,6 +20,7 @@ RANKS = {
     "data": 5,
     "scoring": 5,
     "_storage": 5,
+    "tabular": 5,
     "train": 6,
     "runner": 7,
     "export": 7,

@@ -1,0 +1,145 @@
+"""Tabular evaluation: look architectures up in a benchmark table instead of training.
+
+This is how controllers are compared at no compute cost (NAS-Bench-201 style). The
+table is the user's: a CSV file, or JSON (an object keyed by architecture string, or
+a list of rows), with a key column holding the space's string form of each
+architecture (``NB201Space.to_string``), a validation-accuracy column, and optionally
+a test-accuracy and a training-time column (the latter becomes the
+``train_seconds`` metric, usable as a cost objective).
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from autosearch.architecture import Architecture
+from autosearch.errors import DataError, StudyError, TrialFailed
+from autosearch.space import SearchSpace
+
+__all__ = ["Table"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Table:
+    """A benchmark table and how to read it.
+
+    Attributes:
+        path: CSV or JSON file.
+        key: Column with the architecture string.
+        accuracy: Validation-accuracy column (the search signal).
+        test_accuracy: Test-accuracy column, reported only; None if absent.
+        train_time: Training-time column in seconds; None if absent.
+        percent: Whether accuracies are percentages; None decides from the values
+            (any value above 1 means percent).
+        input_shape, num_classes: What FLOPs and parameters are counted at.
+    """
+
+    path: str
+    key: str = "arch"
+    accuracy: str = "val_accuracy"
+    test_accuracy: str | None = "test_accuracy"
+    train_time: str | None = "train_time"
+    percent: bool | None = None
+    input_shape: tuple[int, int, int] = (3, 32, 32)
+    num_classes: int = 10
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", str(self.path))
+        object.__setattr__(self, "input_shape", tuple(self.input_shape))
+
+    def rows(self) -> Mapping[str, Mapping[str, float]]:
+        """The table as {architecture string: {column: value}}, read once and checked."""
+        return _load(self)
+
+    def check_space(self, space: SearchSpace) -> None:
+        if not callable(getattr(space, "to_string", None)):
+            raise StudyError(
+                f"tabular evaluation looks architectures up by their string form, and space "
+                f"{space.name!r} has none (to_string); use a space that has one (NB201Space)"
+            )
+
+    def evaluate(self, space: SearchSpace, arch: Architecture) -> dict[str, float]:
+        """The metrics of ``arch``: accuracies (fractions) and train_seconds from the
+        table, FLOPs / MACs / params counted from the architecture."""
+        key = space.to_string(arch)  # type: ignore[attr-defined]
+        row = self.rows().get(key)
+        if row is None:
+            raise TrialFailed(
+                f"architecture {key} is not in table {self.path} ({len(self.rows())} rows)"
+            )
+        cost = space.cost(arch, input_shape=self.input_shape, num_classes=self.num_classes)
+        scale = _scale(self)
+        metrics = {
+            "accuracy": row[self.accuracy] / scale,
+            "flops": float(cost.flops),
+            "macs": float(cost.macs),
+            "params": float(cost.params),
+        }
+        if self.test_accuracy:
+            metrics["test_accuracy"] = row[self.test_accuracy] / scale
+        if self.train_time:
+            metrics["train_seconds"] = row[self.train_time]
+        return metrics
+
+
+def _read(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        raise DataError(f"benchmark table {path} does not exist")
+    text = path.read_text()
+    if path.suffix.lower() == ".json":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"benchmark table {path} is not valid JSON: {exc}") from None
+        if isinstance(data, Mapping):
+            return [{"\0key": k, **v} for k, v in data.items() if isinstance(v, Mapping)]
+        if isinstance(data, list):
+            return [dict(r) for r in data if isinstance(r, Mapping)]
+        raise DataError(f"benchmark table {path}: JSON must be an object or a list of rows")
+    return list(csv.DictReader(text.splitlines()))
+
+
+@functools.lru_cache(maxsize=8)
+def _load(table: Table) -> dict[str, dict[str, float]]:
+    path = Path(table.path)
+    raw = _read(path)
+    if not raw:
+        raise DataError(f"benchmark table {path} has no rows")
+    columns = [c for c in (table.accuracy, table.test_accuracy, table.train_time) if c]
+    found = sorted(set(raw[0]) - {"\0key"})
+    for column in [table.key, *columns] if "\0key" not in raw[0] else columns:
+        if column not in raw[0]:
+            raise DataError(
+                f"benchmark table {path} has no column {column!r}; its columns are "
+                f"{', '.join(found)}. Name the columns with Table(key=..., accuracy=...)"
+            )
+    rows: dict[str, dict[str, float]] = {}
+    for line, row in enumerate(raw, start=2):
+        key = str(row.get("\0key", row.get(table.key))).strip()
+        if key in rows:
+            raise DataError(f"benchmark table {path} lists {key} twice (row {line})")
+        try:
+            values = {c: float(row[c]) for c in columns}
+        except (TypeError, ValueError):
+            raise DataError(
+                f"benchmark table {path}, row {line}: {', '.join(columns)} must be numbers, "
+                f"got {[row.get(c) for c in columns]}"
+            ) from None
+        if not all(math.isfinite(v) for v in values.values()):
+            raise DataError(f"benchmark table {path}, row {line}: values must be finite")
+        rows[key] = values
+    return rows
+
+
+def _scale(table: Table) -> float:
+    if table.percent is not None:
+        return 100.0 if table.percent else 1.0
+    top = max(row[table.accuracy] for row in _load(table).values())
+    return 100.0 if top > 1.0 else 1.0

@@ -1,0 +1,189 @@
+"""Tabular evaluation: NB201 studies answered from a benchmark table made here."""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+
+import pytest
+
+import autosearch
+from autosearch import DataError, ExportError, StudyError, Table
+from autosearch.cli import main
+from controllers import RandomSearch
+from search_spaces import NB201Space, ResNetSpace
+from search_spaces.nb201 import OPERATIONS
+
+
+def _score(space: NB201Space, text: str) -> float:
+    """A made-up but structured accuracy (percent): 3×3 convs help, 'none' hurts."""
+    arch = space.from_string(text)
+    ops = list(arch.values())
+    return (
+        60 + 5 * ops.count("nor_conv_3x3") + 2 * ops.count("nor_conv_1x1") - 3 * ops.count("none")
+    )
+
+
+@pytest.fixture
+def nb201_table(tmp_path):
+    space = NB201Space()
+    path = tmp_path / "nb201.csv"
+    rows = []
+    # Every architecture except those with 'none' on the 0→1 edge: four in five are found.
+    for ops in itertools.product(OPERATIONS, repeat=6):
+        if ops[0] == "none":
+            continue
+        genes = dict(zip(space.domains(), ops, strict=True))
+        text = space.to_string(space.make(genes))
+        acc = _score(space, text)
+        rows.append(
+            {
+                "arch": text,
+                "val_accuracy": acc,
+                "test_accuracy": acc - 1,
+                "train_time": 100 + 10 * ops.count("nor_conv_3x3"),
+            }
+        )
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path, {r["arch"]: r for r in rows}
+
+
+def test_a_tabular_study_looks_results_up_instead_of_training(nb201_table, tmp_path, monkeypatch):
+    from autosearch import study as study_module
+
+    path, rows = nb201_table
+    monkeypatch.setattr(study_module, "run_trial", lambda *a, **k: pytest.fail("trained"))
+    space = NB201Space()
+    study = autosearch.create_study(
+        "tab",
+        controller=RandomSearch(space, seed=0),
+        table=Table(path=str(path)),
+        objectives=("accuracy", "train_seconds"),
+        storage=f"sqlite:///{tmp_path}/tab.db",
+    )
+    records = study.optimize(30)
+    found = [r for r in records if r.state == "complete"]
+    missing = [r for r in records if r.state == "failed"]
+    assert found and missing  # the table leaves a few architectures out
+    for r in found:
+        row = rows[space.to_string(r.arch)]
+        assert r.accuracy == pytest.approx(row["val_accuracy"] / 100)  # percent detected
+        assert r.test_accuracy == pytest.approx(row["test_accuracy"] / 100)
+        assert r.metrics["train_seconds"] == row["train_time"]
+        assert r.metrics["params"] == space.cost(r.arch).params
+    assert all("is not in table" in r.reason for r in missing)
+    again = autosearch.load_study("tab", storage=f"sqlite:///{tmp_path}/tab.db")
+    assert again.table == Table(path=str(path)) and len(again.records()) == 30
+    with pytest.raises(ExportError, match="looked up in a benchmark table"):
+        again.export(again.best(), tmp_path / "x")
+
+
+def test_json_tables_both_shapes(tmp_path):
+    space = NB201Space()
+    text = space.to_string(space.default())
+    as_object = tmp_path / "a.json"
+    as_object.write_text(json.dumps({text: {"val_accuracy": 0.91}}))
+    as_rows = tmp_path / "b.json"
+    as_rows.write_text(json.dumps([{"arch": text, "acc": 91.0}]))
+    a = Table(path=str(as_object), test_accuracy=None, train_time=None)
+    b = Table(path=str(as_rows), accuracy="acc", test_accuracy=None, train_time=None)
+    assert a.evaluate(space, space.default())["accuracy"] == pytest.approx(0.91)
+    assert b.evaluate(space, space.default())["accuracy"] == pytest.approx(0.91)
+
+
+@pytest.mark.parametrize(
+    ("content", "match"),
+    [
+        ("arch,acc\nx,1\n", "no column 'val_accuracy'; its columns are acc, arch"),
+        ("arch,val_accuracy,test_accuracy,train_time\nx,1,1,1\nx,2,2,2\n", "lists x twice"),
+        ("arch,val_accuracy,test_accuracy,train_time\nx,high,1,1\n", "must be numbers"),
+        ("arch,val_accuracy,test_accuracy,train_time\n", "has no rows"),
+    ],
+)
+def test_bad_tables_are_refused_before_anything_is_stored(tmp_path, content, match):
+    path = tmp_path / "t.csv"
+    path.write_text(content)
+    with pytest.raises(DataError, match=match):
+        autosearch.create_study(
+            "x",
+            controller=RandomSearch(NB201Space()),
+            table=Table(path=str(path)),
+            storage=f"sqlite:///{tmp_path}/x.db",
+        )
+    assert not (tmp_path / "x.db").exists()
+
+
+def test_tables_need_a_space_with_a_string_form(nb201_table, tmp_path):
+    path, _ = nb201_table
+    with pytest.raises(StudyError, match="has none \\(to_string\\)"):
+        autosearch.create_study(
+            "x",
+            controller=RandomSearch(ResNetSpace()),
+            table=Table(path=str(path)),
+            storage=f"sqlite:///{tmp_path}/x.db",
+        )
+    with pytest.raises(DataError, match="does not exist"):
+        Table(path=str(tmp_path / "nope.csv")).rows()
+
+
+def test_cli_search_over_a_table(nb201_table, tmp_path, monkeypatch, capsys):
+    path, _ = nb201_table
+    monkeypatch.chdir(tmp_path)
+    code = main(
+        [
+            "search",
+            "nb",
+            "--space",
+            "nb201",
+            "--table",
+            str(path),
+            "--n-trials",
+            "20",
+            "--objectives",
+            "accuracy,train_seconds",
+        ]
+    )
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "Pareto front" in out and "report:  runs/nb/report.html" in out and "export:" not in out
+    assert (tmp_path / "runs" / "nb" / "report.html").is_file()
+
+
+def test_cli_search_trains_any_registered_space(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert (
+        main(
+            [
+                "search",
+                "m",
+                "--space",
+                "mobilenet",
+                "--n-trials",
+                "1",
+                "--epochs",
+                "1",
+                "--max-params",
+                "50000",
+            ]
+        )
+        == 0
+    )
+    assert "best: trial 0, mobilenet" in capsys.readouterr().out
+    assert (tmp_path / "runs" / "m" / "best" / "model.py").is_file()
+    assert main(["search", "m2", "--space", "mobilnet"]) == 2
+    assert "Did you mean 'mobilenet'" in capsys.readouterr().err
+
+
+def test_percent_auto_detection_can_be_overridden(tmp_path):
+    space = NB201Space()
+    path = tmp_path / "t.csv"
+    path.write_text(f"arch,val_accuracy\n{space.to_string(space.default())},0.5\n")
+    fraction = Table(path=str(path), test_accuracy=None, train_time=None)
+    percent = Table(path=str(path), test_accuracy=None, train_time=None, percent=True)
+    assert fraction.evaluate(space, space.default())["accuracy"] == 0.5
+    assert percent.evaluate(space, space.default())["accuracy"] == 0.005
+    assert fraction.rows()[space.to_string(space.default())] == {"val_accuracy": 0.5}
