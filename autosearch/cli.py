@@ -15,6 +15,7 @@ from tqdm import tqdm
 from autosearch.errors import AutosearchError, StudyError
 from autosearch.registry import controllers, spaces
 from autosearch.report import write_report
+from autosearch.scoring import objective
 from autosearch.study import Record, Study, Table, create_study, default_storage, load_study
 from autosearch.studyfile import load_spec
 from autosearch.train import TrainConfig
@@ -108,13 +109,18 @@ def cmd_search(args: argparse.Namespace) -> int:
         if v is not None
     }
     space = spaces.get(args.space)(**budget)
-    controller = controllers.get(args.controller)(space, seed=args.seed)
+    objectives = tuple(args.objectives.split(","))
+    controller_cls = controllers.get(args.controller)
+    options: dict[str, object] = {"seed": args.seed}
+    if getattr(controller_cls, "multi_objective", False):  # NSGA-II: the study's objectives
+        options["objectives"] = {o: objective(o).direction for o in objectives}
+    controller = controller_cls(space, **options)
     table = Table(path=args.table) if args.table else None
     study = create_study(
         args.name,
         controller=controller,
         data=args.data,
-        objectives=tuple(args.objectives.split(",")),
+        objectives=objectives,
         train=TrainConfig(epochs=args.epochs),
         storage=args.storage,
         seed=args.seed,

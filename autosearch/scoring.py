@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Literal
-
-import numpy as np
 
 from autosearch.errors import UnknownNameError
+from autosearch.pareto import Direction, pareto_mask
 
 __all__ = [
     "Objective",
@@ -19,8 +17,6 @@ __all__ = [
     "reward",
     "reward_names",
 ]
-
-Direction = Literal["maximize", "minimize"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -92,20 +88,3 @@ def check_reward(name: str) -> None:
     """Raise UnknownNameError (with suggestions) unless ``name`` is a known reward."""
     if name not in _REWARDS:
         raise UnknownNameError("reward", name, _REWARDS)
-
-
-def pareto_mask(values: np.ndarray, directions: Sequence[Direction]) -> np.ndarray:
-    """Which rows of ``values`` (points × objectives) no other row dominates.
-
-    A point dominates another when it is at least as good in every objective and
-    strictly better in one. Equal points are all on the front.
-    """
-    values = np.asarray(values, dtype=np.float64)
-    if values.ndim != 2 or values.shape[1] != len(directions):
-        raise ValueError(f"values must be (n, {len(directions)}), got {values.shape}")
-    sign = np.array([1.0 if d == "minimize" else -1.0 for d in directions])
-    cost = values * sign  # everything minimised from here on
-    no_worse = (cost[:, None, :] <= cost[None, :, :]).all(axis=2)
-    better = (cost[:, None, :] < cost[None, :, :]).any(axis=2)
-    dominated = (no_worse & better).any(axis=0)
-    return ~dominated

@@ -182,6 +182,12 @@ def create_study(
     if len(set(objectives)) != len(objectives) or not objectives:
         raise StudyError(f"objectives must be distinct and non-empty, got {objectives}")
     scoring.check_reward(reward)
+    wanted = getattr(controller, "objectives", None) or {}
+    if set(wanted) - set(objectives):
+        raise StudyError(
+            f"controller {controller.name!r} optimises {sorted(wanted)} but the study measures "
+            f"{list(objectives)}; add them to objectives= or give the controller a subset"
+        )
     if table is not None:
         table.check_space(space)
         table.rows()  # a missing or malformed table fails here, before storage is touched

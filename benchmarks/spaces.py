@@ -20,10 +20,19 @@ import torch
 from autosearch.cost import measure
 from search_spaces import DenseNetSpace, MobileNetSpace, NB201Space, ResNetSpace
 
-SPACES = {"resnet": ResNetSpace, "densenet": DenseNetSpace, "mobilenet": MobileNetSpace,
-          "nb201": NB201Space}
-REFERENCE_INPUT = {"resnet18": 224, "resnet34": 224, "resnet50": 224, "densenet121": 224,
-                   "mobilenetv2": 224}
+SPACES = {
+    "resnet": ResNetSpace,
+    "densenet": DenseNetSpace,
+    "mobilenet": MobileNetSpace,
+    "nb201": NB201Space,
+}
+REFERENCE_INPUT = {
+    "resnet18": 224,
+    "resnet34": 224,
+    "resnet50": 224,
+    "densenet121": 224,
+    "mobilenetv2": 224,
+}
 
 
 def _meta_count(space, arch, shape, classes):  # the generic path budgets would otherwise take
@@ -55,10 +64,15 @@ def main() -> None:
         for ref in space.references():
             size = REFERENCE_INPUT.get(ref, 32)
             ref_classes = 1000 if size == 224 else 10
-            cost = space.cost(space.reference(ref), input_shape=(3, size, size),
-                              num_classes=ref_classes)
-            references[ref] = {"input": size, "classes": ref_classes, "params": cost.params,
-                               "macs": cost.macs}
+            cost = space.cost(
+                space.reference(ref), input_shape=(3, size, size), num_classes=ref_classes
+            )
+            references[ref] = {
+                "input": size,
+                "classes": ref_classes,
+                "params": cost.params,
+                "macs": cost.macs,
+            }
         results["spaces"][name] = {  # type: ignore[index]
             "analytic_ms_mean": 1e3 * float(np.mean(analytic)),
             "analytic_ms_max": 1e3 * float(np.max(analytic)),

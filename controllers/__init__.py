@@ -1,5 +1,16 @@
 """Controller plugins. Importing this package registers every controller in it."""
 
+from controllers.evolution import RegularizedEvolution
+from controllers.optuna_samplers import GP, NSGA2, TPE, OptunaController
 from controllers.random_search import RandomSearch
+from controllers.reinforce import Reinforce
 
-__all__ = ["RandomSearch"]
+__all__ = [
+    "GP",
+    "NSGA2",
+    "TPE",
+    "OptunaController",
+    "RandomSearch",
+    "RegularizedEvolution",
+    "Reinforce",
+]

@@ -11,7 +11,8 @@ ROOT = Path(__file__).resolve().parents[1]
 RANKS = {
     "errors": 0,
     "_version": 0,
-    "cost": 0,  # counting FLOPs needs only torch; spaces use it for budgets
+    "cost": 0,
+    "pareto": 0,  # counting FLOPs needs only torch; spaces use it for budgets
     "architecture": 1,
     "space": 2,
     "controller": 3,
@@ -31,7 +32,7 @@ RANKS = {
     "cli": 11,
     "testing": 11,
 }
-CORE_FOR_PLUGINS = {"architecture", "space", "controller", "registry", "errors", "cost"}
+CORE_FOR_PLUGINS = {"architecture", "space", "controller", "registry", "errors", "cost", "pareto"}
 NO_OPTUNA = {"data", "cost", "train", "runner", "architecture", "space", "controller"}
 
 

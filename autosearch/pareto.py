@@ -1,0 +1,70 @@
+"""Pareto dominance on arrays of objective values (numpy only, for any layer)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import numpy as np
+
+__all__ = ["Direction", "crowding_distance", "nondominated_ranks", "pareto_mask"]
+
+Direction = Literal["maximize", "minimize"]
+
+
+def _as_costs(values: np.ndarray, directions: Sequence[Direction]) -> np.ndarray:
+    values = np.asarray(values, dtype=np.float64)
+    if values.ndim != 2 or values.shape[1] != len(directions):
+        raise ValueError(f"values must be (n, {len(directions)}), got {values.shape}")
+    bad = set(directions) - {"maximize", "minimize"}
+    if bad:
+        raise ValueError(f"directions must be 'maximize' or 'minimize', got {sorted(bad)}")
+    sign = np.array([1.0 if d == "minimize" else -1.0 for d in directions])
+    return values * sign  # everything minimised from here on
+
+
+def _dominates(costs: np.ndarray) -> np.ndarray:
+    """``d[i, j]``: point i dominates point j (no worse everywhere, better somewhere)."""
+    no_worse = (costs[:, None, :] <= costs[None, :, :]).all(axis=2)
+    better = (costs[:, None, :] < costs[None, :, :]).any(axis=2)
+    return np.asarray(no_worse & better, dtype=bool)
+
+
+def pareto_mask(values: np.ndarray, directions: Sequence[Direction]) -> np.ndarray:
+    """Which rows of ``values`` (points × objectives) no other row dominates.
+
+    A point dominates another when it is at least as good in every objective and
+    strictly better in one. Equal points are all on the front.
+    """
+    return np.asarray(~_dominates(_as_costs(values, directions)).any(axis=0), dtype=bool)
+
+
+def nondominated_ranks(values: np.ndarray, directions: Sequence[Direction]) -> np.ndarray:
+    """Each point's front: 0 for the Pareto front, 1 for the front once it is removed..."""
+    dominates = _dominates(_as_costs(values, directions))
+    ranks = np.full(len(dominates), -1)
+    remaining = np.ones(len(dominates), dtype=bool)
+    rank = 0
+    while remaining.any():
+        front = remaining & ~(dominates & remaining[:, None]).any(axis=0)
+        ranks[front] = rank
+        remaining &= ~front
+        rank += 1
+    return ranks
+
+
+def crowding_distance(values: np.ndarray) -> np.ndarray:
+    """NSGA-II crowding distance of points on one front: larger is lonelier; the
+    extremes of each objective are infinitely far."""
+    values = np.asarray(values, dtype=np.float64)
+    n, k = values.shape
+    distance = np.zeros(n)
+    if n <= 2:
+        return np.full(n, np.inf)
+    for j in range(k):
+        order = np.argsort(values[:, j], kind="stable")
+        span = values[order[-1], j] - values[order[0], j]
+        distance[order[0]] = distance[order[-1]] = np.inf
+        if span > 0:
+            distance[order[1:-1]] += (values[order[2:], j] - values[order[:-2], j]) / span
+    return distance

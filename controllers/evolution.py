@@ -1,0 +1,152 @@
+"""Regularized (aging) evolution, Real et al. 2019, asynchronous and multi-objective."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from autosearch.architecture import Architecture
+from autosearch.controller import Controller, Outcome
+from autosearch.errors import AutosearchError
+from autosearch.pareto import Direction, crowding_distance, nondominated_ranks
+from autosearch.registry import register_controller
+from autosearch.space import SearchSpace
+
+__all__ = ["RegularizedEvolution"]
+
+
+@register_controller("evolution")
+class RegularizedEvolution(Controller):
+    """Tournament selection over an aging population.
+
+    Until ``population`` architectures are told (or pending), asks are random.
+    After that each ask samples ``sample`` members of the population, mutates the
+    best, and the oldest member dies when a result joins. It is steady-state: any
+    number of workers may ask before anyone tells, and results of architectures it
+    never asked for (other workers, a resumed study) join the population too.
+
+    Args:
+        space: The search space.
+        population: Population size P.
+        sample: Tournament size S.
+        seed: Seed of the controller's RNG.
+        objectives: ``{name: "maximize" | "minimize"}`` for multi-objective selection
+            (non-dominated rank, then crowding distance, NSGA-II style); None selects
+            on the scalar reward.
+        max_tries: Draws per ask to find an architecture not seen before.
+    """
+
+    def __init__(
+        self,
+        space: SearchSpace,
+        *,
+        population: int = 20,
+        sample: int = 5,
+        seed: int | None = None,
+        objectives: Mapping[str, Direction] | None = None,
+        max_tries: int = 100,
+    ) -> None:
+        super().__init__(space)
+        if population < 2 or not 1 <= sample <= population:
+            raise ValueError(
+                f"need population >= 2 and 1 <= sample <= population, got "
+                f"population={population}, sample={sample}"
+            )
+        self.population_size = population
+        self.sample_size = sample
+        self.seed = seed
+        self.objectives = dict(objectives) if objectives else None
+        self.max_tries = max_tries
+        self._rng = np.random.default_rng(seed)
+        # Each member: (architecture JSON, reward, objective values in `objectives` order).
+        self._population: deque[tuple[str, float, list[float]]] = deque()
+        self._seen: set[str] = set()
+        self._pending: set[str] = set()
+
+    def ask(self) -> Architecture:
+        warming_up = len(self._population) + len(self._pending) < self.population_size
+        if warming_up or not self._population:
+            arch = self._unseen(lambda: self.space.sample(self._rng))
+        else:
+            parent = self._tournament()
+            arch = self._unseen(
+                lambda: self.space.mutate(parent, self._rng),
+                fallback=lambda: self.space.sample(self._rng),
+            )
+        self._seen.add(arch.arch_id)
+        self._pending.add(arch.arch_id)
+        return arch
+
+    def _unseen(self, draw: Any, fallback: Any = None) -> Architecture:
+        for attempt in range(self.max_tries):
+            arch = (fallback if fallback and attempt >= self.max_tries // 2 else draw)()
+            if arch.arch_id not in self._seen:
+                return arch
+        raise AutosearchError(
+            f"regularized evolution found no unseen architecture in {self.max_tries} draws "
+            f"({len(self._seen)} seen, space {self.space.name!r} of at most "
+            f"{self.space.size()}); the space is (nearly) exhausted"
+        )
+
+    def _tournament(self) -> Architecture:
+        size = min(self.sample_size, len(self._population))
+        picks = self._rng.choice(len(self._population), size=size, replace=False)
+        members = [self._population[i] for i in picks]
+        if self.objectives is None:
+            best = max(members, key=lambda m: m[1])
+        else:
+            values = np.array([m[2] for m in members])
+            ranks = nondominated_ranks(values, list(self.objectives.values()))
+            crowd = np.zeros(len(members))
+            for rank in set(ranks.tolist()):
+                on_front = ranks == rank
+                crowd[on_front] = crowding_distance(values[on_front])
+            best = members[min(range(len(members)), key=lambda i: (ranks[i], -crowd[i]))]
+        return Architecture.from_json(best[0])
+
+    def tell(self, arch: Architecture, outcome: Outcome) -> None:
+        arch = self.space.canonicalize(arch)
+        self._pending.discard(arch.arch_id)
+        self._seen.add(arch.arch_id)
+        if not outcome.ok:
+            return  # failed candidates never join the population
+        values = []
+        if self.objectives is not None:
+            missing = set(self.objectives) - set(outcome.objectives)
+            if missing:
+                raise AutosearchError(
+                    f"multi-objective evolution needs objectives {sorted(self.objectives)} in "
+                    f"every outcome; this one lacks {sorted(missing)}: make the controller's "
+                    "objectives a subset of the study's"
+                )
+            values = [float(outcome.objectives[name]) for name in self.objectives]
+        assert outcome.reward is not None  # ok outcomes carry a reward
+        self._population.append((arch.to_json(), float(outcome.reward), values))
+        if len(self._population) > self.population_size:
+            self._population.popleft()  # aging: the oldest dies, however good
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "rng": self._rng.bit_generator.state,
+            "population": [list(m) for m in self._population],
+            "seen": sorted(self._seen),
+            "pending": sorted(self._pending),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self._rng.bit_generator.state = dict(state["rng"])
+        self._population = deque((m[0], float(m[1]), list(m[2])) for m in state["population"])
+        self._seen = set(state["seen"])
+        self._pending = set(state["pending"])
+
+    def config(self) -> dict[str, Any]:
+        return {
+            "population": self.population_size,
+            "sample": self.sample_size,
+            "seed": self.seed,
+            "objectives": self.objectives,
+            "max_tries": self.max_tries,
+        }

@@ -1,0 +1,237 @@
+"""Any Optuna sampler as a controller: TPE, multi-objective TPE, NSGA-II, GP, random."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, cast
+
+import optuna
+from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
+from optuna.storages import InMemoryStorage
+from optuna.trial import TrialState, create_trial
+
+from autosearch.architecture import Architecture, Gene
+from autosearch.controller import Controller, Outcome
+from autosearch.errors import AutosearchError, UnknownNameError
+from autosearch.pareto import Direction
+from autosearch.registry import register_controller
+from autosearch.space import Categorical, Domain, IntRange, SearchSpace
+
+__all__ = ["GP", "NSGA2", "TPE", "OptunaController"]
+
+_SAMPLERS: dict[str, Callable[..., optuna.samplers.BaseSampler]] = {
+    # Constant liar: pending asks count as bad results, so parallel workers spread out.
+    "tpe": lambda seed, **o: optuna.samplers.TPESampler(
+        seed=seed, **{"multivariate": True, "constant_liar": True, **o}
+    ),
+    "nsga2": lambda seed, **o: optuna.samplers.NSGAIISampler(seed=seed, **o),
+    "gp": lambda seed, **o: optuna.samplers.GPSampler(seed=seed, **o),
+    "random": lambda seed, **o: optuna.samplers.RandomSampler(seed=seed, **o),
+}
+
+
+def _distribution(domain: Domain) -> BaseDistribution:
+    if isinstance(domain, IntRange):
+        return IntDistribution(domain.low, domain.high, step=domain.step)
+    assert isinstance(domain, Categorical)
+    return CategoricalDistribution(domain.choices)
+
+
+def _suggest(trial: optuna.Trial, gene: str, domain: Domain) -> Gene:
+    if isinstance(domain, IntRange):
+        return trial.suggest_int(gene, domain.low, domain.high, step=domain.step)
+    assert isinstance(domain, Categorical)
+    return cast(Gene, trial.suggest_categorical(gene, domain.choices))
+
+
+@register_controller("optuna")
+class OptunaController(Controller):
+    """Runs an Optuna sampler over the space's gene domains, in an in-memory study.
+
+    Before each ask the sampler is made afresh with a seed derived from ``seed`` and
+    the ask's index, so the controller's whole state is its trials and counters
+    (:meth:`state_dict` is plain JSON) and a restored controller repeats the
+    original's decisions exactly. An architecture the sampler proposes twice gets
+    its known result (or, while still pending, is discarded) and the sampler is
+    asked again, a bounded number of times.
+
+    Args:
+        space: The search space.
+        sampler: ``"tpe"`` (multivariate, constant liar), ``"nsga2"``, ``"gp"`` or
+            ``"random"``.
+        seed: Seed of the derived sampler seeds.
+        objectives: ``{name: "maximize" | "minimize"}`` to optimise the study's
+            objectives directly (multi-objective samplers); None maximises the reward.
+        options: Keyword arguments for the sampler (e.g. ``{"n_startup_trials": 5}``).
+        max_tries: Proposals per ask before giving up on an unseen architecture.
+    """
+
+    sampler_name: ClassVar[str | None] = None  # fixed by the named subclasses
+
+    def __init__(
+        self,
+        space: SearchSpace,
+        *,
+        sampler: str = "tpe",
+        seed: int | None = None,
+        objectives: Mapping[str, Direction] | None = None,
+        options: Mapping[str, Any] | None = None,
+        max_tries: int = 100,
+    ) -> None:
+        super().__init__(space)
+        self.sampler = self.sampler_name or sampler
+        if self.sampler not in _SAMPLERS:
+            raise UnknownNameError("Optuna sampler", self.sampler, _SAMPLERS)
+        self.seed = seed
+        self.objectives = dict(objectives) if objectives else None
+        self.options = dict(options or {})
+        self.max_tries = max_tries
+        self._distributions = {g: _distribution(d) for g, d in space.domains().items()}
+        self._reset()
+
+    def _reset(self) -> None:
+        self._storage = InMemoryStorage()
+        directions: list[Direction] = (
+            list(self.objectives.values()) if self.objectives else ["maximize"]
+        )
+        self._study = optuna.create_study(
+            storage=self._storage, directions=directions, sampler=self._new_sampler(0)
+        )
+        self._study_id = self._storage.get_study_id_from_name(self._study.study_name)
+        self._asks = 0
+        self._pending: dict[str, int] = {}  # arch_id -> trial number
+        self._known: dict[str, list[float] | None] = {}  # arch_id -> values (None: failed)
+
+    def _new_sampler(self, index: int) -> optuna.samplers.BaseSampler:
+        seed = None
+        if self.seed is not None:
+            digest = hashlib.sha256(f"{self.seed}:{index}".encode()).digest()
+            seed = int.from_bytes(digest[:4], "little")
+        return _SAMPLERS[self.sampler](seed, **self.options)
+
+    def ask(self) -> Architecture:
+        for _ in range(self.max_tries):
+            self._study.sampler = self._new_sampler(self._asks)
+            self._asks += 1
+            trial = self._study.ask()
+            genes = {gene: _suggest(trial, gene, d) for gene, d in self.space.domains().items()}
+            arch = self.space.make(genes)
+            if arch.arch_id in self._pending:
+                self._study.tell(trial, state=TrialState.FAIL)  # a twin is being evaluated
+            elif arch.arch_id in self._known:
+                self._tell_trial(trial.number, self._known[arch.arch_id])
+            elif not self.space.within_budget(arch):
+                self._study.tell(trial, state=TrialState.FAIL)  # over budget: propose again
+            else:
+                self._pending[arch.arch_id] = trial.number
+                return arch
+        raise AutosearchError(
+            f"the {self.sampler} sampler proposed only known or over-budget architectures "
+            f"{self.max_tries} times in a row ({len(self._known)} known); the space may be "
+            "exhausted, or its budget too tight for this sampler"
+        )
+
+    def _values(self, outcome: Outcome) -> list[float] | None:
+        if not outcome.ok:
+            return None
+        if self.objectives is None:
+            assert outcome.reward is not None
+            return [float(outcome.reward)]
+        missing = set(self.objectives) - set(outcome.objectives)
+        if missing:
+            raise AutosearchError(
+                f"the {self.sampler} controller optimises {sorted(self.objectives)} but the "
+                f"outcome lacks {sorted(missing)}: make its objectives a subset of the study's"
+            )
+        return [float(outcome.objectives[name]) for name in self.objectives]
+
+    def _tell_trial(self, number: int, values: list[float] | None) -> None:
+        if values is None:
+            self._study.tell(number, state=TrialState.FAIL)
+        else:
+            self._study.tell(number, values)
+
+    def tell(self, arch: Architecture, outcome: Outcome) -> None:
+        arch = self.space.canonicalize(arch)
+        values = self._values(outcome)
+        number = self._pending.pop(arch.arch_id, None)
+        if number is not None:
+            self._tell_trial(number, values)
+        else:  # never asked here: record it as a finished trial the sampler learns from
+            self._add(dict(arch), values)
+        self._known[arch.arch_id] = values
+
+    def _add(
+        self, params: dict[str, Any], values: list[float] | None, state: TrialState | None = None
+    ) -> None:
+        state = state or (TrialState.COMPLETE if values is not None else TrialState.FAIL)
+        template = create_trial(
+            state=state, params=params, distributions=self._distributions, values=values
+        )
+        self._storage.create_new_trial(self._study_id, template_trial=template)
+
+    def state_dict(self) -> dict[str, Any]:
+        trials = [
+            {"params": t.params, "values": t.values, "state": t.state.name}
+            for t in self._storage.get_all_trials(self._study_id, deepcopy=False)
+        ]
+        return {
+            "seed": self.seed,  # the sampler seeds derive from it
+            "asks": self._asks,
+            "trials": trials,
+            "pending": dict(self._pending),
+            "known": dict(self._known),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.seed = state["seed"]
+        self._reset()
+        for t in state["trials"]:
+            self._add(t["params"], t["values"], TrialState[t["state"]])
+        self._asks = int(state["asks"])
+        self._pending = {k: int(v) for k, v in state["pending"].items()}
+        self._known = {k: (list(v) if v is not None else None) for k, v in state["known"].items()}
+
+    def config(self) -> dict[str, Any]:
+        config = {
+            "seed": self.seed,
+            "objectives": self.objectives,
+            "options": self.options,
+            "max_tries": self.max_tries,
+        }
+        return config if self.sampler_name else {"sampler": self.sampler, **config}
+
+
+@register_controller("tpe")
+class TPE(OptunaController):
+    """Optuna's multivariate TPE with constant liar; multi-objective (MOTPE) when given
+    ``objectives``."""
+
+    sampler_name = "tpe"
+
+
+@register_controller("nsga2")
+class NSGA2(OptunaController):
+    """Optuna's NSGA-II, by default on accuracy (max) and FLOPs (min)."""
+
+    sampler_name = "nsga2"
+    multi_objective: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        space: SearchSpace,
+        *,
+        objectives: Mapping[str, Direction] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            space, objectives=objectives or {"accuracy": "maximize", "flops": "minimize"}, **kwargs
+        )
+
+
+@register_controller("gp")
+class GP(OptunaController):
+    """Optuna's Gaussian-process sampler (Bayesian optimisation)."""
+
+    sampler_name = "gp"

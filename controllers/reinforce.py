@@ -1,0 +1,206 @@
+"""REINFORCE with an autoregressive LSTM policy (Zoph & Le 2017)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from autosearch.architecture import Architecture, Gene
+from autosearch.controller import Controller, Outcome
+from autosearch.errors import AutosearchError
+from autosearch.registry import register_controller
+from autosearch.space import SearchSpace
+from controllers._tensors import decode, encode
+
+__all__ = ["Reinforce"]
+
+
+class _Policy(nn.Module):
+    """An LSTM that emits the space's decisions one after another, each conditioned on
+    the ones before it through the embedding of the previous choice."""
+
+    def __init__(self, sizes: list[int], hidden: int) -> None:
+        super().__init__()
+        self.start = nn.Parameter(torch.zeros(1, hidden))
+        self.cell = nn.LSTMCell(hidden, hidden)
+        self.embeddings = nn.ModuleList(nn.Embedding(n, hidden) for n in sizes)
+        self.heads = nn.ModuleList(nn.Linear(hidden, n) for n in sizes)
+
+    def forward(
+        self, choices: list[int] | None, generator: torch.Generator | None, temperature: float
+    ) -> tuple[list[int], torch.Tensor, torch.Tensor]:
+        """Sample (``choices`` None) or score given choices: (choices, log-prob, entropy)."""
+        x, state = self.start, None
+        taken: list[int] = []
+        log_prob = torch.zeros(())
+        entropy = torch.zeros(())
+        for index, (head, embed) in enumerate(zip(self.heads, self.embeddings, strict=True)):
+            h, c = self.cell(x, state)
+            state = (h, c)
+            dist = torch.distributions.Categorical(logits=head(h)[0] / temperature)
+            if choices is None:
+                choice = int(torch.multinomial(dist.probs, 1, generator=generator))
+            else:
+                choice = choices[index]
+            taken.append(choice)
+            log_prob = log_prob + dist.log_prob(torch.tensor(choice))
+            entropy = entropy + dist.entropy()
+            x = embed(torch.tensor([choice]))
+        return taken, log_prob, entropy
+
+
+@register_controller("reinforce")
+class Reinforce(Controller):
+    """Policy-gradient search: sample architectures from an LSTM policy, and push the
+    policy towards those whose reward beats a moving-average baseline.
+
+    Works for any space: the policy has one decision per gene, with as many outputs
+    as the gene has values. Updates are batched (``batch_size`` results); results of
+    architectures the policy did not ask for are scored under the policy all the same
+    (off-policy, as a resumed study or other workers supply them).
+
+    Args:
+        space: The search space.
+        seed: Seed of the policy's initial weights and of its sampling.
+        lr: Adam learning rate (Adam's step is insensitive to the reward's scale).
+        batch_size: Results per policy update.
+        entropy: Weight of the entropy bonus (keeps the policy exploring).
+        baseline_decay: Decay of the reward's exponential moving average.
+        hidden: LSTM width.
+        temperature: Softmax temperature of the decisions.
+        max_tries: Policy samples per ask before falling back to mutating one.
+    """
+
+    def __init__(
+        self,
+        space: SearchSpace,
+        *,
+        seed: int | None = None,
+        lr: float = 0.1,
+        batch_size: int = 5,
+        entropy: float = 1e-3,
+        baseline_decay: float = 0.8,
+        hidden: int = 32,
+        temperature: float = 1.0,
+        max_tries: int = 50,
+    ) -> None:
+        super().__init__(space)
+        self.seed, self.lr, self.batch_size, self.entropy = seed, lr, batch_size, entropy
+        self.baseline_decay, self.hidden, self.temperature = baseline_decay, hidden, temperature
+        self.max_tries = max_tries
+        self._genes = list(space.domains().items())
+        self._generator = torch.Generator()
+        if seed is not None:
+            self._generator.manual_seed(seed)
+        else:
+            self._generator.seed()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(torch.randint(2**31, (1,), generator=self._generator)))
+            self._policy = _Policy([len(d.values()) for _, d in self._genes], hidden)
+        self._optimizer = torch.optim.Adam(self._policy.parameters(), lr=lr)
+        self._baseline: float | None = None
+        self._batch: list[tuple[str, float]] = []
+        self._seen: set[str] = set()
+        self._updates = 0
+
+    # Architectures <-> decision indices --------------------------------------------------
+    def _arch(self, choices: list[int]) -> Architecture:
+        genes: dict[str, Gene] = {
+            g: d.values()[c] for (g, d), c in zip(self._genes, choices, strict=True)
+        }
+        return self.space.make(genes)
+
+    def _choices(self, arch: Architecture) -> list[int]:
+        return [list(d.values()).index(arch[g]) for g, d in self._genes]
+
+    # Controller protocol -------------------------------------------------------------------
+    def ask(self) -> Architecture:
+        with torch.no_grad():
+            for _ in range(self.max_tries):
+                choices, _, _ = self._policy(None, self._generator, self.temperature)
+                arch = self._arch(choices)
+                if arch.arch_id not in self._seen and self.space.within_budget(arch):
+                    break
+            else:
+                arch = self._mutate_unseen(arch)
+        self._seen.add(arch.arch_id)
+        return arch
+
+    def _mutate_unseen(self, arch: Architecture) -> Architecture:
+        """The policy has converged on seen architectures: explore next to them."""
+        seed = int(torch.randint(2**31, (1,), generator=self._generator))
+        generator = np.random.default_rng(seed)
+        for _ in range(self.max_tries):
+            arch = self.space.mutate(arch, generator)
+            if arch.arch_id not in self._seen:
+                return arch
+        raise AutosearchError(
+            f"REINFORCE found no unseen architecture in {2 * self.max_tries} tries "
+            f"({len(self._seen)} seen); the space may be exhausted"
+        )
+
+    def tell(self, arch: Architecture, outcome: Outcome) -> None:
+        arch = self.space.canonicalize(arch)
+        self._seen.add(arch.arch_id)
+        if not outcome.ok or outcome.reward is None:
+            return  # no reward to learn from
+        reward = float(outcome.reward)
+        self._baseline = (
+            reward
+            if self._baseline is None
+            else (self.baseline_decay * self._baseline + (1 - self.baseline_decay) * reward)
+        )
+        self._batch.append((arch.to_json(), reward - self._baseline))
+        if len(self._batch) >= self.batch_size:
+            self._update()
+
+    def _update(self) -> None:
+        losses = []
+        for arch_json, advantage in self._batch:
+            _, log_prob, entropy = self._policy(
+                self._choices(Architecture.from_json(arch_json)), None, self.temperature
+            )
+            losses.append(-advantage * log_prob - self.entropy * entropy)
+        self._optimizer.zero_grad()
+        torch.stack(losses).mean().backward()
+        self._optimizer.step()
+        self._batch.clear()
+        self._updates += 1
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "policy": encode(self._policy.state_dict()),
+            "optimizer": encode(self._optimizer.state_dict()),
+            "generator": encode(self._generator.get_state()),
+            "baseline": self._baseline,
+            "batch": [list(b) for b in self._batch],
+            "seen": sorted(self._seen),
+            "updates": self._updates,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self._policy.load_state_dict(decode(state["policy"]))
+        optimizer = decode(state["optimizer"])
+        optimizer["state"] = {int(k): v for k, v in optimizer["state"].items()}
+        self._optimizer.load_state_dict(optimizer)
+        self._generator.set_state(decode(state["generator"]))
+        self._baseline = state["baseline"]
+        self._batch = [(a, float(r)) for a, r in state["batch"]]
+        self._seen = set(state["seen"])
+        self._updates = int(state["updates"])
+
+    def config(self) -> dict[str, Any]:
+        return {
+            "seed": self.seed,
+            "lr": self.lr,
+            "batch_size": self.batch_size,
+            "entropy": self.entropy,
+            "baseline_decay": self.baseline_decay,
+            "hidden": self.hidden,
+            "temperature": self.temperature,
+            "max_tries": self.max_tries,
+        }

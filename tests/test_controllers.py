@@ -1,0 +1,205 @@
+"""Controllers: resumable, parallel-safe, multi-objective, and better than random."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from scipy.stats import mannwhitneyu
+
+import autosearch
+from autosearch import Outcome, StudyError, Table
+from autosearch.registry import controllers
+from controllers import NSGA2, TPE, RandomSearch, RegularizedEvolution, Reinforce
+from search_spaces import MobileNetSpace, NB201Space
+from search_spaces.nb201 import EDGES, OPERATIONS
+
+SINGLE = ["random", "evolution", "reinforce", "tpe", "gp", "optuna"]
+
+
+def _accuracy(ops: tuple[str, ...]) -> float:
+    """A synthetic NB201 landscape with a known optimum (all 3×3 convolutions): each edge
+    adds its operation's quality, and the 0→3 edge interacts with the others."""
+    quality = {
+        "none": 0.0,
+        "skip_connect": 0.3,
+        "nor_conv_1x1": 0.6,
+        "nor_conv_3x3": 1.0,
+        "avg_pool_3x3": 0.1,
+    }
+    score = sum(quality[o] for o in ops) + 0.5 * quality[ops[3]] * quality[ops[5]]
+    return 0.5 + 0.45 * score / 6.5
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory):
+    space = NB201Space()
+    path = tmp_path_factory.mktemp("nb201") / "synthetic.csv"
+    lines = ["arch,val_accuracy,test_accuracy,train_time"]
+    for ops in itertools.product(OPERATIONS, repeat=len(EDGES)):
+        genes = {f"node{j}.in{i}": op for (j, i), op in zip(EDGES, ops, strict=True)}
+        acc = _accuracy(ops)
+        convs = sum(o.startswith("nor_conv") for o in ops)
+        lines.append(f"{space.to_string(space.make(genes))},{acc:.6f},{acc:.6f},{60 + 20 * convs}")
+    path.write_text("\n".join(lines) + "\n")
+    return Table(path=str(path))
+
+
+def _best_found(name: str, table: Table, seed: int, budget: int) -> float:
+    space = NB201Space()
+    controller = controllers.get(name)(space, seed=seed)
+    best = 0.0
+    for _ in range(budget):
+        arch = controller.ask()
+        accuracy = table.evaluate(space, arch)["accuracy"]
+        controller.tell(arch, Outcome(reward=accuracy, objectives={"accuracy": accuracy}))
+        best = max(best, accuracy)
+    return best
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["evolution", "reinforce", "tpe"])
+def test_beats_random_search_over_seeds(name, table):
+    """A one-sided Mann-Whitney U test over 10 seeds, not one lucky run."""
+    seeds, budget = range(10), 60
+    found = [_best_found(name, table, s, budget) for s in seeds]
+    baseline = [_best_found("random", table, s, budget) for s in seeds]
+    result = mannwhitneyu(found, baseline, alternative="greater")
+    assert result.pvalue < 0.05, (np.mean(found), np.mean(baseline), result.pvalue)
+    assert np.mean(found) > np.mean(baseline)
+
+
+@pytest.mark.parametrize("name", SINGLE)
+def test_parallel_asks_never_repeat(name):
+    space = NB201Space()
+    controller = controllers.get(name)(space, seed=0)
+    pending = [controller.ask() for _ in range(25)]  # 25 workers ask before anyone tells
+    assert len({a.arch_id for a in pending}) == 25
+    for arch in pending[:10]:
+        controller.tell(arch, Outcome(reward=0.5, objectives={"accuracy": 0.5}))
+    later = [controller.ask() for _ in range(10)]
+    assert not {a.arch_id for a in later} & {a.arch_id for a in pending}
+
+
+@pytest.mark.parametrize("name", [*SINGLE, "nsga2"])
+def test_a_resumed_study_makes_the_same_decisions(name, table, tmp_path):
+    def study(db: str):
+        space = NB201Space()
+        options = {"seed": 3}
+        controller = controllers.get(name)(space, **options)
+        return autosearch.create_study(
+            "s",
+            controller=controller,
+            table=table,
+            storage=f"sqlite:///{tmp_path}/{db}",
+            objectives=("accuracy", "flops"),
+            load_if_exists=True,
+        )
+
+    straight = study("straight.db")
+    straight.optimize(12)
+    first = study("resumed.db")
+    first.optimize(7)
+    resumed = autosearch.load_study("s", storage=f"sqlite:///{tmp_path}/resumed.db")
+    assert type(resumed.controller) is type(first.controller)
+    resumed.optimize(5)
+    assert [r.arch for r in resumed.records()] == [r.arch for r in straight.records()]
+
+
+def test_replay_alone_rebuilds_a_controller_that_lost_its_state(table, tmp_path):
+    study = autosearch.create_study(
+        "r",
+        controller=RegularizedEvolution(NB201Space(), seed=1),
+        table=table,
+        storage=f"sqlite:///{tmp_path}/r.db",
+    )
+    study.optimize(25)
+    # Forget the saved controller state: every stored result is replayed instead.
+    study._storage.set_study_system_attr(study._study_id, "autosearch:controller", None)
+    again = autosearch.load_study("r", storage=f"sqlite:///{tmp_path}/r.db")
+    members = again.controller.state_dict()["population"]
+    assert len(members) == 20  # the last 20 told, after aging
+    assert {m[0] for m in members} <= {r.arch.to_json() for r in study.records()}
+    assert len(again.optimize(3)) == 3
+
+
+def test_failed_and_foreign_outcomes_are_learned_sensibly():
+    space = NB201Space()
+    evolution = RegularizedEvolution(space, seed=0, population=4, sample=2)
+    rng = np.random.default_rng(0)
+    archs = [space.sample(rng) for _ in range(6)]
+    evolution.tell(archs[0], Outcome.failed("out of memory"))
+    for i, arch in enumerate(archs[1:]):
+        evolution.tell(arch, Outcome(reward=i / 10))
+    population = evolution.state_dict()["population"]
+    assert [m[0] for m in population] == [a.to_json() for a in archs[2:]]  # aged, no failure
+    assert archs[0].arch_id not in {evolution.ask().arch_id for _ in range(20)}
+    rl = Reinforce(space, seed=0, batch_size=2)
+    rl.tell(archs[1], Outcome(reward=0.9))
+    rl.tell(archs[2], Outcome(reward=0.1))
+    assert rl.state_dict()["updates"] == 1  # foreign results train the policy too
+
+
+def test_multi_objective_evolution_prefers_the_front():
+    space = NB201Space()
+    evolution = RegularizedEvolution(
+        space,
+        seed=0,
+        population=5,
+        sample=5,
+        objectives={"accuracy": "maximize", "flops": "minimize"},
+    )
+    rng = np.random.default_rng(1)
+    archs = [space.sample(rng) for _ in range(5)]
+    points = [(0.9, 9.0), (0.8, 5.0), (0.7, 9.5), (0.6, 9.9), (0.95, 1.0)]  # last dominates
+    for arch, (acc, flops) in zip(archs, points, strict=True):
+        evolution.tell(arch, Outcome(reward=acc, objectives={"accuracy": acc, "flops": flops}))
+    assert evolution._tournament() == archs[4]
+    with pytest.raises(autosearch.AutosearchError, match="lacks \\['flops'\\]"):
+        evolution.tell(archs[0], Outcome(reward=0.5, objectives={"accuracy": 0.5}))
+
+
+def test_nsga2_searches_a_two_objective_study(table, tmp_path):
+    url = f"sqlite:///{tmp_path}/mo.db"
+    with pytest.raises(StudyError, match="optimises \\['accuracy', 'flops'\\]"):
+        autosearch.create_study(
+            "bad",
+            controller=NSGA2(NB201Space(), seed=0),
+            table=table,
+            objectives=("accuracy", "train_seconds"),
+            storage=url,
+        )
+    controller = NSGA2(
+        NB201Space(), seed=0, objectives={"accuracy": "maximize", "train_seconds": "minimize"}
+    )
+    study = autosearch.create_study(
+        "mo",
+        controller=controller,
+        table=table,
+        objectives=("accuracy", "train_seconds"),
+        storage=url,
+    )
+    records = study.optimize(20)
+    assert len({r.arch for r in records}) == 20 and study.pareto()
+    assert autosearch.load_study("mo", storage=url).controller.objectives == controller.objectives
+
+
+def test_optuna_controller_rejects_unknown_samplers_and_tpe_handles_big_spaces():
+    with pytest.raises(autosearch.UnknownNameError, match="Did you mean 'tpe'"):
+        controllers.get("optuna")(NB201Space(), sampler="tpee")
+    space = MobileNetSpace(max_params=3e6)  # 55 genes, budget-constrained
+    tpe = TPE(space, seed=0)
+    for _ in range(12):
+        arch = tpe.ask()
+        assert space.within_budget(arch)
+        tpe.tell(arch, Outcome(reward=float(np.mean(space.encode(arch)))))
+
+
+def test_random_search_exhaustion_is_bounded_and_explained():
+    space = NB201Space(operations=("none", "skip_connect"))  # 64 cells
+    random = RandomSearch(space, seed=0, max_tries=200)
+    seen = {random.ask().arch_id for _ in range(64)}
+    assert len(seen) == 64
+    with pytest.raises(autosearch.AutosearchError, match="exhausted"):
+        random.ask()
