@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, cast
 
@@ -29,6 +30,22 @@ _SAMPLERS: dict[str, Callable[..., optuna.samplers.BaseSampler]] = {
     "gp": lambda seed, **o: optuna.samplers.GPSampler(seed=seed, **o),
     "random": lambda seed, **o: optuna.samplers.RandomSampler(seed=seed, **o),
 }
+
+
+def _sampler_factory(name: str) -> Callable[..., optuna.samplers.BaseSampler]:
+    """A sampler by name, or any Optuna sampler class by its dotted path."""
+    if name in _SAMPLERS:
+        return _SAMPLERS[name]
+    module, _, attr = name.rpartition(".")
+    try:
+        cls: Any = getattr(importlib.import_module(module), attr, None) if module else None
+    except ImportError:
+        cls = None
+    if not (isinstance(cls, type) and issubclass(cls, optuna.samplers.BaseSampler)):
+        kind = "Optuna sampler (a name or a dotted sampler class path)"
+        raise UnknownNameError(kind, name, _SAMPLERS)
+    make: Callable[..., optuna.samplers.BaseSampler] = cls  # every sampler takes seed=
+    return lambda seed, **options: make(seed=seed, **options)
 
 
 def _distribution(domain: Domain) -> BaseDistribution:
@@ -58,8 +75,10 @@ class OptunaController(Controller):
 
     Args:
         space: The search space.
-        sampler: ``"tpe"`` (multivariate, constant liar), ``"nsga2"``, ``"gp"`` or
-            ``"random"``.
+        sampler: ``"tpe"`` (multivariate, constant liar), ``"nsga2"``, ``"gp"``,
+            ``"random"``, or the dotted path of any Optuna sampler class that takes
+            ``seed=`` (``"optuna.samplers.QMCSampler"``). A name, not an instance, so
+            that a stored study can rebuild its controller.
         seed: Seed of the derived sampler seeds.
         objectives: ``{name: "maximize" | "minimize"}`` to optimise the study's
             objectives directly (multi-objective samplers); None maximises the reward.
@@ -81,8 +100,7 @@ class OptunaController(Controller):
     ) -> None:
         super().__init__(space)
         self.sampler = self.sampler_name or sampler
-        if self.sampler not in _SAMPLERS:
-            raise UnknownNameError("Optuna sampler", self.sampler, _SAMPLERS)
+        self._factory = _sampler_factory(self.sampler)
         self.seed = seed
         self.objectives = dict(objectives) if objectives else None
         self.options = dict(options or {})
@@ -108,7 +126,7 @@ class OptunaController(Controller):
         if self.seed is not None:
             digest = hashlib.sha256(f"{self.seed}:{index}".encode()).digest()
             seed = int.from_bytes(digest[:4], "little")
-        return _SAMPLERS[self.sampler](seed, **self.options)
+        return self._factory(seed, **self.options)
 
     def ask(self) -> Architecture:
         for _ in range(self.max_tries):

@@ -203,3 +203,44 @@ def test_random_search_exhaustion_is_bounded_and_explained():
     assert len(seen) == 64
     with pytest.raises(autosearch.AutosearchError, match="exhausted"):
         random.ask()
+
+
+@pytest.mark.parametrize("name", ["evolution", "reinforce", "tpe", "random", "nsga2"])
+def test_every_controller_runs_from_the_cli(name, table, tmp_path, monkeypatch, capsys):
+    from autosearch.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    code = main(
+        [
+            "search",
+            f"cli-{name}",
+            "--space",
+            "nb201",
+            "--controller",
+            name,
+            "--table",
+            table.path,
+            "--n-trials",
+            "8",
+        ]
+    )
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "8 of 8" not in out and "Pareto front" in out
+    study = autosearch.load_study(f"cli-{name}", storage=f"sqlite:///runs/cli-{name}/study.db")
+    assert study.controller.name == name and study.count("complete") == 8
+
+
+def test_any_optuna_sampler_class_by_its_path(tmp_path, table):
+    controller = controllers.get("optuna")(
+        NB201Space(), sampler="optuna.samplers.QMCSampler", seed=0
+    )
+    study = autosearch.create_study(
+        "q", controller=controller, table=table, storage=f"sqlite:///{tmp_path}/q.db"
+    )
+    study.optimize(4)
+    again = autosearch.load_study("q", storage=f"sqlite:///{tmp_path}/q.db")
+    assert again.controller.sampler == "optuna.samplers.QMCSampler"
+    assert len(again.optimize(2)) == 2
+    with pytest.raises(autosearch.UnknownNameError, match="dotted sampler class path"):
+        controllers.get("optuna")(NB201Space(), sampler="optuna.samplers.NoSuchSampler")
