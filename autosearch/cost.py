@@ -139,6 +139,12 @@ class Tally:
             )
         return self
 
+    @classmethod
+    def of(cls, input_shape: Sequence[int]) -> Tally:
+        """A tally starting from ``(C, H, W)`` images."""
+        channels, height, width = input_shape
+        return cls(channels=channels, height=height, width=width)
+
     @property
     def shape(self) -> tuple[int, int, int]:
         return (self.channels, self.height, self.width)

@@ -14,10 +14,9 @@ from autosearch.cost import Cost, Tally
 from autosearch.errors import InvalidArchitectureError
 from autosearch.registry import register_space
 from autosearch.space import Categorical, Domain, IntRange, NetworkSpec, SearchSpace
+from search_spaces._stem import STEMS, choose_stem
 
 __all__ = ["DenseNetSpace"]
-
-_IMAGENET_STEM_MIN_SIZE = 128
 
 _REFERENCES: dict[str, dict[str, Gene]] = {
     # (100 - 4) / 6 = 16 bottleneck layers per block; 2k initial features; θ = 0.5.
@@ -88,7 +87,7 @@ class DenseNetSpace(SearchSpace):
             )
         if any(not 0 < c <= 1 for c in self.compressions):
             raise ValueError(f"compressions must be in (0, 1], got {self.compressions}")
-        if self.stem not in ("auto", "cifar", "imagenet"):
+        if self.stem not in STEMS:
             raise ValueError(f"stem must be 'auto', 'cifar' or 'imagenet', got {self.stem!r}")
 
     def domains(self) -> Mapping[str, Domain]:
@@ -113,15 +112,10 @@ class DenseNetSpace(SearchSpace):
             genes["compression"] = domains["compression"].default  # type: ignore[assignment]
         return Architecture(space=self.name, genes=genes)
 
-    def _stem(self, input_shape: Sequence[int]) -> str:
-        if self.stem != "auto":
-            return self.stem
-        return "imagenet" if min(input_shape[1:]) >= _IMAGENET_STEM_MIN_SIZE else "cifar"
-
     def check_input(self, arch: Architecture, input_shape: Sequence[int]) -> None:
         """Each transition halves the feature map (2×2 pooling, rounding down)."""
         size = min(input_shape[1:])
-        if self._stem(input_shape) == "imagenet":
+        if choose_stem(self.stem, input_shape) == "imagenet":
             size = ((size - 1) // 2 + 1 - 1) // 2 + 1  # 7×7/2 conv, then 3×3/2 max-pool
         for i in range(1, int(arch["blocks"])):
             if size < 2:
@@ -142,7 +136,7 @@ class DenseNetSpace(SearchSpace):
             kwargs={
                 "in_channels": input_shape[0],
                 "num_classes": num_classes,
-                "stem": self._stem(input_shape),
+                "stem": choose_stem(self.stem, input_shape),
                 "stem_width": arch["stem.width"],
                 "growth": arch["growth"],
                 "blocks": blocks,
@@ -156,7 +150,7 @@ class DenseNetSpace(SearchSpace):
         self, arch: Architecture, input_shape: tuple[int, int, int], num_classes: int
     ) -> Cost:
         kw = self.network(arch, input_shape=input_shape, num_classes=num_classes).kwargs
-        t = Tally(channels=input_shape[0], height=input_shape[1], width=input_shape[2])
+        t = Tally.of(input_shape)
         if kw["stem"] == "imagenet":
             t.conv(kw["stem_width"], 7, 2).pool(3, 2, padding=1)
         else:

@@ -198,7 +198,7 @@ class MobileNetSpace(SearchSpace):
         self, arch: Architecture, input_shape: tuple[int, int, int], num_classes: int
     ) -> Cost:
         kw = self.network(arch, input_shape=input_shape, num_classes=num_classes).kwargs
-        t = Tally(channels=input_shape[0], height=input_shape[1], width=input_shape[2])
+        t = Tally.of(input_shape)
         t.conv(kw["stem_width"], 3, kw["stem_stride"])
         for block, depth, width, stride, expansion, kernel, se in kw["stages"]:
             for index in range(depth):

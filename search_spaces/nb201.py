@@ -135,7 +135,7 @@ class NB201Space(SearchSpace):
     def cost_model(
         self, arch: Architecture, input_shape: tuple[int, int, int], num_classes: int
     ) -> Cost:
-        t = Tally(channels=input_shape[0], height=input_shape[1], width=input_shape[2])
+        t = Tally.of(input_shape)
         t.conv(self.channels, 3)
         convs = [
             _KERNELS[str(arch[_gene(j, i)])] for j, i in EDGES if arch[_gene(j, i)] in _KERNELS

@@ -15,10 +15,10 @@ from autosearch.architecture import Architecture, Gene
 from autosearch.cost import Cost, Tally
 from autosearch.registry import register_space
 from autosearch.space import Categorical, Domain, IntRange, NetworkSpec, SearchSpace
+from search_spaces._stem import STEMS, choose_stem
 
 __all__ = ["ResNetSpace"]
 
-_IMAGENET_STEM_MIN_SIZE = 128  # below this a 7×7/2 stem and max-pool throw away most of the image
 _EXPANSION = {"basic": 1, "bottleneck": 4}
 
 
@@ -98,7 +98,7 @@ class ResNetSpace(SearchSpace):
             raise ValueError(
                 f"need 1 <= min_stages <= max_stages, got {self.min_stages}, {self.max_stages}"
             )
-        if self.stem not in ("auto", "cifar", "imagenet"):
+        if self.stem not in STEMS:
             raise ValueError(f"stem must be 'auto', 'cifar' or 'imagenet', got {self.stem!r}")
         if set(self.blocks) - set(_EXPANSION):
             raise ValueError(f"blocks must be among 'basic', 'bottleneck', got {self.blocks}")
@@ -146,16 +146,13 @@ class ResNetSpace(SearchSpace):
     def network(
         self, arch: Architecture, *, input_shape: Sequence[int], num_classes: int
     ) -> NetworkSpec:
-        channels, height, width = input_shape
-        stem = self.stem
-        if stem == "auto":
-            stem = "imagenet" if min(height, width) >= _IMAGENET_STEM_MIN_SIZE else "cifar"
+        stem = choose_stem(self.stem, input_shape)
         stages = [
             [arch[f"stage{i}.depth"], arch[f"stage{i}.width"], arch[f"stage{i}.stride"]]
             for i in range(1, int(arch["stages"]) + 1)
         ]
         kwargs: dict[str, Any] = {
-            "in_channels": channels,
+            "in_channels": input_shape[0],
             "num_classes": num_classes,
             "stem": stem,
             "stem_width": arch["stem.width"],
@@ -169,7 +166,7 @@ class ResNetSpace(SearchSpace):
         self, arch: Architecture, input_shape: tuple[int, int, int], num_classes: int
     ) -> Cost:
         kw = self.network(arch, input_shape=input_shape, num_classes=num_classes).kwargs
-        t = Tally(channels=input_shape[0], height=input_shape[1], width=input_shape[2])
+        t = Tally.of(input_shape)
         if kw["stem"] == "imagenet":
             t.conv(kw["stem_width"], 7, 2).pool(3, 2, padding=1)
         else:
