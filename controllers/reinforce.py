@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -33,23 +33,27 @@ class _Policy(nn.Module):
     def forward(
         self, choices: list[int] | None, generator: torch.Generator | None, temperature: float
     ) -> tuple[list[int], torch.Tensor, torch.Tensor]:
-        """Sample (``choices`` None) or score given choices: (choices, log-prob, entropy)."""
-        x, state = self.start, None
+        """Sample (``choices`` None) or score given choices: (choices, log-prob, entropy).
+
+        Sampling skips the log-prob and entropy bookkeeping that only scoring needs.
+        """
+        x: torch.Tensor = self.start
+        state = None
         taken: list[int] = []
         log_prob = torch.zeros(())
         entropy = torch.zeros(())
         for index, (head, embed) in enumerate(zip(self.heads, self.embeddings, strict=True)):
             h, c = self.cell(x, state)
             state = (h, c)
-            dist = torch.distributions.Categorical(logits=head(h)[0] / temperature)
+            logp = torch.log_softmax(head(h)[0] / temperature, dim=-1)
             if choices is None:
-                choice = int(torch.multinomial(dist.probs, 1, generator=generator))
+                choice = int(torch.multinomial(logp.exp(), 1, generator=generator))
             else:
                 choice = choices[index]
+                log_prob = log_prob + logp[choice]
+                entropy = entropy - (logp.exp() * logp).sum()
             taken.append(choice)
-            log_prob = log_prob + dist.log_prob(torch.tensor(choice))
-            entropy = entropy + dist.entropy()
-            x = embed(torch.tensor([choice]))
+            x = cast(nn.Embedding, embed).weight[choice].unsqueeze(0)
         return taken, log_prob, entropy
 
 
@@ -86,7 +90,7 @@ class Reinforce(Controller):
         baseline_decay: float = 0.8,
         hidden: int = 32,
         temperature: float = 1.0,
-        max_tries: int = 50,
+        max_tries: int = 10,
     ) -> None:
         super().__init__(space)
         self.seed, self.lr, self.batch_size, self.entropy = seed, lr, batch_size, entropy
