@@ -328,6 +328,8 @@ class SearchSpace(abc.ABC):
 
     def check_budget(self, arch: Architecture) -> None:
         """Raise BudgetError if ``arch`` exceeds the space's budget."""
+        if self.max_flops is None and self.max_params is None:
+            return
         cost = self.cost(arch)
         if not self._fits(cost):
             raise BudgetError(

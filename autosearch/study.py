@@ -220,6 +220,13 @@ def create_study(
             )
         stored = _stored_definition(backend, name, url)
         _check_same(name, stored, definition)
+        if stored["controller"] != definition["controller"]:
+            # Continuing with another controller is allowed; record it, so that
+            # load_study rebuilds the controller that ran last.
+            logger.info("study %s continues with controller %s", name, controller.name)
+            stored["controller"] = definition["controller"]
+            backend.set_study_user_attr(backend.get_study_id_from_name(name), _DEFINITION, stored)
+        definition = stored
     else:
         optuna.create_study(storage=backend, study_name=name, directions=directions)
         backend.set_study_user_attr(backend.get_study_id_from_name(name), _DEFINITION, definition)

@@ -244,3 +244,14 @@ def test_outcome_rules():
     with pytest.raises(ValueError, match="finite reward"):
         Outcome(reward=float("nan"))
     assert not Outcome.failed("x").ok and Outcome(reward=1.0).ok
+
+
+def test_continuing_with_another_controller_is_recorded(make_study, tmp_path, tiny_space):
+    from controllers import RegularizedEvolution
+
+    make_study("switch").optimize(2)
+    evolution = RegularizedEvolution(tiny_space, seed=0)
+    make_study("switch", controller=evolution, load_if_exists=True).optimize(1)
+    again = autosearch.load_study("switch", storage=f"sqlite:///{tmp_path}/switch.db")
+    assert isinstance(again.controller, RegularizedEvolution)
+    assert len(again.controller.state_dict()["population"]) == 3  # all results replayed
