@@ -62,13 +62,18 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=100)
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--controllers", default=None, help="comma-separated (default: all)")
+    parser.add_argument("--key", default="arch", help="column of the architecture strings")
     parser.add_argument("--accuracy", default="val_accuracy")
     parser.add_argument("--test-accuracy", default="test_accuracy")
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     logging.getLogger("autosearch").setLevel(logging.WARNING)
     table = Table(
-        path=args.table, accuracy=args.accuracy, test_accuracy=args.test_accuracy, train_time=None
+        path=args.table,
+        key=args.key,
+        accuracy=args.accuracy,
+        test_accuracy=args.test_accuracy,
+        train_time=None,
     )
     scale = 100.0 if max(r[args.accuracy] for r in table.rows().values()) > 1 else 1.0
     top = max(row[args.accuracy] for row in table.rows().values()) / scale

@@ -244,3 +244,21 @@ def test_any_optuna_sampler_class_by_its_path(tmp_path, table):
     assert len(again.optimize(2)) == 2
     with pytest.raises(autosearch.UnknownNameError, match="dotted sampler class path"):
         controllers.get("optuna")(NB201Space(), sampler="optuna.samplers.NoSuchSampler")
+
+
+def test_multi_objective_tpe_moves_the_front(table, tmp_path):
+    objectives = {"accuracy": "maximize", "train_seconds": "minimize"}
+    study = autosearch.create_study(
+        "motpe",
+        controller=TPE(NB201Space(), seed=0, objectives=objectives),
+        table=table,
+        objectives=tuple(objectives),
+        storage=f"sqlite:///{tmp_path}/motpe.db",
+    )
+    records = study.optimize(30)
+    assert len({r.arch for r in records}) == 30
+    front = study.pareto()
+    assert len(front) >= 2  # a real trade-off: fast cells and accurate cells
+    assert min(r.metrics["train_seconds"] for r in front) < max(
+        r.metrics["train_seconds"] for r in front
+    )
