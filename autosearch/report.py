@@ -7,6 +7,7 @@ from pathlib import Path
 
 from autosearch import plots
 from autosearch.cost import CONVENTIONS
+from autosearch.data import CleaningReport
 from autosearch.study import Record, Study
 
 __all__ = ["write_report"]
@@ -38,6 +39,19 @@ def _table(records: list[Record]) -> str:
     return f"<table>{head}{''.join(map(_row, records))}</table>"
 
 
+def _cleaning(study: Study) -> str:
+    report = study.data_report
+    if not report:
+        return ""
+    lines = CleaningReport(**{k: v for k, v in report.items() if k != "imbalance"}).lines()
+    files = "".join(f"<li>{html.escape(p)}</li>" for p in report["unreadable"][:20])
+    return (
+        f"<h2>Data cleaning</h2><ul>{''.join(f'<li>{html.escape(x)}</li>' for x in lines)}"
+        f"</ul>"
+        + (f"<details><summary>files left out</summary><ul>{files}</ul></details>" if files else "")
+    )
+
+
 def write_report(study: Study, path: str | Path) -> Path:
     """Write the study's summary, Pareto plot and tables to one HTML file."""
     records = study.records()
@@ -61,6 +75,7 @@ of {len(records)} trials. Storage: <code>{html.escape(study.storage_url)}</code>
 <h2>Pareto front</h2>{_table(study.pareto())}
 <h2>Top architectures (by validation accuracy)</h2>{_table(done[:10])}
 {f"<h2>Failed trials</h2><ul>{failures}</ul>" if failed else ""}
+{_cleaning(study)}
 <p class="note">Candidates are ranked on the validation split; test accuracy is held out and
 shown for reference only. {html.escape(CONVENTIONS)}</p>
 """

@@ -35,7 +35,7 @@ from autosearch._storage import local_path, open_storage
 from autosearch._version import __version__
 from autosearch.architecture import Architecture
 from autosearch.controller import Controller, Outcome
-from autosearch.data import Dataset, load_data
+from autosearch.data import Dataset, load_data, spec_of
 from autosearch.errors import AutosearchError, ExportError, StorageError, StudyError, suggest
 from autosearch.export import write_export
 from autosearch.registry import controllers, spaces
@@ -140,7 +140,7 @@ def create_study(
     *,
     controller: Controller | str,
     space: SearchSpace | None = None,
-    data: str = "digits",
+    data: str | tuple[Any, Any] = "digits",
     objectives: Sequence[str] = ("accuracy", "flops"),
     reward: str = "accuracy",
     train: TrainConfig | None = None,
@@ -157,7 +157,8 @@ def create_study(
         controller: A controller instance (which carries its space), or a registered
             controller name together with ``space``.
         space: The search space; optional when ``controller`` is an instance.
-        data: Dataset name (``"digits"``).
+        data: A dataset spec (``"digits"``, ``"fashion-mnist"``, ``"cifar10:PATH"``,
+            ``"folder:PATH"``...) or ``(images, labels)`` arrays; see autosearch.data.
         objectives: Objective names, the first usually ``"accuracy"``.
         reward: The scalar reward single-objective controllers maximise.
         train: How every candidate is trained.
@@ -195,7 +196,7 @@ def create_study(
         "format": 1,
         "space": {"name": space.name, "config": space.config()},
         "controller": {"name": controller.name, "config": controller.config()},
-        "data": data,
+        "data": spec_of(data),
         "objectives": list(objectives),
         "reward": reward,
         "train": dataclasses.asdict(train),
@@ -205,6 +206,8 @@ def create_study(
         "created_by": f"autosearch {__version__}",
     }
     dataset = load_data(data, seed=seed) if table is None else None
+    if dataset is not None:
+        definition["data_report"] = dataset.report.to_dict()
     url = storage or default_storage(name)
     backend = open_storage(url)
     try:
@@ -241,14 +244,23 @@ def create_study(
     )
 
 
-def load_study(name: str, *, storage: str) -> Study:
+def load_study(name: str, *, storage: str, data: tuple[Any, Any] | None = None) -> Study:
     """Open a stored study, rebuilding its space and controller from storage.
 
     The controller gets its stored state back, then every finished trial it has not
     seen is replayed into it, so ``optimize`` continues where the study stopped.
+    A study created from ``(images, labels)`` arrays needs the same arrays again.
     """
     backend = open_storage(storage)
     definition = _stored_definition(backend, name, storage)
+    dataset = None
+    if data is not None:
+        if spec_of(data) != definition["data"]:
+            raise StudyError(
+                f"study {name!r} was created from other data ({definition['data']}, "
+                f"given {spec_of(data)}); pass the arrays it was created from"
+            )
+        dataset = load_data(data, seed=definition["seed"])
     space = spaces.get(definition["space"]["name"])(**definition["space"]["config"])
     controller_cls = controllers.get(definition["controller"]["name"])
     controller = controller_cls(space, **definition["controller"]["config"])
@@ -259,7 +271,7 @@ def load_study(name: str, *, storage: str) -> Study:
         definition=definition,
         space=space,
         controller=controller,
-        data=None,
+        data=dataset,
     )
 
 
@@ -302,8 +314,19 @@ class Study:
     @property
     def data(self) -> Dataset:
         if self._dataset is None:
-            self._dataset = load_data(self._definition["data"], seed=self.seed)
+            spec = self._definition["data"]
+            if spec.startswith("arrays:"):
+                raise StudyError(
+                    f"study {self.name!r} was created from arrays; pass them again: "
+                    "autosearch.load_study(name, storage=..., data=(images, labels))"
+                )
+            self._dataset = load_data(spec, seed=self.seed)
         return self._dataset
+
+    @property
+    def data_report(self) -> dict[str, Any] | None:
+        """The cleaning report stored when the study was created (None for tables)."""
+        return self._definition.get("data_report")
 
     @cached_property
     def artifacts_dir(self) -> Path:
@@ -376,6 +399,8 @@ class Study:
         if n_trials < 0:
             raise StudyError(f"n_trials must be >= 0, got {n_trials}")
         callbacks = list(callbacks)
+        if self.table is None:
+            _ = self.data  # data that cannot be loaded stops the study here, not in a trial
         done: list[Record] = []
         failures = 0
         for _ in range(n_trials):
@@ -667,7 +692,7 @@ def _stored_definition(storage: BaseStorage, name: str, url: str) -> dict[str, A
 
 def _check_same(name: str, stored: Mapping[str, Any], given: Mapping[str, Any]) -> None:
     """Refuse to continue a study with a different space, objectives, data or training."""
-    keys = ("space", "objectives", "data", "reward", "train", "seed", "table")
+    keys = ("space", "objectives", "data", "reward", "train", "seed", "table")  # not the report
     differs = [
         k
         for k in keys

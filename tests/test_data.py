@@ -1,13 +1,33 @@
+"""Datasets: readers, cleaning (planted problems), splits and the disk cache."""
+
 from __future__ import annotations
 
+import gzip
+import pickle
 from collections import Counter
 
 import numpy as np
 import pytest
 import torch
 
+import autosearch
 from autosearch import DataError, UnknownNameError
-from autosearch.data import _READERS, load_data, split_arrays
+from autosearch.data import _load_named, load_data
+from autosearch.data._readers import READERS
+
+
+@pytest.fixture(autouse=True)
+def _fresh(tmp_path, monkeypatch):
+    monkeypatch.setenv("AUTOSEARCH_CACHE", str(tmp_path / "cache"))
+    _load_named.cache_clear()
+    yield
+    _load_named.cache_clear()
+
+
+def _images(n: int, classes: int, shape=(1, 6, 6), seed=0):
+    """Distinct random images, labels cycling through the classes."""
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, 256, size=(n, *shape), dtype=np.uint8), np.arange(n) % classes
 
 
 def test_digits_split_is_stratified_disjoint_and_seeded(digits):
@@ -15,25 +35,21 @@ def test_digits_split_is_stratified_disjoint_and_seeded(digits):
     assert sum(sizes) == 1797 and sizes == (1077, 360, 360)
     assert digits.input_shape == (1, 8, 8) and digits.num_classes == 10
     assert digits.train.x.dtype == torch.uint8
-    # every class in every split, in about the same share
     for split in (digits.train, digits.val, digits.test):
         share = torch.bincount(split.y, minlength=10).float() / len(split)
         assert share.min() > 0.08 and share.max() < 0.12
     # The three splits partition the dataset: together they are exactly its samples.
-    images, labels = _READERS["digits"]()
-    whole = Counter((x.tobytes(), int(y)) for x, y in zip(images, labels, strict=True))
+    raw = READERS["digits"](None)
+    whole = Counter((x.tobytes(), int(y)) for x, y in zip(raw.images, raw.labels, strict=True))
     parts = Counter(
         (x.numpy().tobytes(), int(y))
         for s in (digits.train, digits.val, digits.test)
         for x, y in zip(s.x, s.y, strict=True)
     )
-    assert parts == whole
+    assert parts == whole and digits.report.kept == {"train": 1077, "val": 360, "test": 360}
     again = load_data("digits", seed=0)
-    assert (
-        torch.equal(again.test.x, digits.test.x) and again.content_hash() == digits.content_hash()
-    )
-    other = load_data("digits", seed=1)
-    assert other.content_hash() != digits.content_hash()
+    assert again.content_hash() == digits.content_hash()
+    assert load_data("digits", seed=1).content_hash() != digits.content_hash()
 
 
 def test_normalize_uses_train_statistics(digits):
@@ -41,16 +57,169 @@ def test_normalize_uses_train_statistics(digits):
     assert abs(float(x.mean())) < 1e-4 and abs(float(x.std()) - 1) < 1e-3
 
 
-def test_unknown_dataset_suggests():
+def test_unknown_dataset_and_bad_fractions():
     with pytest.raises(UnknownNameError, match="Did you mean 'digits'"):
         load_data("digit")
-
-
-def test_bad_fractions_and_arrays_are_refused():
     with pytest.raises(DataError, match="leave samples"):
         load_data("digits", val_fraction=0.5, test_fraction=0.5)
-    images = np.zeros((20, 1, 4, 4), dtype=np.float32)
-    with pytest.raises(DataError, match="uint8"):
-        split_arrays(
-            "x", images, np.zeros(20, dtype=np.int64), seed=0, val_fraction=0.2, test_fraction=0.2
+
+
+def test_planted_duplicates_conflicts_and_leakage_are_found():
+    images, labels = _images(300, 3)
+    images[10] = images[0]  # exact duplicate, same label (0 and 10 are both class... no:)
+    labels[10] = labels[0]
+    images[20], labels[20] = images[1], (labels[1] + 1) % 3  # same image, other label
+    data = load_data((images, labels), seed=0)
+    report = data.report
+    assert report.duplicates == 1 and report.conflicting == 2  # both conflicting copies go
+    assert sum(report.kept.values()) == 300 - 1 - 2
+    keys = [{x.numpy().tobytes() for x in s.x} for s in (data.train, data.val, data.test)]
+    assert not (keys[0] & keys[1] or keys[0] & keys[2] or keys[1] & keys[2])  # no leakage left
+
+
+def test_leakage_from_an_official_test_split_is_dropped(tmp_path):
+    images, labels = _images(200, 2, shape=(8, 8))
+    test_images, test_labels = _images(40, 2, shape=(8, 8), seed=1)
+    test_images[:5] = images[:5]  # five test images copied from training
+    test_labels[:5] = labels[:5]
+    _write_idx(tmp_path, images, labels, test_images, test_labels)
+    data = load_data(f"mnist:{tmp_path}")
+    assert data.report.leakage == 5 and len(data.test) == 35
+    assert data.report.read == 240 and data.input_shape == (1, 8, 8)
+
+
+def test_bad_values_labels_and_shapes_from_arrays():
+    images = np.random.default_rng(0).random((120, 5, 5, 3))  # float, channels last
+    labels = np.arange(120) % 4
+    images[3, 0, 0, 0] = np.nan
+    images[4, 1, 1, 1] = 1.5
+    labels[5] = 7  # out of range for num_classes=4
+    labels[6] = -1
+    data = load_data((images, labels), num_classes=4)
+    assert data.input_shape == (3, 5, 5)
+    assert data.report.bad_values == 2 and data.report.bad_labels == 2
+    assert sum(data.report.kept.values()) == 116
+    with pytest.raises(DataError, match="labels must be integers"):
+        load_data((images, labels.astype(float)))
+    with pytest.raises(DataError, match="labels must be \\(120,\\)"):
+        load_data((images, labels[:10]))
+    with pytest.raises(DataError, match="fewer than 3 samples"):
+        load_data((images[:9], np.array([0, 0, 0, 0, 1, 1, 1, 1, 2])))
+
+
+def test_class_imbalance_is_reported():
+    images, labels = _images(400, 2)
+    labels[:360] = 0  # 380 of class 0, 20 of class 1
+    report = load_data((images, labels)).report
+    assert report.imbalance == pytest.approx(19.0, rel=0.1)
+    assert any("imbalance" in line for line in report.lines())
+
+
+def _write_idx(folder, images, labels, test_images, test_labels):
+    def idx(array, path):
+        header = bytes([0, 0, 8, array.ndim]) + b"".join(
+            int(d).to_bytes(4, "big") for d in array.shape
         )
+        path.write_bytes(gzip.compress(header + array.astype(np.uint8).tobytes()))
+
+    idx(images, folder / "train-images-idx3-ubyte.gz")
+    idx(labels, folder / "train-labels-idx1-ubyte.gz")
+    idx(test_images, folder / "t10k-images-idx3-ubyte.gz")
+    idx(test_labels, folder / "t10k-labels-idx1-ubyte.gz")
+
+
+def test_idx_files_are_read_and_cached(tmp_path):
+    images, labels = _images(90, 3, shape=(7, 7))
+    timages, tlabels = _images(30, 3, shape=(7, 7), seed=2)
+    _write_idx(tmp_path, images, labels, timages, tlabels)
+    data = load_data(f"fashion-mnist:{tmp_path}")
+    assert data.num_classes == 10 and len(data.test) == 30
+    assert torch.equal(data.test.x[:, 0], torch.from_numpy(timages))  # official test kept
+    cached = list((tmp_path / "cache").glob("*.safetensors"))
+    assert len(cached) == 1
+    _load_named.cache_clear()
+    (tmp_path / "train-images-idx3-ubyte.gz").write_bytes(b"changed")  # new content: new key
+    with pytest.raises(DataError, match="not an IDX file|cannot read"):
+        load_data(f"fashion-mnist:{tmp_path}")
+
+
+def test_corrupt_and_missing_idx_files_say_which(tmp_path):
+    images, labels = _images(30, 3, shape=(4, 4))
+    _write_idx(tmp_path, images, labels, images, labels)
+    data = gzip.decompress((tmp_path / "train-images-idx3-ubyte.gz").read_bytes())
+    (tmp_path / "train-images-idx3-ubyte.gz").write_bytes(gzip.compress(data[:-7]))
+    with pytest.raises(DataError, match="train-images-idx3-ubyte.gz is truncated or corrupt"):
+        load_data(f"mnist:{tmp_path}")
+    (tmp_path / "t10k-labels-idx1-ubyte.gz").unlink()
+    _load_named.cache_clear()
+    with pytest.raises(DataError, match="no t10k-labels-idx1-ubyte.gz|truncated"):
+        load_data(f"mnist:{tmp_path}")
+    with pytest.raises(DataError, match="does not exist"):
+        load_data(f"mnist:{tmp_path / 'nowhere'}")
+
+
+def test_cifar_batches_and_a_malicious_pickle(tmp_path):
+    rng = np.random.default_rng(0)
+    for i in range(1, 6):
+        batch = {
+            b"data": rng.integers(0, 256, (20, 3072), dtype=np.uint8),
+            b"labels": list(range(10)) * 2,
+        }
+        (tmp_path / f"data_batch_{i}").write_bytes(pickle.dumps(batch, protocol=2))
+    test = {b"data": rng.integers(0, 256, (20, 3072), dtype=np.uint8), b"labels": [1, 2] * 10}
+    (tmp_path / "test_batch").write_bytes(pickle.dumps(test, protocol=2))
+    data = load_data(f"cifar10:{tmp_path}")
+    assert data.input_shape == (3, 32, 32) and len(data.test) == 20
+    assert sum(data.report.kept.values()) == 120
+
+    class Evil:
+        def __reduce__(self):
+            return (print, ("pwned",))
+
+    (tmp_path / "test_batch").write_bytes(pickle.dumps({b"data": Evil()}))
+    _load_named.cache_clear()
+    with pytest.raises(DataError, match="refusing to load builtins.print"):
+        load_data(f"cifar10:{tmp_path}")
+
+
+def test_image_folder_with_unreadable_and_misshapen_files(tmp_path):
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for cls in ("cat", "dog"):
+        (tmp_path / cls).mkdir()
+        for i in range(12):
+            Image.fromarray(rng.integers(0, 256, (10, 10, 3), dtype=np.uint8)).save(
+                tmp_path / cls / f"{i}.png"
+            )
+    Image.fromarray(rng.integers(0, 256, (12, 10, 3), dtype=np.uint8)).save(
+        tmp_path / "dog/big.png"
+    )
+    (tmp_path / "cat" / "broken.png").write_bytes(b"not a png")
+    data = load_data(f"folder:{tmp_path}")
+    assert data.classes == ("cat", "dog") and data.input_shape == (3, 10, 10)
+    assert sum(data.report.kept.values()) == 24
+    problems = " ".join(data.report.unreadable)
+    assert "unreadable" in problems and "broken.png" in problems and "big.png" in problems
+
+
+def test_a_study_from_arrays_needs_them_again(tmp_path, tiny_space):
+    from controllers import RandomSearch
+
+    images, labels = _images(150, 3, shape=(8, 8))
+    url = f"sqlite:///{tmp_path}/a.db"
+    study = autosearch.create_study(
+        "a",
+        controller=RandomSearch(tiny_space, seed=0),
+        data=(images, labels),
+        storage=url,
+        train=autosearch.TrainConfig(epochs=1),
+    )
+    study.optimize(1)
+    assert study.data_report["kept"]["train"] > 0
+    stored = autosearch.load_study("a", storage=url)
+    with pytest.raises(autosearch.StudyError, match="pass them again"):
+        stored.optimize(1)
+    with pytest.raises(autosearch.StudyError, match="created from other data"):
+        autosearch.load_study("a", storage=url, data=(images[::-1], labels))
+    assert len(autosearch.load_study("a", storage=url, data=(images, labels)).optimize(1)) == 1

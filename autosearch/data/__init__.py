@@ -1,0 +1,254 @@
+"""Datasets held in memory as uint8 image tensors, cleaned, with a stratified split.
+
+Sources (``load_data(spec)``): ``"digits"`` (bundled), ``"mnist:PATH"``,
+``"fashion-mnist[:PATH]"`` (IDX ``.gz`` files; the Debian package's folder by default),
+``"cifar10:PATH"`` / ``"cifar100:PATH"`` (python batches), ``"folder:PATH"`` (one
+sub-folder per class), or ``(images, labels)`` arrays from Python. Decoded sources are
+cached on disk by a hash of their files' contents.
+
+The test split is held out of every search decision: trials are ranked on the
+validation split, and test accuracy only appears in reports. A dataset that ships a
+test split keeps it; otherwise one is drawn, stratified, with the seed.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from sklearn.model_selection import train_test_split
+
+from autosearch.data._cache import load_cached, source_hash, store
+from autosearch.data._clean import CleaningReport, drop_duplicates, drop_leaks, image_keys
+from autosearch.data._readers import DEFAULT_PATHS, READERS, Raw
+from autosearch.errors import DataError, UnknownNameError
+
+__all__ = ["CleaningReport", "Dataset", "Split", "dataset_names", "load_data", "spec_of"]
+
+_NUM_CLASSES = {"digits": 10, "mnist": 10, "fashion-mnist": 10, "cifar10": 10, "cifar100": 100}
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class Split:
+    """Images as uint8 ``(N, C, H, W)`` and int64 labels ``(N,)``."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class Dataset:
+    """A cleaned dataset split three ways, with the train split's per-channel statistics."""
+
+    name: str
+    train: Split
+    val: Split
+    test: Split
+    num_classes: int
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    classes: tuple[str, ...] = ()
+    report: CleaningReport = field(default_factory=CleaningReport)
+
+    @property
+    def input_shape(self) -> tuple[int, int, int]:
+        c, h, w = self.train.x.shape[1:]
+        return (int(c), int(h), int(w))
+
+    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+        """uint8 images to float, standardised with the train split's statistics."""
+        mean = torch.tensor(self.mean, device=x.device).view(1, -1, 1, 1)
+        std = torch.tensor(self.std, device=x.device).view(1, -1, 1, 1)
+        return (x.float() / 255.0 - mean) / std
+
+    def content_hash(self) -> str:
+        """A hash of every image and label in every split, in order."""
+        digest = hashlib.sha256()
+        for split in (self.train, self.val, self.test):
+            digest.update(split.x.numpy().tobytes())
+            digest.update(split.y.numpy().tobytes())
+        return digest.hexdigest()[:16]
+
+
+def dataset_names() -> list[str]:
+    return sorted(READERS)
+
+
+def spec_of(data: Any) -> str:
+    """The string a study stores for ``data``: the spec itself, or ``arrays:HASH``."""
+    if isinstance(data, str):
+        return data
+    images, labels = _as_arrays(data)
+    digest = hashlib.sha256(images.tobytes() + labels.tobytes()).hexdigest()[:16]
+    return f"arrays:{digest}"
+
+
+def load_data(
+    data: str | tuple[Any, Any],
+    *,
+    seed: int = 0,
+    val_fraction: float = 0.2,
+    test_fraction: float = 0.2,
+    num_classes: int | None = None,
+) -> Dataset:
+    """Load, clean and split a dataset (see the module docstring for the sources).
+
+    Args:
+        data: A source spec, or ``(images, labels)``: images uint8 in 0..255 or float in
+            [0, 1], shaped (N, H, W), (N, C, H, W) or (N, H, W, C); integer labels.
+        seed: Seed of the split; the same seed gives the same split.
+        val_fraction: Share of the samples used for validation (search decisions).
+        test_fraction: Share held out for the final report (when the source has no
+            test split of its own).
+        num_classes: Labels must lie in 0..num_classes-1 (default: known for named
+            datasets, else the largest label + 1).
+    """
+    if not (0 < val_fraction < 1 and 0 < test_fraction < 1 and val_fraction + test_fraction < 1):
+        raise DataError(
+            f"val_fraction={val_fraction} and test_fraction={test_fraction} must be in (0, 1) "
+            "and leave samples for training"
+        )
+    if isinstance(data, str):
+        return _load_named(data, seed, val_fraction, test_fraction, num_classes)
+    images, labels = _as_arrays(data)
+    raw = Raw(images=images, labels=labels)
+    return _prepare("arrays", raw, seed, val_fraction, test_fraction, num_classes)
+
+
+@functools.lru_cache(maxsize=8)
+def _load_named(
+    spec: str, seed: int, val_fraction: float, test_fraction: float, num_classes: int | None
+) -> Dataset:
+    name, _, path = spec.partition(":")
+    reader = READERS.get(name)
+    if reader is None:
+        raise UnknownNameError("dataset", name, READERS)
+    if name == "digits":
+        raw = reader(None)
+    else:
+        location = Path(path or DEFAULT_PATHS.get(name, ""))
+        key = source_hash(name, location) if location.exists() else None
+        raw = (load_cached(key) if key else None) or reader(path or None)
+        if key:
+            store(key, raw)
+    return _prepare(
+        spec, raw, seed, val_fraction, test_fraction, num_classes or _NUM_CLASSES.get(name)
+    )
+
+
+def _as_arrays(data: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``(images, labels)`` from Python as uint8 (N, C, H, W) and int64 (N,)."""
+    try:
+        images, labels = data
+    except (TypeError, ValueError):
+        raise DataError(
+            f"data must be a dataset spec ({', '.join(dataset_names())}) or (images, labels), "
+            f"got {type(data).__name__}"
+        ) from None
+    images = images.numpy() if isinstance(images, torch.Tensor) else np.asarray(images)
+    labels = labels.numpy() if isinstance(labels, torch.Tensor) else np.asarray(labels)
+    if images.ndim == 3:
+        images = images[:, None]
+    elif images.ndim == 4 and images.shape[1] not in (1, 3) and images.shape[-1] in (1, 3):
+        images = images.transpose(0, 3, 1, 2)
+    if images.ndim != 4:
+        raise DataError(
+            f"images must be (N, H, W), (N, C, H, W) or (N, H, W, C), got {images.shape}"
+        )
+    if labels.ndim != 1 or len(labels) != len(images):
+        raise DataError(f"labels must be ({len(images)},) to match the images, got {labels.shape}")
+    if not np.issubdtype(labels.dtype, np.integer):
+        raise DataError(f"labels must be integers 0..K-1, got dtype {labels.dtype}")
+    return images, labels.astype(np.int64)
+
+
+def _to_uint8(images: np.ndarray, report: CleaningReport) -> tuple[np.ndarray, np.ndarray]:
+    """uint8 images and the indices of usable samples (float input: NaN or values
+    outside [0, 1] make a sample unusable)."""
+    if images.dtype == np.uint8:
+        return images, np.arange(len(images))
+    flat = images.reshape(len(images), -1).astype(np.float64)
+    ok = np.isfinite(flat).all(axis=1) & (flat >= 0).all(axis=1) & (flat <= 1).all(axis=1)
+    report.bad_values += int((~ok).sum())
+    pixels = np.clip(np.rint(np.nan_to_num(images) * 255.0), 0, 255).astype(np.uint8)
+    return pixels, np.flatnonzero(ok)
+
+
+def _prepare(
+    name: str,
+    raw: Raw,
+    seed: int,
+    val_fraction: float,
+    test_fraction: float,
+    num_classes: int | None,
+) -> Dataset:
+    report = CleaningReport(
+        read=len(raw.labels) + (len(raw.test_labels) if raw.test_labels is not None else 0),
+        unreadable=list(raw.problems),
+    )
+    classes = num_classes or int(raw.labels.max()) + 1
+
+    def clean(images: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        images, usable = _to_uint8(images, report)
+        in_range = (labels[usable] >= 0) & (labels[usable] < classes)
+        report.bad_labels += int((~in_range).sum())
+        usable = usable[in_range]
+        keys = image_keys(images[usable])
+        keep = drop_duplicates(keys, labels[usable], report)
+        return images[usable][keep], labels[usable][keep], keys[keep]
+
+    x, y, keys = clean(raw.images, raw.labels)
+    if raw.test_images is not None and raw.test_labels is not None:
+        tx, ty, tkeys = clean(raw.test_images, raw.test_labels)
+        train, val = _stratified(y, val_fraction / (1 - test_fraction), seed)
+    else:
+        rest, test = _stratified(y, test_fraction, seed)
+        train_rel, val_rel = _stratified(y[rest], val_fraction / (1 - test_fraction), seed)
+        train, val = rest[train_rel], rest[val_rel]
+        tx, ty, tkeys = x[test], y[test], keys[test]
+    seen = {str(k) for k in keys[train]}
+    val = val[drop_leaks(keys[val], seen, report)]
+    seen |= {str(k) for k in keys[val]}
+    kept_test = drop_leaks(tkeys, seen, report)
+    splits = {
+        "train": Split(x=torch.from_numpy(x[train]), y=torch.from_numpy(y[train])),
+        "val": Split(x=torch.from_numpy(x[val]), y=torch.from_numpy(y[val])),
+        "test": Split(
+            x=torch.from_numpy(np.ascontiguousarray(tx[kept_test])),
+            y=torch.from_numpy(np.ascontiguousarray(ty[kept_test])),
+        ),
+    }
+    report.kept = {k: len(v) for k, v in splits.items()}
+    report.class_counts = np.bincount(y[train], minlength=classes).tolist()
+    pixels = x[train].astype(np.float64) / 255.0
+    return Dataset(
+        name=name,
+        **splits,
+        num_classes=classes,
+        mean=tuple(float(m) for m in pixels.mean(axis=(0, 2, 3))),
+        std=tuple(float(max(s, 1e-6)) for s in pixels.std(axis=(0, 2, 3))),
+        classes=tuple(raw.classes or ()),
+        report=report,
+    )
+
+
+def _stratified(labels: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(kept, drawn) index arrays, ``fraction`` of the samples drawn, stratified by class."""
+    index = np.arange(len(labels))
+    counts = np.bincount(labels)
+    if (counts[counts > 0] < 3).any():
+        rare = [int(c) for c in np.flatnonzero((counts > 0) & (counts < 3))]
+        raise DataError(
+            f"classes {rare} have fewer than 3 samples after cleaning: too few to "
+            "split into train, validation and test; add samples or drop the class"
+        )
+    kept, drawn = train_test_split(index, test_size=fraction, stratify=labels, random_state=seed)
+    return np.sort(kept), np.sort(drawn)

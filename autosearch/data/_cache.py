@@ -1,0 +1,77 @@
+"""A disk cache of decoded datasets, keyed by a hash of the source files' contents."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+from autosearch.data._readers import Raw
+
+__all__ = ["cache_dir", "load_cached", "source_hash", "store"]
+
+logger = logging.getLogger(__name__)
+
+
+def cache_dir() -> Path:
+    """``$AUTOSEARCH_CACHE``, else ``~/.cache/autosearch``."""
+    return Path(os.environ.get("AUTOSEARCH_CACHE", Path.home() / ".cache" / "autosearch"))
+
+
+def source_hash(name: str, path: Path) -> str:
+    """sha256 over the names and bytes of every file under ``path``."""
+    digest = hashlib.sha256(name.encode())
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    for file in files:
+        digest.update(str(file.relative_to(path) if path.is_dir() else file.name).encode())
+        with file.open("rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                digest.update(chunk)
+    return digest.hexdigest()[:24]
+
+
+def load_cached(key: str) -> Raw | None:
+    file = cache_dir() / f"{key}.safetensors"
+    if not file.is_file():
+        return None
+    try:
+        tensors = load_file(str(file))
+        meta = json.loads(file.with_suffix(".json").read_text())
+    except Exception:  # a broken cache entry is only a cache miss
+        logger.warning("ignoring unreadable cache entry %s", file)
+        return None
+    arrays = {k: v.numpy() for k, v in tensors.items()}
+    return Raw(
+        images=arrays["images"],
+        labels=arrays["labels"],
+        test_images=arrays.get("test_images"),
+        test_labels=arrays.get("test_labels"),
+        classes=meta["classes"],
+        problems=meta["problems"],
+    )
+
+
+def store(key: str, raw: Raw) -> None:
+    folder = cache_dir()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        arrays = {"images": raw.images, "labels": raw.labels}
+        if raw.test_images is not None and raw.test_labels is not None:
+            arrays |= {"test_images": raw.test_images, "test_labels": raw.test_labels}
+        tmp = folder / f"{key}.tmp"
+        save_file(
+            {k: torch.from_numpy(np.array(v, order="C", copy=True)) for k, v in arrays.items()},
+            str(tmp),
+        )
+        folder.joinpath(f"{key}.json").write_text(
+            json.dumps({"classes": raw.classes, "problems": raw.problems})
+        )
+        tmp.replace(folder / f"{key}.safetensors")  # atomic: readers never see half a file
+    except OSError as exc:  # a read-only home is no reason to fail
+        logger.warning("could not write the dataset cache in %s: %s", folder, exc)

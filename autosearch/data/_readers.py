@@ -1,0 +1,236 @@
+"""Dataset readers: each decodes a source into uint8 ``(N, C, H, W)`` images and labels.
+
+Readers never unpickle arbitrary objects: CIFAR's python batches go through a restricted
+unpickler that builds only numpy arrays, lists, dicts, strings and numbers.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import pickle
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+
+from autosearch.errors import DataError
+
+__all__ = ["DEFAULT_PATHS", "READERS", "Raw"]
+
+DEFAULT_PATHS = {"fashion-mnist": "/usr/share/datasets/fashion-mnist"}
+
+
+@dataclass(kw_only=True)
+class Raw:
+    """Decoded samples; ``test_*`` set when the dataset ships an official test split.
+    ``problems`` lists files that could not be read (for the cleaning report)."""
+
+    images: np.ndarray
+    labels: np.ndarray
+    test_images: np.ndarray | None = None
+    test_labels: np.ndarray | None = None
+    classes: list[str] | None = None
+    problems: list[str] = field(default_factory=list)
+
+
+def _digits(path: str | None) -> Raw:
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    # Pixel values are 0..16; spread them over the uint8 range.
+    images = np.clip(np.rint(bunch.images * (255.0 / 16.0)), 0, 255).astype(np.uint8)
+    return Raw(images=images[:, None], labels=bunch.target.astype(np.int64))
+
+
+# IDX (MNIST, Fashion-MNIST) --------------------------------------------------------------
+_IDX_FILES = {
+    "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
+    "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
+}
+
+
+def _find(folder: Path, stem: str) -> Path:
+    for name in (f"{stem}.gz", stem):
+        if (folder / name).is_file():
+            return folder / name
+    raise DataError(
+        f"{folder} has no {stem}.gz (or {stem}); expected the four MNIST-format "
+        "IDX files (train-images-idx3-ubyte.gz, ...)"
+    )
+
+
+def _read_idx(path: Path, dims: int) -> np.ndarray:
+    try:
+        data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        raise DataError(f"cannot read {path}: {exc}") from None
+    if len(data) < 4 + 4 * dims or data[:2] != b"\0\0" or data[2] != 0x08 or data[3] != dims:
+        raise DataError(
+            f"{path} is not an IDX file of {dims} dimension(s) of uint8 "
+            f"(magic {data[:4].hex() if len(data) >= 4 else 'missing'})"
+        )
+    shape = tuple(int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(dims))
+    body = data[4 + 4 * dims :]
+    if len(body) != int(np.prod(shape)):
+        raise DataError(
+            f"{path} is truncated or corrupt: header says {shape}, {len(body)} bytes of data follow"
+        )
+    return np.frombuffer(body, dtype=np.uint8).reshape(shape)
+
+
+def _idx(path: str | None, name: str) -> Raw:
+    folder = Path(path or DEFAULT_PATHS.get(name, ""))
+    if not folder.is_dir():
+        hint = (
+            " (apt-get install dataset-fashion-mnist installs it there)"
+            if name == "fashion-mnist"
+            else ""
+        )
+        raise DataError(
+            f"{name} folder {folder} does not exist{hint}; give it as '{name}:/path/to/folder'"
+        )
+    splits = {}
+    for split, (images, labels) in _IDX_FILES.items():
+        x = _read_idx(_find(folder, images), 3)
+        y = _read_idx(_find(folder, labels), 1)
+        if len(x) != len(y):
+            raise DataError(f"{folder}: {len(x)} {split} images but {len(y)} labels")
+        splits[split] = (x[:, None], y.astype(np.int64))
+    return Raw(
+        images=splits["train"][0],
+        labels=splits["train"][1],
+        test_images=splits["test"][0],
+        test_labels=splits["test"][1],
+    )
+
+
+# CIFAR python batches --------------------------------------------------------------------
+class _SafeUnpickler(pickle.Unpickler):
+    """Rebuilds numpy arrays and plain containers only; anything else is refused."""
+
+    _ALLOWED: ClassVar[frozenset[tuple[str, str]]] = frozenset(
+        {
+            ("numpy.core.multiarray", "_reconstruct"),
+            ("numpy._core.multiarray", "_reconstruct"),
+            ("numpy", "ndarray"),
+            ("numpy", "dtype"),
+            ("_codecs", "encode"),
+        }
+    )
+
+    def find_class(self, module: str, name: str) -> object:
+        if (module, name) in self._ALLOWED:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"refusing to load {module}.{name} from a data file")
+
+
+def _unpickle(path: Path) -> dict:
+    try:
+        with path.open("rb") as f:
+            data = _SafeUnpickler(io.BufferedReader(f), encoding="bytes").load()
+    except (OSError, EOFError, pickle.UnpicklingError, ValueError, TypeError) as exc:
+        raise DataError(f"cannot read CIFAR batch {path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise DataError(f"CIFAR batch {path} holds {type(data).__name__}, not a dict")
+    return {k.decode() if isinstance(k, bytes) else k: v for k, v in data.items()}
+
+
+def _cifar_batches(folder: Path, names: list[str], label_key: str) -> tuple[np.ndarray, np.ndarray]:
+    images, labels = [], []
+    for name in names:
+        batch = _unpickle(folder / name)
+        if "data" not in batch or label_key not in batch:
+            raise DataError(f"CIFAR batch {folder / name} lacks 'data' or {label_key!r}")
+        data = np.asarray(batch["data"], dtype=np.uint8)
+        if data.ndim != 2 or data.shape[1] != 3072:
+            raise DataError(
+                f"CIFAR batch {folder / name}: data is {data.shape}, expected (N, 3072)"
+            )
+        images.append(data.reshape(-1, 3, 32, 32))
+        labels.append(np.asarray(batch[label_key], dtype=np.int64))
+    return np.concatenate(images), np.concatenate(labels)
+
+
+def _cifar(path: str | None, name: str) -> Raw:
+    folder = Path(path or "")
+    if not path or not folder.is_dir():
+        raise DataError(
+            f"{name} needs the folder of its python batches: '{name}:/path/to/"
+            f"{'cifar-10-batches-py' if name == 'cifar10' else 'cifar-100-python'}'"
+        )
+    if name == "cifar10":
+        train = [f"data_batch_{i}" for i in range(1, 6)]
+        test, label_key = ["test_batch"], "labels"
+    else:
+        train, test, label_key = ["train"], ["test"], "fine_labels"
+    missing = [n for n in train + test if not (folder / n).is_file()]
+    if missing:
+        raise DataError(f"{folder} lacks the {name} batches {', '.join(missing)}")
+    x, y = _cifar_batches(folder, train, label_key)
+    tx, ty = _cifar_batches(folder, test, label_key)
+    return Raw(images=x, labels=y, test_images=tx, test_labels=ty)
+
+
+# Image folders ---------------------------------------------------------------------------
+_IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
+
+
+def _folder(path: str | None, name: str) -> Raw:
+    """One sub-folder per class. Unreadable files and images whose shape differs from
+    the most common one are left out and reported."""
+    try:
+        from PIL import Image, UnidentifiedImageError
+    except ImportError:
+        raise DataError("image folders need Pillow: pip install Pillow") from None
+    root = Path(path or "")
+    classes = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    if not classes:
+        raise DataError(f"image folder {root} needs one sub-folder of images per class")
+    decoded: list[tuple[np.ndarray, int, Path]] = []
+    problems: list[str] = []
+    for label, cls in enumerate(classes):
+        for file in sorted((root / cls).iterdir()):
+            if file.suffix.lower() not in _IMAGE_SUFFIXES:
+                continue
+            try:
+                with Image.open(file) as img:
+                    img.load()
+                    array = np.asarray(
+                        img.convert("L" if img.mode in ("1", "L", "I;16") else "RGB")
+                    )
+            except (OSError, UnidentifiedImageError, ValueError) as exc:
+                problems.append(f"unreadable: {file} ({type(exc).__name__})")
+                continue
+            array = array[None] if array.ndim == 2 else array.transpose(2, 0, 1)
+            decoded.append((array, label, file))
+    if not decoded:
+        raise DataError(f"image folder {root} holds no readable images")
+    shapes: dict[tuple[int, ...], int] = {}
+    for array, _, _ in decoded:
+        shapes[array.shape] = shapes.get(array.shape, 0) + 1
+    common = max(shapes, key=lambda s: shapes[s])
+    keep = [(a, y) for a, y, f in decoded if a.shape == common]
+    problems += [
+        f"wrong shape {a.shape} (expected {common}): {f}"
+        for a, _, f in decoded
+        if a.shape != common
+    ]
+    return Raw(
+        images=np.stack([a for a, _ in keep]).astype(np.uint8),
+        labels=np.array([y for _, y in keep], dtype=np.int64),
+        classes=classes,
+        problems=problems,
+    )
+
+
+READERS: dict[str, Callable[[str | None], Raw]] = {
+    "digits": _digits,
+    "mnist": lambda path: _idx(path, "mnist"),
+    "fashion-mnist": lambda path: _idx(path, "fashion-mnist"),
+    "cifar10": lambda path: _cifar(path, "cifar10"),
+    "cifar100": lambda path: _cifar(path, "cifar100"),
+    "folder": lambda path: _folder(path, "folder"),
+}
