@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn as nn
@@ -23,12 +24,14 @@ class TrialResult:
     """A trained candidate and what was measured of it.
 
     ``metrics`` holds ``accuracy`` (validation, the search signal), ``test_accuracy``
-    (held out, for reports only), ``flops``, ``macs``, ``params`` and ``train_seconds``.
+    (held out, for reports only), ``flops``, ``macs``, ``params``, ``train_seconds`` and
+    ``world_size`` (DDP processes that trained it).
     """
 
     model: nn.Module | None
     metrics: dict[str, float]
     history: tuple[EpochResult, ...]
+    precision: str = "fp32"
 
 
 def run_trial(
@@ -39,6 +42,7 @@ def run_trial(
     *,
     seed: int,
     on_epoch: Callable[[EpochResult], None] | None = None,
+    checkpoint: str | Path | None = None,
 ) -> TrialResult:
     """Check ``arch``'s budget, build it, train it on ``data`` (with the hyperparameters
     it carries, if its space searches them) and measure it. Deterministic for a seed
@@ -53,7 +57,7 @@ def run_trial(
         torch.manual_seed(seed)
         model = space.build(arch, input_shape=data.input_shape, num_classes=data.num_classes)
         cost = measure(model, data.input_shape)
-        result = train(model, data, config, seed=seed, on_epoch=on_epoch)
+        result = train(model, data, config, seed=seed, on_epoch=on_epoch, checkpoint=checkpoint)
     test_accuracy, _ = evaluate(model, data.test, data)
     metrics = {
         "accuracy": result.val_accuracy,
@@ -62,5 +66,8 @@ def run_trial(
         "macs": float(cost.macs),
         "params": float(cost.params),
         "train_seconds": result.seconds,
+        "world_size": float(result.world_size),
     }
-    return TrialResult(model=model, metrics=metrics, history=result.history)
+    return TrialResult(
+        model=model, metrics=metrics, history=result.history, precision=result.precision
+    )

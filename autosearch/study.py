@@ -52,7 +52,16 @@ logger = logging.getLogger(__name__)
 _DEFINITION = "autosearch"
 _CONTROLLER_STATE = "autosearch:controller"
 _MAX_DUPLICATE_ASKS = 1000
-_METRICS = ("accuracy", "test_accuracy", "flops", "macs", "params", "train_seconds", "reward")
+_METRICS = (
+    "accuracy",
+    "test_accuracy",
+    "flops",
+    "macs",
+    "params",
+    "train_seconds",
+    "reward",
+    "world_size",
+)
 _STATES = {
     TrialState.COMPLETE: "complete",
     TrialState.FAIL: "failed",
@@ -461,9 +470,19 @@ class Study:
         def report(epoch: Any) -> None:
             self._storage.set_trial_intermediate_value(trial_id, epoch.epoch, epoch.val_accuracy)
 
+        # Keyed by architecture: a trial interrupted mid-training resumes from its last epoch.
+        checkpoint = self.artifacts_dir / "checkpoints" / f"{arch.arch_id}.pt"
         result = run_trial(
-            self.space, arch, self.data, self.train_config, seed=seed, on_epoch=report
+            self.space,
+            arch,
+            self.data,
+            self.train_config,
+            seed=seed,
+            on_epoch=report,
+            checkpoint=checkpoint,
         )
+        checkpoint.unlink(missing_ok=True)  # the finished weights are stored as an artifact
+        self._storage.set_trial_user_attr(trial_id, "precision", result.precision)
         return result.metrics, result.model
 
     def _ask_new(self) -> Architecture:

@@ -1,7 +1,10 @@
-"""One plain training loop shared by every trial.
+"""One readable training loop shared by every trial.
 
 The trainer knows nothing of studies or Optuna: it reports each epoch through a
-callback, which may raise to end the run.
+callback, which may raise to end the run. It runs on the device and precision of a
+:class:`autosearch.runtime.Runtime`, under DDP when started by torchrun, and writes a
+checkpoint after every epoch so that an interrupted run resumes where it stopped and
+ends with the same weights.
 """
 
 from __future__ import annotations
@@ -10,7 +13,8 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
 
 import torch
 import torch.nn as nn
@@ -18,6 +22,7 @@ import torch.nn.functional as F
 
 from autosearch.data import Dataset, Split
 from autosearch.errors import TrialFailed
+from autosearch.runtime import PRECISIONS, Runtime, autocast, resolve
 
 __all__ = ["EpochResult", "TrainConfig", "TrainResult", "evaluate", "train"]
 
@@ -28,13 +33,21 @@ class TrainConfig:
 
     Attributes:
         epochs: Passes over the training split.
-        batch_size: Images per step.
+        batch_size: Images per step (the global batch: DDP ranks share it).
         optimizer: ``"sgd"`` (Nesterov momentum 0.9) or ``"adamw"``.
-        lr: Peak learning rate; a cosine schedule takes it to zero.
+        lr: Peak learning rate.
         weight_decay: Decoupled (AdamW) or L2 (SGD) weight decay.
         label_smoothing: Cross-entropy label smoothing.
+        schedule: ``"cosine"`` (to zero) or ``"onecycle"`` (warm-up, then anneal).
+        grad_clip: Clip the gradients' global norm to this (None: no clipping).
         crop_padding: Random-crop augmentation with this zero padding (0 = off).
         flip: Random horizontal flips (off for digits and text-like images).
+        cutout: Side of a random square zeroed in each normalised image (0 = off).
+        precision: ``"auto"`` (fp32 on CPU, bf16 or fp16 on GPUs), ``"fp32"``,
+            ``"bf16"`` or ``"fp16"`` (with a dynamic loss scaler).
+        device: ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"mps"``.
+        channels_last: NHWC memory format (faster convolutions on GPUs).
+        compile: Train through ``torch.compile``.
     """
 
     epochs: int = 10
@@ -43,8 +56,15 @@ class TrainConfig:
     lr: float = 0.05
     weight_decay: float = 5e-4
     label_smoothing: float = 0.0
+    schedule: Literal["cosine", "onecycle"] = "cosine"
+    grad_clip: float | None = None
     crop_padding: int = 0
     flip: bool = False
+    cutout: int = 0
+    precision: str = "auto"
+    device: str = "auto"
+    channels_last: bool = False
+    compile: bool = False
 
     def __post_init__(self) -> None:
         if self.epochs < 1 or self.batch_size < 1:
@@ -55,8 +75,14 @@ class TrainConfig:
             raise ValueError(
                 f"optimizer must be one of {sorted(_OPTIMIZERS)}, got {self.optimizer!r}"
             )
+        if self.schedule not in _SCHEDULES:
+            raise ValueError(f"schedule must be one of {sorted(_SCHEDULES)}, got {self.schedule!r}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
         if not self.lr > 0:
             raise ValueError(f"lr must be positive, got {self.lr}")
+        if self.grad_clip is not None and not self.grad_clip > 0:
+            raise ValueError(f"grad_clip must be positive or None, got {self.grad_clip}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,6 +97,8 @@ class EpochResult:
 @dataclass(frozen=True, kw_only=True)
 class TrainResult:
     history: tuple[EpochResult, ...]
+    precision: str = "fp32"
+    world_size: int = 1
 
     @property
     def val_accuracy(self) -> float:
@@ -96,6 +124,13 @@ _OPTIMIZERS: dict[str, Callable[[list[nn.Parameter], TrainConfig], torch.optim.O
     "adamw": _adamw,
 }
 
+_SCHEDULES: dict[str, Callable[[torch.optim.Optimizer, TrainConfig, int], Any]] = {
+    "cosine": lambda opt, c, steps: torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps),
+    "onecycle": lambda opt, c, steps: torch.optim.lr_scheduler.OneCycleLR(
+        opt, max_lr=c.lr, total_steps=steps
+    ),
+}
+
 
 def train(
     model: nn.Module,
@@ -104,43 +139,95 @@ def train(
     *,
     seed: int,
     on_epoch: Callable[[EpochResult], None] | None = None,
+    checkpoint: str | Path | None = None,
+    runtime: Runtime | None = None,
 ) -> TrainResult:
     """Train ``model`` in place on ``data.train``, validating after each epoch.
 
+    With ``checkpoint``, the state after every epoch (model, optimizer, schedule, loss
+    scaler, RNG states, history) is written there, and a run that finds one resumes
+    from it. Under torchrun every rank calls this; rank 0 writes the checkpoint.
+
     Raises:
-        TrialFailed: the loss became NaN or infinite.
+        TrialFailed: the loss became NaN or infinite, or the device ran out of memory.
     """
+    runtime = runtime or resolve(device=config.device, precision=config.precision)
+    try:
+        return _train(model, data, config, seed, on_epoch, checkpoint, runtime)
+    except torch.OutOfMemoryError:
+        raise TrialFailed(
+            f"out of memory on {runtime.device} at batch size "
+            f"{config.batch_size}; lower batch_size or the budget"
+        ) from None
+
+
+def _train(
+    model: nn.Module,
+    data: Dataset,
+    config: TrainConfig,
+    seed: int,
+    on_epoch: Callable[[EpochResult], None] | None,
+    checkpoint: str | Path | None,
+    runtime: Runtime,
+) -> TrainResult:
+    device = runtime.device
+    memory = torch.channels_last if config.channels_last else torch.contiguous_format
+    model.to(device)
+    if config.channels_last:  # supported by Module.to, though missing from its type stubs
+        model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+    net: nn.Module = model
+    if runtime.distributed:
+        ids = [device.index] if device.type == "cuda" else None
+        net = nn.parallel.DistributedDataParallel(model, device_ids=ids)
+    if config.compile:
+        net = torch.compile(net)  # type: ignore[assignment]
+    train_x, train_y = data.train.x.to(device), data.train.y.to(device)  # uint8: small
+    # Data order and augmentation draw from a CPU generator: the same on every device
+    # and every rank, so DDP ranks agree on each global batch.
     generator = torch.Generator().manual_seed(seed)
     optimizer = _OPTIMIZERS[config.optimizer](list(model.parameters()), config)
     steps_per_epoch = math.ceil(len(data.train) / config.batch_size)
-    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(
-        optimizer, config.epochs * steps_per_epoch
-    )
+    schedule = _SCHEDULES[config.schedule](optimizer, config, config.epochs * steps_per_epoch)
+    scaler = torch.amp.GradScaler(device.type, enabled=runtime.precision == "fp16")
     history: list[EpochResult] = []
-    for epoch in range(1, config.epochs + 1):
+    state_path = Path(checkpoint) if checkpoint else None
+    first = 1
+    if state_path is not None and state_path.is_file():
+        first, history = _restore(state_path, model, optimizer, schedule, scaler, generator)
+    for epoch in range(first, config.epochs + 1):
         start = time.perf_counter()
         model.train()
         order = torch.randperm(len(data.train), generator=generator)
-        total_loss = torch.zeros(())
-        for step, index in enumerate(order.split(config.batch_size)):
-            x = _augment(data.train.x[index], config, generator)
-            loss = F.cross_entropy(
-                model(data.normalize(x)),
-                data.train.y[index],
-                label_smoothing=config.label_smoothing,
-            )
+        total_loss = torch.zeros((), device=device)
+        for step, batch in enumerate(order.split(config.batch_size)):
+            x = _augment(train_x[batch.to(device)], config, generator)
+            x = _cutout(data.normalize(x), config.cutout, generator)
+            y = train_y[batch.to(device)]
+            share = 1.0
+            if runtime.distributed:  # each rank takes its share of the global batch
+                x, y = x[runtime.rank :: runtime.world_size], y[runtime.rank :: runtime.world_size]
+                # DDP averages gradients over ranks; weighting each rank's mean by its
+                # share makes that the global batch's mean even when shares are uneven.
+                share = len(y) * runtime.world_size / len(batch)
+            with autocast(runtime):
+                logits = net(x.contiguous(memory_format=memory))
+                loss = F.cross_entropy(logits, y, label_smoothing=config.label_smoothing)
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+            scaler.scale(loss * share).backward()
+            if config.grad_clip is not None:
+                scaler.unscale_(optimizer)
+                nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+            scaler.step(optimizer)
+            scaler.update()
             schedule.step()
-            total_loss += loss.detach() * len(index)
+            total_loss += loss.detach().float() * len(y)
             # A non-finite loss poisons every later step: stop now, with where and why.
             if step % 16 == 0 and not torch.isfinite(loss):
                 raise TrialFailed(
                     f"loss became {loss.item()} at epoch {epoch}, step {step}; "
                     "lower the learning rate or check the data"
                 )
-        train_loss = total_loss.item() / len(data.train)
+        train_loss = total_loss.item() * runtime.world_size / len(data.train)
         if not math.isfinite(train_loss):
             raise TrialFailed(f"loss became {train_loss} in epoch {epoch}; lower the learning rate")
         val_accuracy, val_loss = evaluate(model, data.val, data)
@@ -152,21 +239,72 @@ def train(
             seconds=time.perf_counter() - start,
         )
         history.append(result)
+        if state_path is not None and runtime.rank == 0:
+            _save(state_path, epoch, history, model, optimizer, schedule, scaler, generator)
         if on_epoch is not None:
             on_epoch(result)
-    return TrainResult(history=tuple(history))
+    return TrainResult(
+        history=tuple(history), precision=runtime.precision, world_size=runtime.world_size
+    )
+
+
+def _save(
+    path: Path,
+    epoch: int,
+    history: list[EpochResult],
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    schedule: Any,
+    scaler: torch.amp.GradScaler,
+    generator: torch.Generator,
+) -> None:
+    state = {
+        "epoch": epoch,
+        "history": [vars(e) for e in history],
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "schedule": schedule.state_dict(),
+        "scaler": scaler.state_dict(),
+        "generator": generator.get_state(),
+        "torch_rng": torch.get_rng_state(),
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    torch.save(state, tmp)
+    tmp.replace(path)  # atomic: a crash mid-write leaves the previous checkpoint
+
+
+def _restore(
+    path: Path,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    schedule: Any,
+    scaler: torch.amp.GradScaler,
+    generator: torch.Generator,
+) -> tuple[int, list[EpochResult]]:
+    # weights_only: a checkpoint holds tensors and plain values, never arbitrary objects.
+    state = torch.load(path, weights_only=True, map_location="cpu")
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    schedule.load_state_dict(state["schedule"])
+    scaler.load_state_dict(state["scaler"])
+    generator.set_state(state["generator"])
+    torch.set_rng_state(state["torch_rng"])
+    return int(state["epoch"]) + 1, [EpochResult(**e) for e in state["history"]]
 
 
 @torch.no_grad()
 def evaluate(
     model: nn.Module, split: Split, data: Dataset, *, batch_size: int = 1024
 ) -> tuple[float, float]:
-    """Top-1 accuracy and mean cross-entropy of ``model`` on ``split``."""
+    """Top-1 accuracy and mean cross-entropy of ``model`` on ``split`` (on its device)."""
     was_training = model.training
     model.eval()
+    device = next(model.parameters(), torch.empty(0)).device
     correct, loss = 0, 0.0
     for x, y in zip(split.x.split(batch_size), split.y.split(batch_size), strict=True):
-        logits = model(data.normalize(x))
+        x, y = x.to(device), y.to(device)
+        logits = model(data.normalize(x)).float()
         correct += int((logits.argmax(1) == y).sum())
         loss += float(F.cross_entropy(logits, y, reduction="sum"))
     model.train(was_training)
@@ -175,16 +313,31 @@ def evaluate(
 
 def _augment(x: torch.Tensor, config: TrainConfig, generator: torch.Generator) -> torch.Tensor:
     """Batched random crop (with zero padding) and horizontal flip on uint8 images."""
+    n, c, h, w = x.shape
     if config.crop_padding:
-        n, c, h, w = x.shape
         p = config.crop_padding
         padded = F.pad(x, (p, p, p, p))
-        top = torch.randint(0, 2 * p + 1, (n, 1, 1, 1), generator=generator)
-        left = torch.randint(0, 2 * p + 1, (n, 1, 1, 1), generator=generator)
-        rows = top + torch.arange(h).view(1, 1, h, 1)
-        cols = left + torch.arange(w).view(1, 1, 1, w)
-        x = padded[torch.arange(n).view(n, 1, 1, 1), torch.arange(c).view(1, c, 1, 1), rows, cols]
+        top = torch.randint(0, 2 * p + 1, (n, 1, 1, 1), generator=generator).to(x.device)
+        left = torch.randint(0, 2 * p + 1, (n, 1, 1, 1), generator=generator).to(x.device)
+        rows = top + torch.arange(h, device=x.device).view(1, 1, h, 1)
+        cols = left + torch.arange(w, device=x.device).view(1, 1, 1, w)
+        batch = torch.arange(n, device=x.device).view(n, 1, 1, 1)
+        x = padded[batch, torch.arange(c, device=x.device).view(1, c, 1, 1), rows, cols]
     if config.flip:
-        flip = torch.rand(len(x), generator=generator) < 0.5
+        flip = (torch.rand(n, generator=generator) < 0.5).to(x.device)
         x = torch.where(flip.view(-1, 1, 1, 1), x.flip(3), x)
     return x
+
+
+def _cutout(x: torch.Tensor, size: int, generator: torch.Generator) -> torch.Tensor:
+    """Zero a ``size``-sided square at a random centre of each normalised image (DeVries
+    & Taylor 2017); the square may hang over the border."""
+    if not size:
+        return x
+    n, _, h, w = x.shape
+    cy = torch.randint(0, h, (n, 1, 1), generator=generator).to(x.device)
+    cx = torch.randint(0, w, (n, 1, 1), generator=generator).to(x.device)
+    rows = torch.arange(h, device=x.device).view(1, h, 1)
+    cols = torch.arange(w, device=x.device).view(1, 1, w)
+    hole = ((rows - cy).abs() <= size // 2) & ((cols - cx).abs() <= size // 2)
+    return x * (~hole).unsqueeze(1)

@@ -23,6 +23,7 @@ RANKS = {
     "_storage": 5,
     "tabular": 5,
     "train": 6,
+    "runtime": 5,
     "runner": 7,
     "export": 7,
     "study": 8,

@@ -1,0 +1,102 @@
+"""Where and how a trial runs: device, precision, and the torchrun process group."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from autosearch.errors import AutosearchError
+
+__all__ = ["Runtime", "autocast", "init_distributed", "resolve", "world"]
+
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Runtime:
+    device: torch.device
+    precision: str  # "fp32", "bf16" or "fp16", never "auto"
+    rank: int = 0
+    world_size: int = 1
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+
+def _device(name: str) -> torch.device:
+    if name == "auto":
+        if torch.cuda.is_available():
+            local = int(os.environ.get("LOCAL_RANK", 0))
+            return torch.device("cuda", local % torch.cuda.device_count())
+        if torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise AutosearchError(
+            f"device {name!r} asked for, but CUDA is not available here; use device='auto' or 'cpu'"
+        )
+    return device
+
+
+def _precision(name: str, device: torch.device) -> str:
+    """ "auto" is bf16 on GPUs that have it, else fp16 with loss scaling on CUDA, and fp32
+    elsewhere: on CPUs without native bf16, autocast trains several times slower."""
+    if name not in PRECISIONS:
+        raise AutosearchError(f"precision must be one of {PRECISIONS}, got {name!r}")
+    if name != "auto":
+        return name
+    if device.type == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    return "fp32"
+
+
+def resolve(*, device: str = "auto", precision: str = "auto") -> Runtime:
+    """The runtime for this process: device and precision chosen, torchrun's rank read."""
+    dev = _device(device)
+    if dev.type == "cuda":
+        # TF32 matmuls and convolutions: ~fp32 accuracy at tensor-core speed (Ampere on).
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    rank, world_size = world()
+    return Runtime(
+        device=dev, precision=_precision(precision, dev), rank=rank, world_size=world_size
+    )
+
+
+def world() -> tuple[int, int]:
+    """(rank, world size): from the process group, else torchrun's environment."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+
+
+def init_distributed() -> bool:
+    """Join torchrun's process group (nccl on GPU, gloo on CPU); False when not under
+    torchrun. Safe to call twice."""
+    if int(os.environ.get("WORLD_SIZE", 1)) <= 1 or not dist.is_available():
+        return False
+    if not dist.is_initialized():
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        dist.init_process_group(backend=backend)
+        if backend == "gloo":
+            # One thread per process: on a shared CPU, ranks must not oversubscribe cores.
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // dist.get_world_size()))
+    return True
+
+
+@contextlib.contextmanager
+def autocast(runtime: Runtime) -> Iterator[None]:
+    """Mixed-precision autocast for bf16 / fp16, nothing for fp32."""
+    if runtime.precision == "fp32":
+        yield
+        return
+    dtype = torch.bfloat16 if runtime.precision == "bf16" else torch.float16
+    with torch.autocast(device_type=runtime.device.type, dtype=dtype):
+        yield
