@@ -5,16 +5,21 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import shutil
+import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import optuna
+import torch.distributed as dist
 from tqdm import tqdm
 
 from autosearch.errors import AutosearchError, StudyError
 from autosearch.registry import controllers, spaces
 from autosearch.report import write_report
+from autosearch.runtime import init_distributed, world
 from autosearch.scoring import objective
 from autosearch.study import Record, Study, Table, create_study, default_storage, load_study
 from autosearch.studyfile import load_spec
@@ -96,10 +101,52 @@ def _run_to_budget(study: Study, total: int, out: Path) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if args.nproc_per_node > 1 and "LOCAL_RANK" not in os.environ:
+        return _relaunch_under_torchrun(args)
     spec = load_spec(args.study_file)
-    study = spec.create(storage=args.storage)
-    total = args.n_trials if args.n_trials is not None else spec.n_trials
-    return _run_to_budget(study, total, _out_dir(args, study))
+    if not init_distributed():
+        study = spec.create(storage=args.storage)
+        total = args.n_trials if args.n_trials is not None else spec.n_trials
+        return _run_to_budget(study, total, _out_dir(args, study))
+    # Under torchrun: rank 0 creates (or opens) the study before the others open it.
+    rank, _ = world()
+    try:
+        if rank == 0:
+            study = spec.create(storage=args.storage)
+        dist.barrier()
+        if rank != 0:
+            study = load_study(
+                spec.name, storage=args.storage or spec.storage or default_storage(spec.name)
+            )
+            study.optimize(0)  # follow rank 0 until it has finished
+            return 0
+        total = args.n_trials if args.n_trials is not None else spec.n_trials
+        return _run_to_budget(study, total, _out_dir(args, study))
+    finally:
+        dist.destroy_process_group()
+
+
+def _relaunch_under_torchrun(args: argparse.Namespace) -> int:
+    """``autosearch run --nproc-per-node N``: the same command, N processes, via torchrun."""
+    torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
+    forwarded = [args.study_file]
+    for flag, value in (
+        ("--n-trials", args.n_trials),
+        ("--storage", args.storage),
+        ("--out", args.out),
+    ):
+        if value is not None:
+            forwarded += [flag, str(value)]
+    command = [
+        torchrun,
+        "--standalone",
+        f"--nproc-per-node={args.nproc_per_node}",
+        "-m",
+        "autosearch.cli",
+        "run",
+        *forwarded,
+    ]
+    return subprocess.call(command)
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -194,6 +241,12 @@ def _parser() -> argparse.ArgumentParser:
         "--storage", help="storage URL (default: the file's, or sqlite:///runs/NAME/study.db)"
     )
     run.add_argument("--out", help="folder for report.html and best/ (default runs/NAME)")
+    run.add_argument(
+        "--nproc-per-node",
+        type=int,
+        default=1,
+        help="train each trial with N DDP processes (torchrun; gloo on CPU)",
+    )
     run.set_defaults(func=cmd_run)
 
     search = sub.add_parser("search", help="search a registered space with a registered controller")

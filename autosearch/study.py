@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 import numpy as np
 import optuna
+import torch.distributed as dist
 from optuna.artifacts import FileSystemArtifactStore, download_artifact, upload_artifact
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 from optuna.storages import BaseStorage
@@ -40,6 +41,7 @@ from autosearch.errors import AutosearchError, ExportError, StorageError, StudyE
 from autosearch.export import write_export
 from autosearch.registry import controllers, spaces
 from autosearch.runner import run_trial
+from autosearch.runtime import world
 from autosearch.scoring import objective, pareto_mask
 from autosearch.space import Categorical, IntRange, SearchSpace
 from autosearch.tabular import Table
@@ -410,6 +412,21 @@ class Study:
         callbacks = list(callbacks)
         if self.table is None:
             _ = self.data  # data that cannot be loaded stops the study here, not in a trial
+        rank, size = world()
+        if size > 1 and rank != 0:
+            return self._follow()  # under torchrun, rank 0 alone drives the search
+        try:
+            return self._optimize(n_trials, callbacks, max_failures_in_a_row)
+        finally:
+            if size > 1:
+                _broadcast(None)  # release the other ranks
+
+    def _optimize(
+        self,
+        n_trials: int,
+        callbacks: list[Callable[[Study, Record], None]],
+        max_failures_in_a_row: int,
+    ) -> list[Record]:
         done: list[Record] = []
         failures = 0
         for _ in range(n_trials):
@@ -471,7 +488,9 @@ class Study:
             self._storage.set_trial_intermediate_value(trial_id, epoch.epoch, epoch.val_accuracy)
 
         # Keyed by architecture: a trial interrupted mid-training resumes from its last epoch.
-        checkpoint = self.artifacts_dir / "checkpoints" / f"{arch.arch_id}.pt"
+        checkpoint = self._checkpoint(arch)
+        if world()[1] > 1:
+            _broadcast({"arch": arch.to_json(), "seed": seed})  # the other ranks train it too
         result = run_trial(
             self.space,
             arch,
@@ -484,6 +503,27 @@ class Study:
         checkpoint.unlink(missing_ok=True)  # the finished weights are stored as an artifact
         self._storage.set_trial_user_attr(trial_id, "precision", result.precision)
         return result.metrics, result.model
+
+    def _checkpoint(self, arch: Architecture) -> Path:
+        return self.artifacts_dir / "checkpoints" / f"{arch.arch_id}.pt"
+
+    def _follow(self) -> list[Record]:
+        """A non-zero rank under torchrun: train what rank 0 broadcasts, until told to stop.
+        Rank 0 records every result (and every failure)."""
+        while (message := _broadcast(None)) is not None:
+            arch = Architecture.from_json(message["arch"])
+            try:
+                run_trial(
+                    self.space,
+                    arch,
+                    self.data,
+                    self.train_config,
+                    seed=message["seed"],
+                    checkpoint=self._checkpoint(arch),
+                )
+            except Exception:  # rank 0 saw the same failure and stores it
+                logger.debug("trial failed on this rank too", exc_info=True)
+        return []
 
     def _ask_new(self) -> Architecture:
         """The controller's next architecture that no trial has evaluated yet."""
@@ -652,6 +692,13 @@ class Study:
             metrics=record.metrics,
             provenance={"study": self.name, "trial": record.trial, "version": __version__},
         )
+
+
+def _broadcast(message: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Rank 0's ``message`` on every rank (None tells the followers to stop)."""
+    box = [message]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 def trial_seed(study_seed: int, arch: Architecture) -> int:

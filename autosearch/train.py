@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -220,14 +221,16 @@ def _train(
             scaler.step(optimizer)
             scaler.update()
             schedule.step()
-            total_loss += loss.detach().float() * len(y)
+            total_loss += loss.detach().float() * len(y)  # this rank's samples
             # A non-finite loss poisons every later step: stop now, with where and why.
-            if step % 16 == 0 and not torch.isfinite(loss):
+            if step % 16 == 0 and not _finite_everywhere(loss, runtime):
                 raise TrialFailed(
                     f"loss became {loss.item()} at epoch {epoch}, step {step}; "
                     "lower the learning rate or check the data"
                 )
-        train_loss = total_loss.item() * runtime.world_size / len(data.train)
+        if runtime.distributed:
+            dist.all_reduce(total_loss)  # every rank reports the global mean
+        train_loss = total_loss.item() / len(data.train)
         if not math.isfinite(train_loss):
             raise TrialFailed(f"loss became {train_loss} in epoch {epoch}; lower the learning rate")
         val_accuracy, val_loss = evaluate(model, data.val, data)
@@ -246,6 +249,15 @@ def _train(
     return TrainResult(
         history=tuple(history), precision=runtime.precision, world_size=runtime.world_size
     )
+
+
+def _finite_everywhere(loss: torch.Tensor, runtime: Runtime) -> bool:
+    """Whether the loss is finite on every rank: ranks must stop together, or the ones
+    still training wait forever on the ones that stopped."""
+    finite = torch.isfinite(loss.detach()).to(torch.int32).reshape(1)
+    if runtime.distributed:
+        dist.all_reduce(finite, op=dist.ReduceOp.MIN)
+    return bool(finite.item())
 
 
 def _save(

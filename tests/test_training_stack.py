@@ -183,3 +183,43 @@ def test_two_torchrun_processes_match_one_process(digits, tmp_path):
     for name, value in single.state_dict().items():
         assert torch.equal(ranks[0]["params"][name], ranks[1]["params"][name]), name
         torch.testing.assert_close(ranks[0]["params"][name], value, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_a_study_runs_under_torchrun_with_rank_0_storing(tmp_path):
+    import autosearch
+
+    (tmp_path / "tiny.py").write_text(
+        textwrap.dedent(
+            """
+        from autosearch import StudySpec, TrainConfig
+        from controllers import RandomSearch
+        from search_spaces import ResNetSpace
+
+        study = StudySpec(
+            name="ddp",
+            controller=RandomSearch(
+                ResNetSpace(max_stages=2, depths=(1,), widths=(4, 8), stem_widths=(4,)), seed=0
+            ),
+            train=TrainConfig(epochs=1, batch_size=128, lr=0.1),
+            n_trials=2,
+        )
+        """
+        )
+    )
+    cli = Path(sys.executable).with_name("autosearch")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [str(cli), "run", "tiny.py", "--nproc-per-node", "2"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.count("Pareto front") == 1  # rank 0 alone reports
+    study = autosearch.load_study("ddp", storage=f"sqlite:///{tmp_path}/runs/ddp/study.db")
+    records = study.records()
+    assert len(records) == 2 and all(r.state == "complete" for r in records)
+    assert all(r.metrics["world_size"] == 2 for r in records)
