@@ -37,6 +37,7 @@ from autosearch._version import __version__
 from autosearch.architecture import Architecture
 from autosearch.controller import Controller, Outcome
 from autosearch.data import Dataset, load_data, spec_of
+from autosearch.early_stopping import SuccessiveHalving, from_dict
 from autosearch.errors import AutosearchError, ExportError, StorageError, StudyError, suggest
 from autosearch.export import write_export
 from autosearch.registry import controllers, spaces
@@ -63,6 +64,7 @@ _METRICS = (
     "train_seconds",
     "reward",
     "world_size",
+    "stopped_at_epoch",
 )
 _STATES = {
     TrialState.COMPLETE: "complete",
@@ -133,6 +135,7 @@ class StudySpec:
     artifacts: str | None = None
     seed: int = 0
     table: Table | None = None
+    early_stopping: SuccessiveHalving | None = None
     n_trials: int = 10
 
     def create(self, *, storage: str | None = None, load_if_exists: bool = True) -> Study:
@@ -159,6 +162,7 @@ def create_study(
     artifacts: str | None = None,
     seed: int = 0,
     table: Table | None = None,
+    early_stopping: SuccessiveHalving | None = None,
     load_if_exists: bool = False,
 ) -> Study:
     """Create a study (or, with ``load_if_exists``, continue the stored one).
@@ -176,6 +180,8 @@ def create_study(
         storage: Storage URL; default ``sqlite:///runs/NAME/study.db``.
         artifacts: Folder for trained weights; default ``artifacts/`` beside a file storage.
         seed: Seed of the data split and of every trial's training.
+        early_stopping: Stop unpromising trials early (SuccessiveHalving, Hyperband),
+            judged on validation accuracy after each epoch against the other trials.
         table: Evaluate architectures by looking them up in this benchmark table
             instead of training them (``data`` and ``train`` are then unused).
         load_if_exists: Continue a stored study of the same name and definition.
@@ -214,6 +220,7 @@ def create_study(
         "seed": seed,
         "artifacts": artifacts,
         "table": json.loads(json.dumps(dataclasses.asdict(table))) if table else None,
+        "early_stopping": early_stopping.to_dict() if early_stopping else None,
         "created_by": f"autosearch {__version__}",
     }
     dataset = load_data(data, seed=seed) if table is None else None
@@ -313,6 +320,7 @@ class Study:
         self._study_id = storage.get_study_id_from_name(name)
         self._dataset = data
         self.table = Table(**definition["table"]) if definition.get("table") else None
+        self.early_stopping = from_dict(definition.get("early_stopping"))
         self._told: set[int] = set()
         self._restore_controller()
 
@@ -451,6 +459,9 @@ class Study:
 
         try:
             metrics, model = self._evaluate(arch, trial_id, seed)
+        except _Stopped as stop:
+            logger.info("trial %d stopped early after epoch %d", number, stop.epoch)
+            outcome = self._stop(trial_id, arch, stop)
         except KeyboardInterrupt:
             self._fail(trial_id, "interrupted by the user")
             raise
@@ -484,8 +495,23 @@ class Study:
         if self.table is not None:
             return self.table.evaluate(self.space, arch), None
 
+        number = self._storage.get_trial_number_from_id(trial_id)
+
         def report(epoch: Any) -> None:
             self._storage.set_trial_intermediate_value(trial_id, epoch.epoch, epoch.val_accuracy)
+            if self.early_stopping is None:
+                return
+            stop = self.early_stopping.should_stop(
+                trial=number,
+                epoch=epoch.epoch,
+                epochs=self.train_config.epochs,
+                value=epoch.val_accuracy,
+                others=self._curves(trial_id),
+            )
+            if world()[1] > 1:
+                _broadcast({"stop": stop})  # every rank stops at the same epoch
+            if stop:
+                raise _Stopped(epoch.epoch, epoch.val_accuracy)
 
         # Keyed by architecture: a trial interrupted mid-training resumes from its last epoch.
         checkpoint = self._checkpoint(arch)
@@ -504,12 +530,49 @@ class Study:
         self._storage.set_trial_user_attr(trial_id, "precision", result.precision)
         return result.metrics, result.model
 
+    def _curves(self, trial_id: int) -> dict[int, dict[int, float]]:
+        """Every other trial's validation accuracy by epoch (the early-stopping peers)."""
+        return {
+            t.number: dict(t.intermediate_values)
+            for t in self._storage.get_all_trials(self._study_id, deepcopy=False)
+            if t._trial_id != trial_id and t.intermediate_values
+        }
+
+    def _stop(self, trial_id: int, arch: Architecture, stop: _Stopped) -> Outcome:
+        """Store a trial stopped early: its accuracy so far and its cost (not trained on)."""
+        self._checkpoint(arch).unlink(missing_ok=True)
+        cost = self.space.cost(
+            arch, input_shape=self.data.input_shape, num_classes=self.data.num_classes
+        )
+        metrics = {
+            "accuracy": stop.value,
+            "flops": float(cost.flops),
+            "macs": float(cost.macs),
+            "params": float(cost.params),
+        }
+        metrics["reward"] = scoring.reward(self.reward_name, metrics)
+        for key, value in {**metrics, "stopped_at_epoch": stop.epoch}.items():
+            self._storage.set_trial_user_attr(trial_id, key, value)
+        self._storage.set_trial_state_values(trial_id, TrialState.PRUNED)
+        return Outcome(
+            reward=metrics["reward"],
+            status="stopped",
+            objectives={o: metrics[o] for o in self.objectives if o in metrics},
+        )
+
     def _checkpoint(self, arch: Architecture) -> Path:
         return self.artifacts_dir / "checkpoints" / f"{arch.arch_id}.pt"
 
     def _follow(self) -> list[Record]:
         """A non-zero rank under torchrun: train what rank 0 broadcasts, until told to stop.
         Rank 0 records every result (and every failure)."""
+
+        def follow_stop(epoch: Any) -> None:
+            decision = _broadcast(None)
+            if decision and decision["stop"]:
+                raise _Stopped(epoch.epoch, epoch.val_accuracy)
+
+        on_epoch = follow_stop if self.early_stopping is not None else None
         while (message := _broadcast(None)) is not None:
             arch = Architecture.from_json(message["arch"])
             try:
@@ -520,6 +583,7 @@ class Study:
                     self.train_config,
                     seed=message["seed"],
                     checkpoint=self._checkpoint(arch),
+                    on_epoch=on_epoch,
                 )
             except Exception:  # rank 0 saw the same failure and stores it
                 logger.debug("trial failed on this rank too", exc_info=True)
@@ -692,6 +756,14 @@ class Study:
             metrics=record.metrics,
             provenance={"study": self.name, "trial": record.trial, "version": __version__},
         )
+
+
+class _Stopped(Exception):
+    """Raised from the epoch callback to end a trial early (multi-fidelity stopping)."""
+
+    def __init__(self, epoch: int, value: float) -> None:
+        super().__init__(f"stopped after epoch {epoch} at validation accuracy {value:.4f}")
+        self.epoch, self.value = epoch, value
 
 
 def _broadcast(message: dict[str, Any] | None) -> dict[str, Any] | None:

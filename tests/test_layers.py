@@ -22,6 +22,7 @@ RANKS = {
     "scoring": 5,
     "_storage": 5,
     "tabular": 5,
+    "early_stopping": 5,
     "train": 6,
     "runtime": 5,
     "runner": 7,
