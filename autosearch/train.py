@@ -214,12 +214,7 @@ def _train(
                 logits = net(x.contiguous(memory_format=memory))
                 loss = F.cross_entropy(logits, y, label_smoothing=config.label_smoothing)
             optimizer.zero_grad(set_to_none=True)
-            scaler.scale(loss * share).backward()
-            if config.grad_clip is not None:
-                scaler.unscale_(optimizer)
-                nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-            scaler.step(optimizer)
-            scaler.update()
+            _step(loss * share if share != 1.0 else loss, model, optimizer, scaler, config)
             schedule.step()
             total_loss += loss.detach().float() * len(y)  # this rank's samples
             # A non-finite loss poisons every later step: stop now, with where and why.
@@ -249,6 +244,28 @@ def _train(
     return TrainResult(
         history=tuple(history), precision=runtime.precision, world_size=runtime.world_size
     )
+
+
+def _step(
+    loss: torch.Tensor,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler,
+    config: TrainConfig,
+) -> None:
+    """Backward and optimizer step; through the loss scaler only when fp16 needs it."""
+    if scaler.is_enabled():
+        scaler.scale(loss).backward()
+        if config.grad_clip is not None:
+            scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
+            nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+        scaler.step(optimizer)
+        scaler.update()
+        return
+    loss.backward()
+    if config.grad_clip is not None:
+        nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+    optimizer.step()
 
 
 def _finite_everywhere(loss: torch.Tensor, runtime: Runtime) -> bool:
