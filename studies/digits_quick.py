@@ -1,7 +1,7 @@
 """digits-quick: the default study (`make run`).
 
 Random search over small ResNets on scikit-learn's bundled digits (8×8 grayscale,
-10 classes), 12 candidates trained for 10 epochs each; about two minutes on two
+10 classes), 12 candidates trained for 10 epochs each; about one minute on two
 CPU cores. Results land in runs/digits-quick/.
 """
 
