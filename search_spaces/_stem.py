@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from autosearch.cost import Tally
+
 # Below this size a 7×7/2 convolution and a 3×3/2 max-pool throw away most of the image.
 IMAGENET_STEM_MIN_SIZE = 128
 STEMS = ("auto", "cifar", "imagenet")
@@ -14,3 +16,11 @@ def choose_stem(stem: str, input_shape: Sequence[int]) -> str:
     if stem != "auto":
         return stem
     return "imagenet" if min(input_shape[1:]) >= IMAGENET_STEM_MIN_SIZE else "cifar"
+
+
+def tally_stem(tally: Tally, stem: str, width: int, *, cifar_bn: bool = True) -> Tally:
+    """Count a stem: 7×7/2 conv-BN and 3×3/2 max-pool, or one 3×3 conv (with BN unless
+    the network's first block normalises it, as DenseNet's does)."""
+    if stem == "imagenet":
+        return tally.conv(width, 7, 2).pool(3, 2, padding=1)
+    return tally.conv(width, 3, bn=cifar_bn)

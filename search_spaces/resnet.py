@@ -15,7 +15,7 @@ from autosearch.architecture import Architecture, Gene
 from autosearch.cost import Cost, Tally
 from autosearch.registry import register_space
 from autosearch.space import Categorical, Domain, IntRange, NetworkSpec, SearchSpace
-from search_spaces._stem import STEMS, choose_stem
+from search_spaces._stem import STEMS, choose_stem, tally_stem
 
 __all__ = ["ResNetSpace"]
 
@@ -166,11 +166,7 @@ class ResNetSpace(SearchSpace):
         self, arch: Architecture, input_shape: tuple[int, int, int], num_classes: int
     ) -> Cost:
         kw = self.network(arch, input_shape=input_shape, num_classes=num_classes).kwargs
-        t = Tally.of(input_shape)
-        if kw["stem"] == "imagenet":
-            t.conv(kw["stem_width"], 7, 2).pool(3, 2, padding=1)
-        else:
-            t.conv(kw["stem_width"], 3)
+        t = tally_stem(Tally.of(input_shape), kw["stem"], kw["stem_width"])
         expansion = _EXPANSION[kw["block"]]
         for depth, width, stride in kw["stages"]:
             for index in range(depth):
