@@ -9,6 +9,7 @@ ends with the same weights.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable
@@ -25,7 +26,7 @@ from autosearch.data import Dataset, Split
 from autosearch.errors import TrialFailed
 from autosearch.runtime import PRECISIONS, Runtime, autocast, resolve
 
-__all__ = ["EpochResult", "TrainConfig", "TrainResult", "evaluate", "train"]
+__all__ = ["EpochResult", "TrainConfig", "TrainResult", "evaluate", "find_batch_size", "train"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,6 +50,8 @@ class TrainConfig:
         device: ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"mps"``.
         channels_last: NHWC memory format (faster convolutions on GPUs).
         compile: Train through ``torch.compile``.
+        auto_batch_size: On a GPU, train with the largest batch that fits (doubling
+            from ``batch_size``), the learning rate scaled with it (linear rule).
     """
 
     epochs: int = 10
@@ -66,6 +69,7 @@ class TrainConfig:
     device: str = "auto"
     channels_last: bool = False
     compile: bool = False
+    auto_batch_size: bool = False
 
     def __post_init__(self) -> None:
         if self.epochs < 1 or self.batch_size < 1:
@@ -153,6 +157,11 @@ def train(
         TrialFailed: the loss became NaN or infinite, or the device ran out of memory.
     """
     runtime = runtime or resolve(device=config.device, precision=config.precision)
+    if config.auto_batch_size and runtime.device.type == "cuda":
+        size = find_batch_size(model, data, config, runtime)
+        config = dataclasses.replace(
+            config, batch_size=size, lr=config.lr * size / config.batch_size
+        )
     try:
         return _train(model, data, config, seed, on_epoch, checkpoint, runtime)
     except torch.OutOfMemoryError:
@@ -266,6 +275,40 @@ def _step(
     if config.grad_clip is not None:
         nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
     optimizer.step()
+
+
+def find_batch_size(
+    model: nn.Module, data: Dataset, config: TrainConfig, runtime: Runtime, *, limit: int = 4096
+) -> int:
+    """The largest batch, doubling from ``config.batch_size``, for which a training step
+    (forward, backward, optimizer step, in the run's precision) does not run out of
+    memory; at most ``limit`` and the training split's size. The model's weights are
+    restored afterwards."""
+    saved = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    model.to(runtime.device).train()
+    optimizer = _OPTIMIZERS[config.optimizer](list(model.parameters()), config)
+    fits, size = 0, config.batch_size
+    while size <= min(limit, len(data.train)):
+        try:
+            x = data.normalize(data.train.x[:size].to(runtime.device))
+            with autocast(runtime):
+                loss = F.cross_entropy(model(x), data.train.y[:size].to(runtime.device))
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        except torch.OutOfMemoryError:
+            break
+        finally:
+            if runtime.device.type == "cuda":
+                torch.cuda.empty_cache()
+        fits, size = size, size * 2
+    model.load_state_dict(saved)
+    if not fits:
+        raise TrialFailed(
+            f"out of memory on {runtime.device} even at batch size {config.batch_size}; "
+            "lower batch_size or the budget"
+        )
+    return fits
 
 
 def _finite_everywhere(loss: torch.Tensor, runtime: Runtime) -> bool:

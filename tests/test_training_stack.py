@@ -223,3 +223,27 @@ def test_a_study_runs_under_torchrun_with_rank_0_storing(tmp_path):
     records = study.records()
     assert len(records) == 2 and all(r.state == "complete" for r in records)
     assert all(r.metrics["world_size"] == 2 for r in records)
+
+
+def test_batch_size_finder_takes_the_largest_batch_that_fits(digits):
+    from autosearch.train import find_batch_size
+
+    class Bounded(nn.Module):
+        """Runs out of memory above 300 images, like a GPU would."""
+
+        def __init__(self):
+            super().__init__()
+            self.net = _net()
+
+        def forward(self, x):
+            if len(x) > 300:
+                raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+            return self.net(x)
+
+    model = Bounded()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    runtime = resolve(device="cpu", precision="fp32")
+    assert find_batch_size(model, digits, TrainConfig(batch_size=32), runtime) == 256
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    with pytest.raises(TrialFailed, match="even at batch size 512"):
+        find_batch_size(model, digits, TrainConfig(batch_size=512), runtime)
