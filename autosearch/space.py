@@ -12,9 +12,9 @@ import abc
 import dataclasses
 import functools
 import importlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import torch
@@ -182,6 +182,13 @@ class SearchSpace(abc.ABC):
         images of ``input_shape``, e.g. when its downsampling would shrink a feature
         map to nothing. Spaces whose maps can shrink to nothing override this."""
         return None
+
+    def reset(self, arch: Architecture, genes: Iterable[str]) -> Architecture:
+        """``arch`` with ``genes`` set back to their domains' defaults: what a
+        :meth:`canonicalize` does with genes the network ignores."""
+        domains = self.domains()
+        defaults = {g: cast(Gene, domains[g].default) for g in genes}
+        return Architecture(space=arch.space, genes={**arch, **defaults})
 
     def validate(self, arch: Architecture, *, input_shape: Sequence[int] | None = None) -> None:
         """Raise InvalidArchitectureError naming the gene and what is allowed.

@@ -104,13 +104,10 @@ class DenseNetSpace(SearchSpace):
 
     def canonicalize(self, arch: Architecture) -> Architecture:
         self.validate(arch)
-        domains = self.domains()
-        genes = dict(arch)
-        for i in range(int(arch["blocks"]) + 1, self.max_blocks + 1):
-            genes[f"block{i}.layers"] = domains[f"block{i}.layers"].default  # type: ignore[assignment]
+        unused = [f"block{i}.layers" for i in range(int(arch["blocks"]) + 1, self.max_blocks + 1)]
         if arch["blocks"] == 1:
-            genes["compression"] = domains["compression"].default  # type: ignore[assignment]
-        return Architecture(space=self.name, genes=genes)
+            unused.append("compression")  # a single block has no transition
+        return self.reset(arch, unused)
 
     def check_input(self, arch: Architecture, input_shape: Sequence[int]) -> None:
         """Each transition halves the feature map (2×2 pooling, rounding down)."""

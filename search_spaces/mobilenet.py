@@ -149,19 +149,18 @@ class MobileNetSpace(SearchSpace):
 
     def canonicalize(self, arch: Architecture) -> Architecture:
         self.validate(arch)
-        domains = self.domains()
-        genes = dict(arch)
-        for i in range(1, self.max_stages + 1):
-            parts = (
-                ("block", "depth", "width", "stride", "expansion", "kernel", "se")
-                if i > int(arch["stages"])
-                else ("expansion",)
-                if arch[f"stage{i}.block"] == "ds"
-                else ()
-            )
-            for part in parts:
-                genes[f"stage{i}.{part}"] = domains[f"stage{i}.{part}"].default  # type: ignore[assignment]
-        return Architecture(space=self.name, genes=genes)
+        every = ("block", "depth", "width", "stride", "expansion", "kernel", "se")
+        unused = [
+            f"stage{i}.{part}"
+            for i in range(int(arch["stages"]) + 1, self.max_stages + 1)
+            for part in every
+        ]
+        unused += [
+            f"stage{i}.expansion"
+            for i in range(1, int(arch["stages"]) + 1)
+            if arch[f"stage{i}.block"] == "ds"
+        ]  # depthwise-separable: no expansion
+        return self.reset(arch, unused)
 
     def network(
         self, arch: Architecture, *, input_shape: Sequence[int], num_classes: int

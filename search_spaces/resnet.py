@@ -123,14 +123,14 @@ class ResNetSpace(SearchSpace):
 
     def canonicalize(self, arch: Architecture) -> Architecture:
         self.validate(arch)
-        domains = self.domains()
-        genes = dict(arch)
-        for i in range(int(arch["stages"]) + 1, self.max_stages + 1):
-            for part in ("depth", "width", "stride"):
-                genes[f"stage{i}.{part}"] = domains[f"stage{i}.{part}"].default  # type: ignore[assignment]
-        if not self._changes_shape(genes):
-            genes["shortcut"] = domains["shortcut"].default  # type: ignore[assignment]
-        return Architecture(space=self.name, genes=genes)
+        unused = [
+            f"stage{i}.{part}"
+            for i in range(int(arch["stages"]) + 1, self.max_stages + 1)
+            for part in ("depth", "width", "stride")
+        ]
+        if not self._changes_shape(arch):
+            unused.append("shortcut")
+        return self.reset(arch, unused)
 
     def _changes_shape(self, genes: Mapping[str, Gene]) -> bool:
         """Whether any block's input and output shapes differ (so shortcut matters)."""
