@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from autosearch._version import __version__
 from autosearch.architecture import Architecture
+from autosearch.compress import Compression
 from autosearch.controller import Controller, Outcome
 from autosearch.errors import (
     AutosearchError,
@@ -37,6 +38,7 @@ __all__ = [
     "AutosearchError",
     "BudgetError",
     "Categorical",
+    "Compression",
     "Controller",
     "DataError",
     "ExportError",

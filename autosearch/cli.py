@@ -29,18 +29,35 @@ __all__ = ["main"]
 
 
 def _table(records: Sequence[Record]) -> str:
-    """A plain-text table; FLOPs are 2 × MACs per image."""
-    rows = [("trial", "architecture", "val acc", "test acc", "MFLOPs", "k params")]
+    """A plain-text table; FLOPs are 2 × MACs per image, latency ms per image at batch 1
+    on one CPU thread, bytes of the saved weights."""
+    nan = float("nan")
+    rows = [
+        (
+            "trial",
+            "architecture",
+            "variant",
+            "val acc",
+            "test acc",
+            "MFLOPs",
+            "k params",
+            "latency ms",
+            "kB",
+        )
+    ]
     for r in records:
         m = r.metrics
         rows.append(
             (
                 str(r.trial),
                 r.description,
+                r.variant,
                 f"{m['accuracy']:.4f}",
-                f"{m.get('test_accuracy', float('nan')):.4f}",
+                f"{m.get('test_accuracy', nan):.4f}",
                 f"{m['flops'] / 1e6:.3f}",
                 f"{m['params'] / 1e3:.1f}",
+                f"{m.get('latency', nan):.3f}",
+                f"{m.get('bytes', nan) / 1e3:.1f}",
             )
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
@@ -179,7 +196,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     study = _open(args)
-    records = study.records()
+    records = study.records(variants=False)
     counts = {s: sum(r.state == s for r in records) for s in ("complete", "failed", "running")}
     if args.json:
         print(
@@ -192,7 +209,12 @@ def cmd_status(args: argparse.Namespace) -> int:
                     "objectives": list(study.objectives),
                     "trials": counts,
                     "pareto": [
-                        {"trial": r.trial, "description": r.description, **r.metrics}
+                        {
+                            "trial": r.trial,
+                            "variant": r.variant,
+                            "description": r.description,
+                            **r.metrics,
+                        }
                         for r in study.pareto()
                     ],
                 },
@@ -206,7 +228,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     )
     print(", ".join(f"{n} {s}" for s, n in counts.items()))
     if counts["complete"]:
-        print("\nPareto front (FLOPs = 2 x MACs per image):\n" + _table(study.pareto()))
+        print(
+            "\nPareto front over every (architecture, variant) (FLOPs = 2 x MACs per "
+            "image; latency: ms per image, batch 1, one CPU thread):\n" + _table(study.pareto())
+        )
     return 0
 
 

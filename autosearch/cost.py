@@ -10,23 +10,47 @@ Conventions (state them wherever a number is shown):
   are MACs (ResNet-20: 40.8 M MACs).
 * **params** = number of elements of every parameter (buffers such as batch-norm
   running statistics are not counted).
+* **sparse MACs** = each conv/linear layer's MACs × the density (share of non-zero
+  weights) of its weight: what a sparse kernel would have to compute.
+* **BOPs** (bit-operations) = MACs × weight bits × activation bits (32 × 32 for fp32,
+  8 × 8 for int8), as in the mixed-precision NAS literature.
+* **bytes** = size of the weights as saved: a safetensors file of the state dict for
+  float models (zeros of unstructured pruning are stored, so it does not shrink),
+  ``torch.export.save`` of the quantized program for int8.
+* **latency** = median wall time of one forward pass per image, in milliseconds, on
+  one CPU thread (or the model's GPU), after warm-up: at batch 1 (``latency``) and in
+  batches of 32 (``latency_batched``).
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+import statistics
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 from torch.utils.flop_counter import FlopCounterMode
 
-__all__ = ["CONVENTIONS", "Cost", "Tally", "measure"]
+__all__ = [
+    "CONVENTIONS",
+    "Cost",
+    "Tally",
+    "latency",
+    "layer_macs",
+    "measure",
+    "saved_bytes",
+    "sparse_macs",
+]
 
 CONVENTIONS = (
     "FLOPs = 2 x MACs of conv/linear layers for one image (FlopCounterMode); batch norm, "
-    "activations and pooling not counted; params = parameter elements."
+    "activations and pooling not counted; params = parameter elements; sparse MACs = "
+    "layer MACs x weight density; BOPs = MACs x weight bits x activation bits; bytes = "
+    "weights as saved; latency = median ms per image on one CPU thread, batch 1 and 32."
 )
 
 
@@ -55,6 +79,116 @@ def measure(model: nn.Module, input_shape: Sequence[int]) -> Cost:
     flops = int(counter.get_total_flops())
     params = sum(p.numel() for p in model.parameters())
     return Cost(flops=flops, macs=flops // 2, params=params)
+
+
+def layer_macs(model: nn.Module, input_shape: Sequence[int]) -> dict[str, int]:
+    """MACs of each convolution and linear layer (by module name) for one image,
+    as counted by FlopCounterMode; a layer called twice counts twice."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters(), torch.empty(0)).device
+    counter = FlopCounterMode(display=False)
+    try:
+        with torch.no_grad(), counter:
+            model(torch.zeros(1, *input_shape, device=device))
+    finally:
+        model.train(was_training)
+    counts = counter.get_flop_counts()
+    root = type(model).__name__
+    return {
+        name: int(sum(counts[f"{root}.{name}"].values())) // 2
+        for name, module in model.named_modules()
+        if isinstance(module, (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear))
+        and f"{root}.{name}" in counts
+    }
+
+
+def sparse_macs(model: nn.Module, input_shape: Sequence[int]) -> int:
+    """Sparse-effective MACs: each layer's MACs × the share of its weights that are
+    non-zero (pruning masks applied through ``torch.nn.utils.prune`` count)."""
+    modules = dict(model.named_modules())
+    total = 0.0
+    for name, macs in layer_macs(model, input_shape).items():
+        weight = modules[name].weight
+        total += macs * float((weight != 0).sum()) / weight.numel()
+    return round(total)
+
+
+def saved_bytes(model: nn.Module) -> int:
+    """Bytes of the model's state dict saved as safetensors (float weights, dense)."""
+    from safetensors.torch import save  # a light, pure dependency; imported on use
+
+    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    return len(save(state))
+
+
+@contextmanager
+def _threads(n: int) -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@torch.no_grad()
+def latency(
+    model: nn.Module,
+    input_shape: Sequence[int],
+    *,
+    batch: int = 1,
+    threads: int = 1,
+    warmup: int = 3,
+    repeats: int = 7,
+    min_seconds: float = 0.05,
+    device: torch.device | str | None = None,
+) -> float:
+    """Median milliseconds per image of a forward pass of ``batch`` images.
+
+    Runs on ``device`` (default: where the model's parameters are, else CPU); on the
+    CPU with ``threads`` threads (1 by default: what an edge core sees, and steadier on
+    a shared machine). After ``warmup`` calls, each of ``repeats`` samples times enough
+    calls to last ``min_seconds``; the median of the samples is returned.
+    """
+    if device is None:
+        device = next(model.parameters(), torch.empty(0)).device
+    device = torch.device(device)
+    x = torch.randn(batch, *input_shape, device=device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    was_training = model.training
+    model.eval()  # in training mode the random inputs would move batch-norm statistics
+    try:
+        with _threads(threads if device.type == "cpu" else torch.get_num_threads()):
+            samples = _time(model, x, sync, warmup, repeats, min_seconds)
+    finally:
+        model.train(was_training)
+    return statistics.median(samples) * 1e3 / batch
+
+
+def _time(
+    model: nn.Module,
+    x: torch.Tensor,
+    sync: Callable[[], None],
+    warmup: int,
+    repeats: int,
+    min_seconds: float,
+) -> list[float]:
+    """Seconds per call: ``repeats`` samples, each long enough to time reliably."""
+    start = time.perf_counter()
+    for _ in range(warmup):
+        model(x)
+    sync()
+    per_call = (time.perf_counter() - start) / max(warmup, 1)
+    calls = max(1, int(min_seconds / max(per_call, 1e-6)))
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls):
+            model(x)
+        sync()
+        samples.append((time.perf_counter() - start) / calls)
+    return samples
 
 
 @dataclass(kw_only=True)

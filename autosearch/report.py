@@ -23,18 +23,23 @@ th:nth-child(2), td:nth-child(2) { text-align: left; font-family: ui-monospace, 
 
 def _row(r: Record) -> str:
     m = r.metrics
+    nan = float("nan")
     return (
         f"<tr><td>{r.trial}</td><td>{html.escape(r.description)}</td>"
-        f"<td>{m['accuracy']:.4f}</td><td>{m.get('test_accuracy', float('nan')):.4f}</td>"
-        f"<td>{m['flops'] / 1e6:.3f}</td><td>{m['params'] / 1e3:.1f}</td>"
-        f"<td>{m.get('train_seconds', float('nan')):.1f}</td></tr>"
+        f"<td>{html.escape(r.variant)}</td>"
+        f"<td>{m['accuracy']:.4f}</td><td>{m.get('test_accuracy', nan):.4f}</td>"
+        f"<td>{m['flops'] / 1e6:.3f}</td><td>{m.get('sparse_macs', nan) / 1e6:.3f}</td>"
+        f"<td>{m['params'] / 1e3:.1f}</td><td>{m.get('bytes', nan) / 1e3:.1f}</td>"
+        f"<td>{m.get('latency', nan):.3f}</td><td>{m.get('latency_batched', nan):.4f}</td>"
+        f"<td>{m.get('reward', nan):.4f}</td></tr>"
     )
 
 
 def _table(records: list[Record]) -> str:
     head = (
-        "<tr><th>trial</th><th>architecture</th><th>val acc</th><th>test acc</th>"
-        "<th>MFLOPs</th><th>k params</th><th>train s</th></tr>"
+        "<tr><th>trial</th><th>architecture</th><th>variant</th><th>val acc</th>"
+        "<th>test acc</th><th>MFLOPs</th><th>sparse MMACs</th><th>k params</th><th>kB</th>"
+        "<th>latency ms (b1)</th><th>ms/img (b32)</th><th>reward</th></tr>"
     )
     return f"<table>{head}{''.join(map(_row, records))}</table>"
 
@@ -54,27 +59,32 @@ def _cleaning(study: Study) -> str:
 
 def write_report(study: Study, path: str | Path) -> Path:
     """Write the study's summary, Pareto plot and tables to one HTML file."""
-    records = study.records()
+    records = study.records(variants=False)
+    points = [r for r in study.records() if r.state == "complete"]
     done = sorted(
         (r for r in records if r.state == "complete"), key=lambda r: -r.metrics["accuracy"]
     )
-    failed = [r for r in records if r.state == "failed"]
+    failed = [r for r in study.records() if r.state == "failed"]
     figure = plots.pareto(study).to_html(include_plotlyjs=True, full_html=False)
     failures = "".join(
-        f"<li>trial {r.trial}: {html.escape(r.description)}: {html.escape(r.reason)}</li>"
+        f"<li>trial {r.trial} ({html.escape(r.variant)}): {html.escape(r.description)}: "
+        f"{html.escape(r.reason)}</li>"
         for r in failed
     )
     body = f"""
 <h1>autosearch study {html.escape(study.name)}</h1>
 <p>Space <b>{html.escape(study.space.name)}</b>,
 controller <b>{html.escape(study.controller.name)}</b>,
-objectives {html.escape(", ".join(study.objectives))};
-{len(done)} complete, {len(failed)} failed
-of {len(records)} trials. Storage: <code>{html.escape(study.storage_url)}</code>.</p>
+objectives {html.escape(", ".join(study.objectives))}, reward
+<code>{html.escape(study.reward_name)}</code>, variants
+{html.escape(", ".join(v.name for v in study.variants))};
+{len(done)} complete trials ({len(points)} measured points with their variants),
+{len(failed)} failures, {len(records)} trials in all.
+Storage: <code>{html.escape(study.storage_url)}</code>.</p>
 {figure}
-<h2>Pareto front</h2>{_table(study.pareto())}
+<h2>Pareto front over every (architecture, variant)</h2>{_table(study.pareto())}
 <h2>Top architectures (by validation accuracy)</h2>{_table(done[:10])}
-{f"<h2>Failed trials</h2><ul>{failures}</ul>" if failed else ""}
+{f"<h2>Failures</h2><ul>{failures}</ul>" if failed else ""}
 {_cleaning(study)}
 <p class="note">Candidates are ranked on the validation split; test accuracy is held out and
 shown for reference only. {html.escape(CONVENTIONS)}</p>

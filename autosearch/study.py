@@ -35,15 +35,16 @@ from autosearch import scoring
 from autosearch._storage import local_path, open_storage
 from autosearch._version import __version__
 from autosearch.architecture import Architecture
+from autosearch.compress import Compression, VariantSpec, parse_variants
 from autosearch.controller import Controller, Outcome
 from autosearch.data import Dataset, load_data, spec_of
 from autosearch.early_stopping import SuccessiveHalving, from_dict
 from autosearch.errors import AutosearchError, ExportError, StorageError, StudyError, suggest
 from autosearch.export import write_export
 from autosearch.registry import controllers, spaces
-from autosearch.runner import run_trial
+from autosearch.runner import VariantResult, run_trial, run_variants
 from autosearch.runtime import world
-from autosearch.scoring import objective, pareto_mask
+from autosearch.scoring import Reward, objective, pareto_mask, resolve_reward
 from autosearch.space import Categorical, IntRange, SearchSpace
 from autosearch.tabular import Table
 from autosearch.train import TrainConfig
@@ -65,7 +66,14 @@ _METRICS = (
     "reward",
     "world_size",
     "stopped_at_epoch",
+    "sparse_macs",
+    "bops",
+    "bytes",
+    "latency",
+    "latency_batched",
 )
+_FLOAT_BUDGET = {"flops": "max_flops", "params": "max_params"}
+_TARGET_SAMPLES = 64
 _STATES = {
     TrialState.COMPLETE: "complete",
     TrialState.FAIL: "failed",
@@ -82,9 +90,12 @@ State = Literal["complete", "failed", "running", "stopped", "waiting"]
 class Record:
     """One evaluated (architecture, variant) point of a study.
 
-    ``metrics`` holds ``accuracy`` (validation), ``test_accuracy`` (held out),
-    ``flops`` (2 × MACs, one image), ``macs``, ``params``, ``train_seconds`` and
-    ``reward`` for complete trials.
+    A trial gives one record per variant, all with the trial's number: ``variant`` is
+    ``"base"`` for the trained network, else the compressed variant's name. ``metrics``
+    holds ``accuracy`` (validation), ``test_accuracy`` (held out), ``flops`` (2 × MACs,
+    one image), ``macs``, ``sparse_macs``, ``params``, ``bops``, ``bytes``, ``latency``
+    and ``latency_batched`` (ms per image), ``train_seconds`` and ``reward`` for
+    complete records (conventions: autosearch.cost).
     """
 
     trial: int
@@ -114,6 +125,10 @@ class Record:
     def params(self) -> float | None:
         return self.metrics.get("params")
 
+    @property
+    def is_base(self) -> bool:
+        return self.variant == "base"
+
 
 @dataclass(frozen=True, kw_only=True)
 class StudySpec:
@@ -129,7 +144,9 @@ class StudySpec:
     space: SearchSpace | None = None
     data: str = "digits"
     objectives: tuple[str, ...] = ("accuracy", "flops")
-    reward: str = "accuracy"
+    reward: str = "mnas"
+    variants: tuple[str, ...] = ("base",)
+    compression: Compression = field(default_factory=Compression)
     train: TrainConfig = field(default_factory=TrainConfig)
     storage: str | None = None
     artifacts: str | None = None
@@ -156,7 +173,9 @@ def create_study(
     space: SearchSpace | None = None,
     data: str | tuple[Any, Any] = "digits",
     objectives: Sequence[str] = ("accuracy", "flops"),
-    reward: str = "accuracy",
+    reward: str = "mnas",
+    variants: Sequence[str] = ("base",),
+    compression: Compression | None = None,
     train: TrainConfig | None = None,
     storage: str | None = None,
     artifacts: str | None = None,
@@ -175,7 +194,17 @@ def create_study(
         data: A dataset spec (``"digits"``, ``"fashion-mnist"``, ``"cifar10:PATH"``,
             ``"folder:PATH"``...) or ``(images, labels)`` arrays; see autosearch.data.
         objectives: Objective names, the first usually ``"accuracy"``.
-        reward: The scalar reward single-objective controllers maximise.
+        reward: The scalar reward single-objective controllers maximise, computed for
+            each variant; a candidate's reward is its best variant's. ``"mnas"``
+            (default: MnasNet's ``accuracy × (flops / target) ** -0.07``, the target
+            being the space's ``max_flops``, else the median FLOPs of the space),
+            ``"mnas@latency=2.5,w=-0.07"``, ``"hard@macs=2e6"`` (accuracy within the
+            budget, 0 outside), ``"accuracy-per-gflop"`` or ``"accuracy"``.
+        variants: Variants measured for each candidate: ``"base"``,
+            ``"prune-l1@0.5"``, ``"prune-channels@0.5"``, ``"int8"``, ``"qat-int8"``,
+            ``"distill"`` (see autosearch.compress).
+        compression: How variants are derived (fine-tuning epochs, distillation,
+            calibration, ``only_front``).
         train: How every candidate is trained.
         storage: Storage URL; default ``sqlite:///runs/NAME/study.db``.
         artifacts: Folder for trained weights; default ``artifacts/`` beside a file storage.
@@ -199,6 +228,13 @@ def create_study(
     directions = [objective(o).direction for o in objectives]
     if len(set(objectives)) != len(objectives) or not objectives:
         raise StudyError(f"objectives must be distinct and non-empty, got {objectives}")
+    variant_specs = parse_variants(variants)
+    compression = compression or Compression()
+    if table is not None and len(variant_specs) > 1:
+        raise StudyError(
+            "a table study looks results up instead of training, so it has no models to "
+            "compress; use variants=('base',)"
+        )
     scoring.check_reward(reward)
     wanted = getattr(controller, "objectives", None) or {}
     if set(wanted) - set(objectives):
@@ -216,6 +252,8 @@ def create_study(
         "data": spec_of(data),
         "objectives": list(objectives),
         "reward": reward,
+        "variants": ["base"],
+        "compression": None,
         "train": dataclasses.asdict(train),
         "seed": seed,
         "artifacts": artifacts,
@@ -224,6 +262,13 @@ def create_study(
         "created_by": f"autosearch {__version__}",
     }
     dataset = load_data(data, seed=seed) if table is None else None
+    shape = dataset.input_shape if dataset else space.budget_input
+    classes = dataset.num_classes if dataset else space.budget_classes
+    definition["reward"] = str(
+        resolve_reward(reward, lambda metric: _default_target(space, metric, shape, classes))
+    )
+    definition["variants"] = [v.name for v in variant_specs]
+    definition["compression"] = dataclasses.asdict(compression)
     if dataset is not None:
         definition["data_report"] = dataset.report.to_dict()
     url = storage or default_storage(name)
@@ -313,6 +358,11 @@ class Study:
         self.controller = controller
         self.objectives: tuple[str, ...] = tuple(definition["objectives"])
         self.reward_name: str = definition["reward"]
+        self.reward: Reward = scoring.parse_reward(self.reward_name)
+        self.variants: tuple[VariantSpec, ...] = parse_variants(
+            definition.get("variants") or ["base"]
+        )
+        self.compression = Compression(**(definition.get("compression") or {}))
         self.train_config = TrainConfig(**definition["train"])
         self.seed: int = definition["seed"]
         self._definition = dict(definition)
@@ -354,14 +404,15 @@ class Study:
         path = local_path(self.storage_url)
         return (path.parent if path else Path("runs") / self.name) / "artifacts"
 
-    def records(self) -> list[Record]:
-        """Every trial of the study as a Record, in trial order."""
+    def records(self, *, variants: bool = True) -> list[Record]:
+        """Every trial of the study as Records, in trial order: the base record, then
+        one per variant (``variants=False``: base records only)."""
         trials = self._storage.get_all_trials(self._study_id, deepcopy=False)
-        return [r for r in map(self._record, trials) if r is not None]
+        return [r for t in trials for r in self._records(t) if variants or r.is_base]
 
     def pareto(self) -> list[Record]:
-        """The complete records no other complete record dominates on the study's
-        objectives, ordered by their second objective (usually cost)."""
+        """The complete (architecture, variant) records that no other complete record
+        dominates on the study's objectives, ordered by the second objective."""
         done = [r for r in self.records() if r.state == "complete"]
         if not done:
             return []
@@ -371,10 +422,17 @@ class Study:
         key = self.objectives[1] if len(self.objectives) > 1 else self.objectives[0]
         return sorted(front, key=lambda r: (r.metrics[key], r.trial))
 
-    def best(self, *, max_flops: float | None = None, max_params: float | None = None) -> Record:
-        """The most accurate (validation) complete record within the given budget;
-        ties go to fewer FLOPs. The test split plays no part in this choice."""
-        done = [r for r in self.records() if r.state == "complete"]
+    def best(
+        self,
+        *,
+        max_flops: float | None = None,
+        max_params: float | None = None,
+        variants: bool = False,
+    ) -> Record:
+        """The most accurate (validation) complete base record within the given budget
+        (``variants=True``: any variant's record); ties go to fewer FLOPs. The test
+        split plays no part in this choice."""
+        done = [r for r in self.records(variants=variants) if r.state == "complete"]
         fits = [
             r
             for r in done
@@ -392,14 +450,17 @@ class Study:
             )
         return max(fits, key=lambda r: (r.metrics["accuracy"], -r.metrics["flops"]))
 
-    def record(self, trial: int) -> Record:
+    def record(self, trial: int, variant: str = "base") -> Record:
         for r in self.records():
-            if r.trial == trial:
+            if r.trial == trial and r.variant == variant:
                 return r
-        raise StudyError(f"study {self.name!r} has no trial number {trial}")
+        raise StudyError(
+            f"study {self.name!r} has no trial number {trial} with variant {variant!r}"
+        )
 
     def count(self, *states: State) -> int:
-        return sum(r.state in states for r in self.records())
+        """Trials (not variants) in any of ``states``."""
+        return sum(r.state in states for r in self.records(variants=False))
 
     # Searching -----------------------------------------------------------------------
     def optimize(
@@ -471,22 +532,89 @@ class Study:
             self._fail(trial_id, reason)
             outcome = Outcome.failed(reason)
         else:
-            metrics["reward"] = scoring.reward(self.reward_name, metrics)
+            metrics["reward"] = self.reward(metrics)
             if model is not None:
                 self._save_weights(trial_id, model)
             for key, value in metrics.items():
                 self._storage.set_trial_user_attr(trial_id, key, value)
-            values = [metrics[o] for o in self.objectives]
+            variants = self._variants(trial_id, model, metrics, seed) if model is not None else []
+            best = self._store_variants(trial_id, metrics, variants)
+            values = [best[o] for o in self.objectives]
             self._storage.set_trial_state_values(trial_id, TrialState.COMPLETE, values)
             outcome = Outcome(
-                reward=metrics["reward"], objectives={o: metrics[o] for o in self.objectives}
+                reward=best["reward"], objectives={o: best[o] for o in self.objectives}
             )
         self.controller.tell(arch, outcome)
         self._told.add(number)
         self._save_controller_state()
-        record = self._record(self._storage.get_trial(trial_id))
-        assert record is not None  # we just wrote its attributes
-        return record
+        return self._records(self._storage.get_trial(trial_id))[0]
+
+    # Variants ------------------------------------------------------------------------
+    def _variants(
+        self, trial_id: int, model: Any, metrics: Mapping[str, float], seed: int
+    ) -> list[VariantResult]:
+        """Derive and measure the study's variants of a freshly trained candidate."""
+        wanted = [v for v in self.variants if v.kind != "base"]
+        if not wanted:
+            return []
+        if self.compression.only_front and not self._on_front(trial_id, metrics):
+            self._storage.set_trial_user_attr(
+                trial_id, "variants_skipped", "not on the accuracy-FLOPs front (only_front)"
+            )
+            return []
+        teacher = self._teacher(metrics) if any(v.kind == "distill" for v in wanted) else None
+        return run_variants(
+            model,
+            wanted,
+            self.data,
+            self.train_config,
+            seed=seed,
+            compression=self.compression,
+            teacher=teacher,
+        )
+
+    def _on_front(self, trial_id: int, metrics: Mapping[str, float]) -> bool:
+        others = [
+            (r.metrics["accuracy"], r.metrics["flops"])
+            for r in self.records(variants=False)
+            if r.state == "complete" and "flops" in r.metrics
+        ]
+        points = np.array([(metrics["accuracy"], metrics["flops"]), *others])
+        return bool(pareto_mask(points, ["maximize", "minimize"])[0])
+
+    def _teacher(self, metrics: Mapping[str, float]) -> Any:
+        """The study's most accurate trained model so far, if it beats this candidate
+        (None: the candidate teaches itself)."""
+        done = [r for r in self.records(variants=False) if r.state == "complete" and r.accuracy]
+        best = max(done, key=lambda r: r.metrics["accuracy"], default=None)
+        if best is None or best.metrics["accuracy"] <= metrics["accuracy"]:
+            return None
+        try:
+            return self.load_model(best)
+        except ExportError as exc:
+            logger.info("no teacher for distillation (%s); the candidate teaches itself", exc)
+            return None
+
+    def _store_variants(
+        self, trial_id: int, base: Mapping[str, float], variants: list[VariantResult]
+    ) -> dict[str, float]:
+        """Store each variant under the trial; return the best variant's metrics (the
+        candidate is ranked by its best variant)."""
+        stored: dict[str, dict[str, Any]] = {}
+        best_name, best = "base", dict(base)
+        for v in variants:
+            if v.failed:
+                stored[v.name] = {"fail_reason": v.reason}
+                continue
+            metrics = {**v.metrics, "reward": self.reward(v.metrics)}
+            stored[v.name] = metrics
+            if metrics["reward"] > best["reward"]:
+                best_name, best = v.name, metrics
+        if stored:
+            self._storage.set_trial_user_attr(trial_id, "variants", stored)
+        self._storage.set_trial_user_attr(trial_id, "best_variant", best_name)
+        self._storage.set_trial_user_attr(trial_id, "candidate_reward", best["reward"])
+        return best
 
     def _evaluate(
         self, arch: Architecture, trial_id: int, seed: int
@@ -550,7 +678,7 @@ class Study:
             "macs": float(cost.macs),
             "params": float(cost.params),
         }
-        metrics["reward"] = scoring.reward(self.reward_name, metrics)
+        metrics["reward"] = self.reward(metrics)
         for key, value in {**metrics, "stopped_at_epoch": stop.epoch}.items():
             self._storage.set_trial_user_attr(trial_id, key, value)
         self._storage.set_trial_state_values(trial_id, TrialState.PRUNED)
@@ -666,17 +794,20 @@ class Study:
         status: Literal["complete", "stopped"] = (
             "stopped" if trial.state == TrialState.PRUNED else "complete"
         )
+        # A candidate is told as its best variant (the base when there is none).
+        best = attrs.get("variants", {}).get(attrs.get("best_variant", "base"), attrs)
         return Outcome(
-            reward=attrs["reward"],
+            reward=best["reward"],
             status=status,
-            objectives={o: attrs[o] for o in self.objectives if o in attrs},
+            objectives={o: best[o] for o in self.objectives if o in best},
         )
 
-    def _record(self, trial: FrozenTrial) -> Record | None:
+    def _records(self, trial: FrozenTrial) -> list[Record]:
+        """The trial's base record, then one record per stored variant."""
         attrs = trial.user_attrs
         if "arch" not in attrs:
-            return None  # a trial some other tool added to the Optuna study
-        return Record(
+            return []  # a trial some other tool added to the Optuna study
+        base = Record(
             trial=trial.number,
             arch=Architecture.from_json(attrs["arch"]),
             description=attrs.get("description", ""),
@@ -685,6 +816,19 @@ class Study:
             metrics={k: float(attrs[k]) for k in _METRICS if k in attrs},
             reason=attrs.get("fail_reason", ""),
         )
+        records = [base]
+        for name, stored in attrs.get("variants", {}).items():
+            reason = stored.get("fail_reason", "")
+            records.append(
+                dataclasses.replace(
+                    base,
+                    variant=name,
+                    state="failed" if reason else base.state,
+                    metrics={k: float(v) for k, v in stored.items() if k != "fail_reason"},
+                    reason=reason,
+                )
+            )
+        return records
 
     # Weights and export --------------------------------------------------------------
     @cached_property
@@ -710,6 +854,12 @@ class Study:
         if record.state != "complete":
             raise ExportError(
                 f"trial {record.trial} is {record.state}; only complete trials have trained weights"
+            )
+        if not record.is_base:
+            raise ExportError(
+                f"record {record.trial}/{record.variant} is a measured variant; its weights are "
+                f"not stored. Load the base (study.record({record.trial})) and derive it again "
+                f"with autosearch.compress.derive({record.variant!r}, model, data, config)"
             )
         trial = self._storage.get_trial(
             self._storage.get_trial_id_from_study_id_trial_number(self._study_id, record.trial)
@@ -830,11 +980,14 @@ def _stored_definition(storage: BaseStorage, name: str, url: str) -> dict[str, A
 
 def _check_same(name: str, stored: Mapping[str, Any], given: Mapping[str, Any]) -> None:
     """Refuse to continue a study with a different space, objectives, data or training."""
-    keys = ("space", "objectives", "data", "reward", "train", "seed", "table")  # not the report
+    keys = ("space", "objectives", "data", "reward", "train", "seed", "table", "variants")
+    # Studies stored before variants existed measured the base only.
+    defaults: dict[str, Any] = {"variants": ["base"]}
     differs = [
         k
         for k in keys
-        if json.dumps(stored.get(k), sort_keys=True) != json.dumps(given.get(k), sort_keys=True)
+        if json.dumps(stored.get(k, defaults.get(k)), sort_keys=True)
+        != json.dumps(given.get(k, defaults.get(k)), sort_keys=True)
     ]
     if differs:
         lines = "; ".join(f"{k}: stored {stored.get(k)!r}, given {given.get(k)!r}" for k in differs)
@@ -843,3 +996,23 @@ def _check_same(name: str, stored: Mapping[str, Any], given: Mapping[str, Any]) 
             "would not be comparable: use a new study name, or autosearch.load_study to "
             "continue it as stored"
         )
+
+
+def _default_target(
+    space: SearchSpace, metric: str, shape: tuple[int, int, int], classes: int
+) -> float | None:
+    """A reward's cost target when none is given: the space's budget for that metric,
+    else the median over architectures drawn from the space (seeded: the same study
+    definition always gets the same target). None for measured-only costs."""
+    budget = getattr(space, _FLOAT_BUDGET.get(metric, ""), None)
+    if budget is not None:
+        return float(budget)
+    if metric not in ("flops", "macs", "params", "sparse_macs"):
+        return None  # latency, bytes, bops: measured after training, not known ahead
+    rng = np.random.default_rng(0)
+    costs = []
+    for _ in range(_TARGET_SAMPLES):
+        cost = space.cost(space.sample(rng), input_shape=shape, num_classes=classes)
+        costs.append(cost.params if metric == "params" else cost.flops)
+    value = float(np.median(costs))
+    return value / 2 if metric in ("macs", "sparse_macs") else value

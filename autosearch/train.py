@@ -26,7 +26,19 @@ from autosearch.data import Dataset, Split
 from autosearch.errors import TrialFailed
 from autosearch.runtime import PRECISIONS, Runtime, autocast, resolve
 
-__all__ = ["EpochResult", "TrainConfig", "TrainResult", "evaluate", "find_batch_size", "train"]
+__all__ = [
+    "Criterion",
+    "EpochResult",
+    "TrainConfig",
+    "TrainResult",
+    "evaluate",
+    "find_batch_size",
+    "train",
+]
+
+
+# (logits, normalised inputs, labels) -> scalar loss
+Criterion = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -146,8 +158,13 @@ def train(
     on_epoch: Callable[[EpochResult], None] | None = None,
     checkpoint: str | Path | None = None,
     runtime: Runtime | None = None,
+    criterion: Criterion | None = None,
 ) -> TrainResult:
     """Train ``model`` in place on ``data.train``, validating after each epoch.
+
+    The loss is cross-entropy (with the config's label smoothing) unless ``criterion``
+    is given: ``criterion(logits, inputs, labels)`` on the normalised, augmented batch
+    (knowledge distillation uses it to ask a teacher about the same images).
 
     With ``checkpoint``, the state after every epoch (model, optimizer, schedule, loss
     scaler, RNG states, history) is written there, and a run that finds one resumes
@@ -163,7 +180,7 @@ def train(
             config, batch_size=size, lr=config.lr * size / config.batch_size
         )
     try:
-        return _train(model, data, config, seed, on_epoch, checkpoint, runtime)
+        return _train(model, data, config, seed, on_epoch, checkpoint, runtime, criterion)
     except torch.OutOfMemoryError:
         raise TrialFailed(
             f"out of memory on {runtime.device} at batch size "
@@ -179,6 +196,7 @@ def _train(
     on_epoch: Callable[[EpochResult], None] | None,
     checkpoint: str | Path | None,
     runtime: Runtime,
+    criterion: Criterion | None = None,
 ) -> TrainResult:
     device = runtime.device
     memory = torch.channels_last if config.channels_last else torch.contiguous_format
@@ -221,7 +239,10 @@ def _train(
                 share = len(y) * runtime.world_size / len(batch)
             with autocast(runtime):
                 logits = net(x.contiguous(memory_format=memory))
-                loss = F.cross_entropy(logits, y, label_smoothing=config.label_smoothing)
+                if criterion is None:
+                    loss = F.cross_entropy(logits, y, label_smoothing=config.label_smoothing)
+                else:
+                    loss = criterion(logits, x, y)
             optimizer.zero_grad(set_to_none=True)
             _step(loss * share if share != 1.0 else loss, model, optimizer, scaler, config)
             schedule.step()

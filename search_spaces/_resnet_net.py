@@ -25,12 +25,22 @@ class PadShortcut(nn.Module):
 
     def __init__(self, c_in: int, c_out: int, stride: int) -> None:
         super().__init__()
-        self.extra, self.stride = c_out - c_in, stride
+        self.c_in, self.extra, self.stride = c_in, c_out - c_in, stride
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.stride > 1:
             x = x[:, :, :: self.stride, :: self.stride]
         return nn.functional.pad(x, (0, 0, 0, 0, 0, self.extra)) if self.extra else x
+
+    def to_prunable(self) -> nn.Conv2d:
+        """The same map as a 1×1 convolution (identity on the kept channels, zeros for the
+        padded ones), whose channels a structural pruner can follow."""
+        c_in = self.c_in
+        conv = nn.Conv2d(c_in, c_in + self.extra, 1, self.stride, bias=False)
+        with torch.no_grad():
+            conv.weight.zero_()
+            conv.weight[torch.arange(c_in), torch.arange(c_in), 0, 0] = 1.0
+        return conv
 
 
 def make_shortcut(kind: str, c_in: int, c_out: int, stride: int) -> nn.Module:

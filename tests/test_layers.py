@@ -25,17 +25,18 @@ RANKS = {
     "early_stopping": 5,
     "train": 6,
     "runtime": 5,
-    "runner": 7,
-    "export": 7,
-    "study": 8,
-    "plots": 9,
-    "studyfile": 9,
-    "report": 10,
-    "cli": 11,
-    "testing": 11,
+    "compress": 7,  # derives variants with the trainer
+    "runner": 8,
+    "export": 8,
+    "study": 9,
+    "plots": 10,
+    "studyfile": 10,
+    "report": 11,
+    "cli": 12,
+    "testing": 12,
 }
 CORE_FOR_PLUGINS = {"architecture", "space", "controller", "registry", "errors", "cost", "pareto"}
-NO_OPTUNA = {"data", "cost", "train", "runner", "architecture", "space", "controller"}
+NO_OPTUNA = {"data", "cost", "train", "compress", "runner", "architecture", "space", "controller"}
 
 
 def _imports(path: Path) -> set[str]:

@@ -28,7 +28,12 @@ def test_end_to_end_two_trials(make_study, tmp_path):
     for r in records:
         assert 0 <= r.metrics["accuracy"] <= 1 and 0 <= r.metrics["test_accuracy"] <= 1
         assert r.metrics["flops"] == 2 * r.metrics["macs"] > 0 and r.metrics["params"] > 0
-        assert r.metrics["reward"] == r.metrics["accuracy"]  # the default reward
+        # The default reward: MnasNet's soft constraint around the space's median FLOPs.
+        target = study.reward.target
+        assert study.reward_name.startswith("mnas@flops=") and target
+        expected = r.metrics["accuracy"] * (r.metrics["flops"] / target) ** -0.07
+        assert r.metrics["reward"] == pytest.approx(expected)
+        assert r.metrics["latency"] > 0 and r.metrics["bytes"] > 4 * r.metrics["params"]
         assert r.description.startswith("resnet basic")
     assert records[0].arch != records[1].arch
     # Optuna sees an ordinary multi-objective study: params are the genes.
