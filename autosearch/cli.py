@@ -185,6 +185,8 @@ def cmd_search(args: argparse.Namespace) -> int:
         controller=controller,
         data=args.data,
         objectives=objectives,
+        reward=args.reward,
+        variants=tuple(v for v in args.variants.split(",") if v),
         train=TrainConfig(epochs=args.epochs),
         storage=args.storage,
         seed=args.seed,
@@ -285,6 +287,14 @@ def _parser() -> argparse.ArgumentParser:
     search.add_argument("--epochs", type=int, default=10, help="training epochs per trial")
     search.add_argument("--table", help="evaluate by looking up this benchmark table (CSV/JSON)")
     search.add_argument("--objectives", default="accuracy,flops", help="comma-separated")
+    search.add_argument(
+        "--variants",
+        default="base",
+        help="comma-separated variants measured per candidate, e.g. base,prune-channels@0.5,int8",
+    )
+    search.add_argument(
+        "--reward", default="mnas", help="mnas (default), mnas@flops=5e6, hard@macs=2e6, accuracy"
+    )
     search.add_argument("--max-flops", type=float, help="budget: FLOPs (2 x MACs) at 3x32x32")
     search.add_argument("--max-params", type=float, help="budget: parameters")
     search.add_argument("--seed", type=int, default=0)

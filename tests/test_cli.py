@@ -125,3 +125,18 @@ def test_the_default_study_file_defines_digits_quick():
     spec = load_spec(ROOT / "studies" / "digits_quick.py")
     assert spec.name == "digits-quick" and spec.data == "digits"
     assert spec.storage == "sqlite:///runs/digits-quick/study.db"
+    assert spec.variants == ("base", "prune-channels@0.5", "int8")  # the default study
+
+
+def test_search_measures_variants_and_shows_them(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    args = ["search", "cli-variants", "--space", "resnet", "--n-trials", "2", "--epochs", "1"]
+    args += ["--max-flops", "2e7", "--variants", "base,prune-l1@0.5", "--reward", "hard@flops=1e9"]
+    assert main(args) == 0
+    capsys.readouterr()  # the search's own output
+    assert main(["status", "--study", "cli-variants", "--json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert status["trials"]["complete"] == 2
+    assert {p["variant"] for p in status["pareto"]} <= {"base", "prune-l1@0.5"}
+    assert main(["search", "cli-variants", "--space", "resnet", "--variants", "int9"]) == 2
+    assert "did you mean 'int8'" in capsys.readouterr().err.lower()
