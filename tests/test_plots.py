@@ -10,7 +10,8 @@ def test_pareto_figure_shows_every_trial_and_the_front(make_study):
     study = make_study()
     study.optimize(4)
     fig = autosearch.plots.pareto(study)  # loaded lazily from `import autosearch`
-    others, front = fig.data
+    links, others, front = fig.data
+    assert links.name == "variant of" and not links.x  # a study of base networks only
     assert fig.layout.xaxis.type == "log" and "2 × MACs" in fig.layout.xaxis.title.text
     assert len(others.x) + len(front.x) == 4
     front_trials = {r.trial for r in study.pareto()}
