@@ -61,11 +61,9 @@ class Cost:
     params: int
 
 
-def measure(model: nn.Module, input_shape: Sequence[int]) -> Cost:
-    """Count FLOPs, MACs and parameters of ``model`` for one ``(C, H, W)`` image.
-
-    The model runs one forward pass in eval mode (its mode is restored after).
-    """
+def _count(model: nn.Module, input_shape: Sequence[int]) -> FlopCounterMode:
+    """One forward pass of a single image in eval mode (the mode is restored after),
+    under a FLOP counter."""
     was_training = model.training
     model.eval()
     # A model built under torch.device("meta") is counted without memory or compute.
@@ -76,7 +74,15 @@ def measure(model: nn.Module, input_shape: Sequence[int]) -> Cost:
             model(torch.zeros(1, *input_shape, device=device))
     finally:
         model.train(was_training)
-    flops = int(counter.get_total_flops())
+    return counter
+
+
+def measure(model: nn.Module, input_shape: Sequence[int]) -> Cost:
+    """Count FLOPs, MACs and parameters of ``model`` for one ``(C, H, W)`` image.
+
+    The model runs one forward pass in eval mode (its mode is restored after).
+    """
+    flops = int(_count(model, input_shape).get_total_flops())
     params = sum(p.numel() for p in model.parameters())
     return Cost(flops=flops, macs=flops // 2, params=params)
 
@@ -84,16 +90,7 @@ def measure(model: nn.Module, input_shape: Sequence[int]) -> Cost:
 def layer_macs(model: nn.Module, input_shape: Sequence[int]) -> dict[str, int]:
     """MACs of each convolution and linear layer (by module name) for one image,
     as counted by FlopCounterMode; a layer called twice counts twice."""
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters(), torch.empty(0)).device
-    counter = FlopCounterMode(display=False)
-    try:
-        with torch.no_grad(), counter:
-            model(torch.zeros(1, *input_shape, device=device))
-    finally:
-        model.train(was_training)
-    counts = counter.get_flop_counts()
+    counts = _count(model, input_shape).get_flop_counts()
     root = type(model).__name__
     return {
         name: int(sum(counts[f"{root}.{name}"].values())) // 2
