@@ -18,6 +18,7 @@ from autosearch.compress import Compression, Derived, VariantSpec, derive
 from autosearch.cost import latency, measure, saved_bytes, sparse_macs
 from autosearch.data import Dataset
 from autosearch.errors import AutosearchError
+from autosearch.runtime import world
 from autosearch.space import SearchSpace
 from autosearch.train import EpochResult, TrainConfig, evaluate, train
 
@@ -67,10 +68,13 @@ def run_trial(
         model = space.build(arch, input_shape=data.input_shape, num_classes=data.num_classes)
         result = train(model, data, config, seed=seed, on_epoch=on_epoch, checkpoint=checkpoint)
     test_accuracy, _ = evaluate(model, data.test, data)
+    # Under torchrun only rank 0's result is kept: the other ranks skip the measurement,
+    # which would also compete with rank 0's latency timing for the same cores.
+    measured = profile(Derived(model=model, float_model=model), data) if world()[0] == 0 else {}
     metrics = {
         "accuracy": result.val_accuracy,
         "test_accuracy": test_accuracy,
-        **profile(Derived(model=model, float_model=model), data),
+        **measured,
         "train_seconds": result.seconds,
         "world_size": float(result.world_size),
     }
