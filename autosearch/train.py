@@ -5,6 +5,11 @@ callback, which may raise to end the run. It runs on the device and precision of
 :class:`autosearch.runtime.Runtime`, under DDP when started by torchrun, and writes a
 checkpoint after every epoch so that an interrupted run resumes where it stopped and
 ends with the same weights.
+
+Images in memory are indexed a batch at a time and augmented batched on the device (kept
+on a GPU when they take at most half its free memory). A streamed folder is read by a
+``DataLoader`` with worker processes and a ``DistributedSampler``, each rank reading
+only its share; its batches are augmented the same way once they reach the device.
 """
 
 from __future__ import annotations
@@ -12,17 +17,19 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils.data import DataLoader, DistributedSampler
 
-from autosearch.data import Dataset, Split
+from autosearch.data import Dataset, FileSplit, Split
 from autosearch.errors import TrialFailed
 from autosearch.runtime import PRECISIONS, Runtime, autocast, resolve
 
@@ -209,12 +216,25 @@ def _train(
         net = nn.parallel.DistributedDataParallel(model, device_ids=ids)
     if config.compile:
         net = torch.compile(net)  # type: ignore[assignment]
-    train_x, train_y = data.train.x.to(device), data.train.y.to(device)  # uint8: small
     # Data order and augmentation draw from a CPU generator: the same on every device
     # and every rank, so DDP ranks agree on each global batch.
     generator = torch.Generator().manual_seed(seed)
+    if isinstance(data.train, FileSplit):
+        loader, sampler = data.train.loader(
+            math.ceil(config.batch_size / runtime.world_size),  # each rank reads its share
+            seed=seed,
+            rank=runtime.rank,
+            world_size=runtime.world_size,
+            pin_memory=device.type == "cuda",
+        )
+        steps_per_epoch = len(loader)
+    else:
+        store = _resident(data.train.x.nbytes, device)
+        train_x, train_y = data.train.x.to(store), data.train.y.to(store)
+        if store != device and device.type == "cuda":
+            train_x, train_y = train_x.pin_memory(), train_y.pin_memory()
+        steps_per_epoch = math.ceil(len(data.train) / config.batch_size)
     optimizer = _OPTIMIZERS[config.optimizer](list(model.parameters()), config)
-    steps_per_epoch = math.ceil(len(data.train) / config.batch_size)
     schedule = _SCHEDULES[config.schedule](optimizer, config, config.epochs * steps_per_epoch)
     scaler = torch.amp.GradScaler(device.type, enabled=runtime.precision == "fp16")
     history: list[EpochResult] = []
@@ -225,18 +245,13 @@ def _train(
     for epoch in range(first, config.epochs + 1):
         start = time.perf_counter()
         model.train()
-        order = torch.randperm(len(data.train), generator=generator)
+        if isinstance(data.train, FileSplit):
+            batches = _streamed_epoch(loader, sampler, epoch, data, config, seed, runtime)
+        else:
+            batches = _memory_epoch(train_x, train_y, data, config, generator, runtime)
         total_loss = torch.zeros((), device=device)
-        for step, batch in enumerate(order.split(config.batch_size)):
-            x = _augment(train_x[batch.to(device)], config, generator)
-            x = _cutout(data.normalize(x), config.cutout, generator)
-            y = train_y[batch.to(device)]
-            share = 1.0
-            if runtime.distributed:  # each rank takes its share of the global batch
-                x, y = x[runtime.rank :: runtime.world_size], y[runtime.rank :: runtime.world_size]
-                # DDP averages gradients over ranks; weighting each rank's mean by its
-                # share makes that the global batch's mean even when shares are uneven.
-                share = len(y) * runtime.world_size / len(batch)
+        seen = torch.zeros((), device=device)
+        for step, (x, y, share) in enumerate(batches):
             with autocast(runtime):
                 logits = net(x.contiguous(memory_format=memory))
                 if criterion is None:
@@ -247,6 +262,7 @@ def _train(
             _step(loss * share if share != 1.0 else loss, model, optimizer, scaler, config)
             schedule.step()
             total_loss += loss.detach().float() * len(y)  # this rank's samples
+            seen += len(y)
             # A non-finite loss poisons every later step: stop now, with where and why.
             if step % 16 == 0 and not _finite_everywhere(loss, runtime):
                 raise TrialFailed(
@@ -255,7 +271,8 @@ def _train(
                 )
         if runtime.distributed:
             dist.all_reduce(total_loss)  # every rank reports the global mean
-        train_loss = total_loss.item() / len(data.train)
+            dist.all_reduce(seen)
+        train_loss = total_loss.item() / seen.item()
         if not math.isfinite(train_loss):
             raise TrialFailed(f"loss became {train_loss} in epoch {epoch}; lower the learning rate")
         val_accuracy, val_loss = evaluate(model, data.val, data)
@@ -274,6 +291,67 @@ def _train(
     return TrainResult(
         history=tuple(history), precision=runtime.precision, world_size=runtime.world_size
     )
+
+
+Batch = tuple[torch.Tensor, torch.Tensor, float]  # (normalised images, labels, loss weight)
+
+
+def _memory_epoch(
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    data: Dataset,
+    config: TrainConfig,
+    generator: torch.Generator,
+    runtime: Runtime,
+) -> Iterator[Batch]:
+    """One epoch over images in memory: the global batch is drawn and augmented alike on
+    every rank, then each rank keeps its share."""
+    order = torch.randperm(len(labels), generator=generator)
+    for batch in order.split(config.batch_size):
+        index = batch.to(images.device)
+        x = images[index].to(runtime.device, non_blocking=True)
+        y = labels[index].to(runtime.device, non_blocking=True)
+        x = _cutout(data.normalize(_augment(x, config, generator)), config.cutout, generator)
+        if not runtime.distributed:
+            yield x, y, 1.0
+            continue
+        x, y = x[runtime.rank :: runtime.world_size], y[runtime.rank :: runtime.world_size]
+        # DDP averages gradients over ranks; weighting each rank's mean by its share
+        # makes that the global batch's mean even when shares are uneven.
+        yield x, y, len(y) * runtime.world_size / len(batch)
+
+
+def _streamed_epoch(
+    loader: DataLoader,
+    sampler: DistributedSampler[int],
+    epoch: int,
+    data: Dataset,
+    config: TrainConfig,
+    seed: int,
+    runtime: Runtime,
+) -> Iterator[Batch]:
+    """One epoch over this rank's share of a streamed split. Each batch's augmentation
+    draws from a generator seeded by (seed, epoch, step, rank): no state to carry, so a
+    resumed run augments exactly as an uninterrupted one, and ranks draw differently."""
+    sampler.set_epoch(epoch)
+    for step, (x, y) in enumerate(loader):
+        entropy = np.random.SeedSequence([seed, epoch, step, runtime.rank])
+        generator = torch.Generator().manual_seed(int(entropy.generate_state(1)[0]))
+        x = x.to(runtime.device, non_blocking=True)
+        y = y.to(runtime.device, non_blocking=True)
+        x = _cutout(data.normalize(_augment(x, config, generator)), config.cutout, generator)
+        yield x, y, 1.0  # the sampler gives every rank equally many samples
+
+
+def _resident(nbytes: int, device: torch.device, free: int | None = None) -> torch.device:
+    """Where in-memory training images live: on the training device, unless it is a GPU
+    on which they would take more than half of the free memory (``free``: bytes, read
+    from the GPU when not given); then in CPU memory, copied a batch at a time."""
+    if device.type != "cuda":
+        return device
+    if free is None:
+        free = torch.cuda.mem_get_info(device)[0]
+    return device if nbytes <= free // 2 else torch.device("cpu")
 
 
 def _step(
@@ -308,12 +386,14 @@ def find_batch_size(
     saved = {k: v.detach().clone() for k, v in model.state_dict().items()}
     model.to(runtime.device).train()
     optimizer = _OPTIMIZERS[config.optimizer](list(model.parameters()), config)
+    largest = min(limit, len(data.train))
+    images, labels = data.train.take(torch.arange(largest)), data.train.y[:largest]
     fits, size = 0, config.batch_size
-    while size <= min(limit, len(data.train)):
+    while size <= largest:
         try:
-            x = data.normalize(data.train.x[:size].to(runtime.device))
+            x = data.normalize(images[:size].to(runtime.device))
             with autocast(runtime):
-                loss = F.cross_entropy(model(x), data.train.y[:size].to(runtime.device))
+                loss = F.cross_entropy(model(x), labels[:size].to(runtime.device))
             loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
@@ -388,14 +468,14 @@ def _restore(
 
 @torch.no_grad()
 def evaluate(
-    model: nn.Module, split: Split, data: Dataset, *, batch_size: int = 1024
+    model: nn.Module, split: Split | FileSplit, data: Dataset, *, batch_size: int = 1024
 ) -> tuple[float, float]:
     """Top-1 accuracy and mean cross-entropy of ``model`` on ``split`` (on its device)."""
     was_training = model.training
     model.eval()
     device = next(model.parameters(), torch.empty(0)).device
     correct, loss = 0, 0.0
-    for x, y in zip(split.x.split(batch_size), split.y.split(batch_size), strict=True):
+    for x, y in split.batches(batch_size):
         x, y = x.to(device), y.to(device)
         logits = model(data.normalize(x)).float()
         correct += int((logits.argmax(1) == y).sum())

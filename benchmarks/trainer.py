@@ -9,6 +9,9 @@
    1 process (all threads).
 4. early_stopping: a study with and without successive halving: wall time and the best
    validation accuracy found.
+5. streamed: the training split written as PNG files and streamed (a DataLoader with 0
+   and with 2 worker processes decoding them) against the same images held in memory:
+   training throughput, and the one-off scan's images/s.
 
     python benchmarks/trainer.py [--data digits] [--repeats 7]
 """
@@ -207,10 +210,65 @@ def bench_early_stopping(data_spec: str) -> dict[str, float]:
     }
 
 
+def bench_streamed(data, repeats: int, limit: int) -> dict[str, float]:
+    from PIL import Image
+
+    from autosearch.data import _load_named
+
+    config = TrainConfig(epochs=1, batch_size=128, lr=0.05, crop_padding=1, device="cpu")
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "images"
+        images, labels = data.train.x[:limit], data.train.y[:limit]
+        for i, (image, label) in enumerate(zip(images, labels, strict=True)):
+            (root / str(int(label))).mkdir(parents=True, exist_ok=True)
+            pixels = image.permute(1, 2, 0).numpy()
+            Image.fromarray(pixels[..., 0] if pixels.shape[-1] == 1 else pixels).save(
+                root / str(int(label)) / f"{i}.png"
+            )
+        os.environ["AUTOSEARCH_CACHE"] = str(Path(tmp) / "cache")
+        start = time.perf_counter()
+        streamed = load_data(f"folder:{root}", stream=True)
+        scan_s = time.perf_counter() - start
+        _load_named.cache_clear()
+        held = load_data(f"folder:{root}", stream=False)
+        times: dict[str, list[float]] = {
+            "memory": [],
+            "workers_0": [],
+            "workers_1": [],
+            "workers_2": [],
+        }
+        for _ in range(repeats):  # interleaved
+            for label in times:
+                dataset = held if label == "memory" else streamed
+                os.environ["AUTOSEARCH_LOADER_WORKERS"] = label.removeprefix("workers_")
+                model = _model(dataset)
+                start = time.perf_counter()
+                train(model, dataset, config, seed=0)
+                times[label].append(time.perf_counter() - start)
+        os.environ.pop("AUTOSEARCH_LOADER_WORKERS")
+    n = len(streamed.train)
+    median = {k: statistics.median(v) for k, v in times.items()}
+    return {
+        "images": n,
+        "scan_images_per_s": (n + len(streamed.val) + len(streamed.test)) / scan_s,
+        "memory_images_per_s": n / median["memory"],
+        **{f"streamed_{w}_workers_images_per_s": n / median[f"workers_{w}"] for w in (0, 1, 2)},
+        **{
+            f"streamed_{w}_workers_vs_memory": median["memory"] / median[f"workers_{w}"]
+            for w in (0, 1, 2)
+        },
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--data", default="digits")
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--only", nargs="*", help="sections to run (default: all)")
+    parser.add_argument(
+        "--stream-data", help="dataset written out as PNG files for the streamed section"
+    )
+    parser.add_argument("--stream-images", type=int, default=12000)
     args = parser.parse_args()
     import logging
 
@@ -219,20 +277,25 @@ def main() -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     logging.getLogger("autosearch").setLevel(logging.ERROR)
     data = load_data(args.data)
-    print(
-        json.dumps(
-            {
-                "device": "cpu",
-                "threads": torch.get_num_threads(),
-                "data": args.data,
-                "trainer": bench_trainer(data, args.repeats),
-                "pipeline": bench_pipeline(data, args.repeats),
-                "ddp": bench_ddp(args.data),
-                "early_stopping": bench_early_stopping(args.data),
-            },
-            indent=2,
-        )
-    )
+    sections = {
+        "trainer": lambda: bench_trainer(data, args.repeats),
+        "pipeline": lambda: bench_pipeline(data, args.repeats),
+        "ddp": lambda: bench_ddp(args.data),
+        "early_stopping": lambda: bench_early_stopping(args.data),
+        "streamed": lambda: bench_streamed(
+            load_data(args.stream_data) if args.stream_data else data,
+            max(3, args.repeats // 2),
+            args.stream_images,
+        ),
+    }
+    chosen = args.only or list(sections)
+    unknown = sorted(set(chosen) - set(sections))
+    if unknown:
+        parser.error(f"unknown sections {unknown}; choose from {sorted(sections)}")
+    out = {"device": "cpu", "threads": torch.get_num_threads(), "data": args.data}
+    if "streamed" in chosen:
+        out["stream_data"] = args.stream_data or args.data
+    print(json.dumps(out | {name: sections[name]() for name in chosen}, indent=2))
 
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from autosearch import TrainConfig
@@ -11,6 +13,28 @@ from search_spaces import ResNetSpace
 @pytest.fixture(scope="session")
 def digits() -> Dataset:
     return load_data("digits", seed=0)
+
+
+@pytest.fixture(scope="session")
+def digits_folder(tmp_path_factory) -> Path:
+    """scikit-learn's digits written as an image folder (one PNG per image, a sub-folder
+    per class), with an exact duplicate, an unreadable file and one of the wrong size
+    planted."""
+    import numpy as np
+    from PIL import Image
+    from sklearn.datasets import load_digits
+
+    root = tmp_path_factory.mktemp("digits-folder")
+    bunch = load_digits()
+    images = np.clip(np.rint(bunch.images * (255.0 / 16.0)), 0, 255).astype(np.uint8)
+    for i, (image, label) in enumerate(zip(images, bunch.target, strict=True)):
+        folder = root / f"class-{label}"
+        folder.mkdir(exist_ok=True)
+        Image.fromarray(image).save(folder / f"{i:04d}.png")
+    (root / "class-0" / "broken.png").write_bytes(b"not a png")
+    (root / "class-2" / "copy.png").write_bytes((root / "class-2" / "0002.png").read_bytes())
+    Image.fromarray(np.zeros((9, 8), np.uint8)).save(root / "class-1" / "tall.png")
+    return root
 
 
 @pytest.fixture

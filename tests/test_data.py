@@ -223,3 +223,55 @@ def test_a_study_from_arrays_needs_them_again(tmp_path, tiny_space):
     with pytest.raises(autosearch.StudyError, match="created from other data"):
         autosearch.load_study("a", storage=url, data=(images[::-1], labels))
     assert len(autosearch.load_study("a", storage=url, data=(images, labels)).optimize(1)) == 1
+
+
+def test_a_streamed_folder_is_cleaned_and_split_like_one_in_memory(
+    digits_folder, tmp_path, monkeypatch
+):
+    from autosearch.data import FileSplit, Split
+
+    monkeypatch.setenv("AUTOSEARCH_CACHE", str(tmp_path / "cache"))
+    _load_named.cache_clear()
+    held = load_data(f"folder:{digits_folder}", stream=False)
+    streamed = load_data(f"folder:{digits_folder}", stream=True)
+    assert isinstance(held.train, Split) and isinstance(streamed.train, FileSplit)
+    assert streamed.streamed and not held.streamed
+    # The same samples in the same splits, the same statistics, the same report.
+    assert streamed.content_hash() == held.content_hash()
+    for part in ("train", "val", "test"):
+        a, b = getattr(held, part), getattr(streamed, part)
+        assert torch.equal(a.y, b.y)
+        assert torch.equal(a.x[:5], b.take(torch.arange(5)))
+    np.testing.assert_allclose(streamed.mean, held.mean, rtol=1e-9)
+    np.testing.assert_allclose(streamed.std, held.std, rtol=1e-9)
+    assert streamed.report.to_dict() == held.report.to_dict()
+    assert streamed.report.duplicates == 1 and streamed.report.read == 1798
+    problems = " ".join(streamed.report.unreadable)
+    assert "broken.png" in problems and "wrong shape (1, 9, 8)" in problems
+    # The scan is cached: a second load lists the folder without decoding it.
+    assert list((tmp_path / "cache").glob("scan-*.json"))
+    _load_named.cache_clear()
+    monkeypatch.setattr(
+        "autosearch.data._stream.decode_image", lambda f: pytest.fail("decoded again")
+    )
+    cached = load_data(f"folder:{digits_folder}", stream=True)
+    assert cached.content_hash() == held.content_hash()
+    assert cached.input_shape == cached.train.shape == (1, 8, 8)
+
+
+def test_folders_stream_only_past_the_memory_budget(digits_folder, tmp_path, monkeypatch):
+    from autosearch.data import memory_budget
+
+    monkeypatch.setenv("AUTOSEARCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("AUTOSEARCH_DATA_MEMORY", "1.5K")
+    assert memory_budget() == 1536
+    _load_named.cache_clear()
+    assert load_data(f"folder:{digits_folder}").streamed  # 1.8 k images of 64 bytes
+    monkeypatch.setenv("AUTOSEARCH_DATA_MEMORY", "1G")
+    _load_named.cache_clear()
+    assert not load_data(f"folder:{digits_folder}").streamed
+    monkeypatch.setenv("AUTOSEARCH_DATA_MEMORY", "lots")
+    with pytest.raises(DataError, match="AUTOSEARCH_DATA_MEMORY='lots' is not a size"):
+        memory_budget()
+    with pytest.raises(DataError, match="only image folders"):
+        load_data("digits", stream=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -247,3 +248,140 @@ def test_batch_size_finder_takes_the_largest_batch_that_fits(digits):
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     with pytest.raises(TrialFailed, match="even at batch size 512"):
         find_batch_size(model, digits, TrainConfig(batch_size=512), runtime)
+
+
+@pytest.fixture
+def streamed(digits_folder, tmp_path, monkeypatch):
+    """The digits folder, streamed from its files."""
+    from autosearch.data import _load_named, load_data
+
+    monkeypatch.setenv("AUTOSEARCH_CACHE", str(tmp_path / "cache"))
+    _load_named.cache_clear()
+    return load_data(f"folder:{digits_folder}", stream=True)
+
+
+def test_a_streamed_folder_trains_the_same_with_any_number_of_workers(streamed, monkeypatch):
+    config = TrainConfig(epochs=3, batch_size=32, lr=0.2, crop_padding=1, device="cpu")
+    runs = {}
+    for workers in ("0", "2"):
+        monkeypatch.setenv("AUTOSEARCH_LOADER_WORKERS", workers)
+        loader, _ = streamed.train.loader(64, seed=0)
+        assert loader.num_workers == int(workers)
+        model = _net()
+        runs[workers] = (train(model, streamed, config, seed=5), model.state_dict())
+    (result, weights), (_, other) = runs["0"], runs["2"]
+    assert result.val_accuracy > 0.7  # it learned from the files (chance: 0.1)
+    for name, value in weights.items():
+        assert torch.equal(value, other[name]), name
+
+
+def test_streamed_ranks_read_disjoint_shares_of_one_permutation(streamed):
+    shares = [streamed.train.loader(16, seed=3, rank=r, world_size=2, workers=0)[1] for r in (0, 1)]
+    for sampler in shares:
+        sampler.set_epoch(4)
+    first, second = (list(s) for s in shares)
+    assert len(first) == len(second) == math.ceil(len(streamed.train) / 2)
+    assert set(first) | set(second) == set(range(len(streamed.train)))
+    # Disjoint but for the one sample the sampler repeats to even out an odd split.
+    assert len(set(first) & set(second)) == len(streamed.train) % 2
+
+
+def test_an_interrupted_streamed_run_resumes_to_the_same_weights(streamed, tmp_path):
+    config = TrainConfig(epochs=3, lr=0.05, crop_padding=1, cutout=2, device="cpu")
+    straight = _net()
+    train(straight, streamed, config, seed=2)
+
+    def stop_after_2(result):
+        if result.epoch == 2:
+            raise KeyboardInterrupt
+
+    checkpoint = tmp_path / "run.pt"
+    with pytest.raises(KeyboardInterrupt):
+        train(_net(), streamed, config, seed=2, checkpoint=checkpoint, on_epoch=stop_after_2)
+    resumed = _net(seed=9)
+    result = train(resumed, streamed, config, seed=2, checkpoint=checkpoint)
+    assert [e.epoch for e in result.history] == [1, 2, 3]
+    for name, value in straight.state_dict().items():
+        assert torch.equal(value, resumed.state_dict()[name]), name
+
+
+def test_training_images_stay_on_the_gpu_only_when_they_fit():
+    from autosearch.train import _resident
+
+    gpu = torch.device("cuda", 0)
+    assert _resident(400, gpu, free=1000) == gpu
+    assert _resident(600, gpu, free=1000) == torch.device("cpu")  # over half the free memory
+    assert _resident(10**12, torch.device("cpu")) == torch.device("cpu")
+
+
+_DDP_STREAMED = textwrap.dedent(
+    """
+    import os, sys, torch
+    sys.path.insert(0, {tests!r})
+    from test_training_stack import _net
+    from autosearch import TrainConfig
+    from autosearch.data import load_data
+    from autosearch.runtime import init_distributed, resolve
+    from autosearch.train import train
+
+    init_distributed()
+    runtime = resolve(device="cpu", precision="fp32")
+    model = _net()
+    config = TrainConfig(epochs=3, batch_size=64, lr=0.05, crop_padding=1, device="cpu")
+    data = load_data("folder:{folder}", stream=True)
+    result = train(model, data, config, seed=3, runtime=runtime)
+    torch.save({{"params": model.state_dict(), "accuracy": result.val_accuracy}},
+               os.path.join({out!r}, f"rank{{runtime.rank}}.pt"))
+    """
+)
+
+
+@pytest.mark.slow
+def test_two_torchrun_processes_train_a_streamed_folder(streamed, digits_folder, tmp_path):
+    torchrun = Path(sys.executable).with_name("torchrun")
+    code = tmp_path / "ddp.py"
+    code.write_text(
+        _DDP_STREAMED.format(tests=str(ROOT / "tests"), folder=digits_folder, out=str(tmp_path))
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "AUTOSEARCH_LOADER_WORKERS": "1"}
+    subprocess.run(
+        [str(torchrun), "--standalone", "--nproc-per-node=2", str(code)],
+        cwd=tmp_path,
+        env=env,
+        check=True,
+        timeout=600,
+    )
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
+    for name, value in ranks[0]["params"].items():
+        assert torch.equal(value, ranks[1]["params"][name]), name
+    single = train(
+        _net(),
+        streamed,
+        TrainConfig(epochs=3, batch_size=64, lr=0.05, crop_padding=1, device="cpu"),
+        seed=3,
+    )
+    # Each rank read half of every global batch; the result is as good as one process's.
+    assert ranks[0]["accuracy"] == ranks[1]["accuracy"]
+    assert abs(ranks[0]["accuracy"] - single.val_accuracy) < 0.05
+
+
+def test_a_study_searches_a_folder_too_large_for_memory(
+    digits_folder, tmp_path, monkeypatch, make_study
+):
+    from autosearch.data import _load_named
+
+    monkeypatch.setenv("AUTOSEARCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("AUTOSEARCH_DATA_MEMORY", "1K")  # far less than the 115 kB decoded
+    _load_named.cache_clear()
+    study = make_study(
+        data=f"folder:{digits_folder}",
+        variants=("base", "int8"),
+        train=TrainConfig(epochs=2, batch_size=32, lr=0.1),
+    )
+    assert study.data.streamed
+    study.optimize(n_trials=2)
+    records = study.records(variants=True)
+    assert len(records) == 4 and all(r.state == "complete" for r in records)
+    for record in records:  # learned (chance is 0.1), int8 too
+        assert record.metrics["accuracy"] > 0.3 and 0.3 < record.metrics["test_accuracy"] <= 1
+    assert study.data_report["read"] == 1798 and study.data_report["duplicates"] == 1

@@ -183,7 +183,7 @@ def _lower(converted: torch.fx.GraphModule, example: torch.Tensor) -> torch.fx.G
 def _calibration(data: Dataset, count: int, seed: int) -> torch.Tensor:
     generator = torch.Generator().manual_seed(seed)
     pick = torch.randperm(len(data.train), generator=generator)[:count]
-    return data.normalize(data.train.x[pick]).float()
+    return data.normalize(data.train.take(pick)).float()
 
 
 def int8_ops(program: nn.Module) -> list[str]:

@@ -6,6 +6,13 @@ Sources (``load_data(spec)``): ``"digits"`` (bundled), ``"mnist:PATH"``,
 sub-folder per class), or ``(images, labels)`` arrays from Python. Decoded sources are
 cached on disk by a hash of their files' contents.
 
+An image folder whose decoded images would not fit in the memory budget (a quarter of
+the machine's memory, or ``$AUTOSEARCH_DATA_MEMORY`` bytes) is *streamed*: it is
+scanned once (every file decoded, checked and hashed for cleaning, then let go), and
+its splits are :class:`FileSplit` s that trainers read through a ``DataLoader`` with
+worker processes and a ``DistributedSampler``. Other sources are held in memory as
+:class:`Split` s.
+
 The test split is held out of every search decision: trials are ranked on the
 validation split, and test accuracy only appears in reports. A dataset that ships a
 test split keeps it; otherwise one is drawn, stratified, with the seed.
@@ -15,9 +22,10 @@ from __future__ import annotations
 
 import functools
 import hashlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -26,22 +34,56 @@ from sklearn.model_selection import train_test_split
 from autosearch.data._cache import load_cached, source_hash, store
 from autosearch.data._clean import CleaningReport, drop_duplicates, drop_leaks, image_keys
 from autosearch.data._readers import DEFAULT_PATHS, READERS, Raw
+from autosearch.data._stream import (
+    FileSplit,
+    Scan,
+    estimated_bytes,
+    memory_budget,
+    scan_folder,
+)
 from autosearch.errors import DataError, UnknownNameError
 
-__all__ = ["CleaningReport", "Dataset", "Split", "dataset_names", "load_data", "spec_of"]
+__all__ = [
+    "CleaningReport",
+    "Dataset",
+    "FileSplit",
+    "Split",
+    "dataset_names",
+    "load_data",
+    "memory_budget",
+    "spec_of",
+]
 
 _NUM_CLASSES = {"digits": 10, "mnist": 10, "fashion-mnist": 10, "cifar10": 10, "cifar100": 100}
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class Split:
-    """Images as uint8 ``(N, C, H, W)`` and int64 labels ``(N,)``."""
+    """Images in memory as uint8 ``(N, C, H, W)`` and int64 labels ``(N,)``."""
 
     x: torch.Tensor
     y: torch.Tensor
+    in_memory: ClassVar[bool] = True
 
     def __len__(self) -> int:
         return len(self.y)
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        c, h, w = self.x.shape[1:]
+        return (int(c), int(h), int(w))
+
+    def take(self, index: torch.Tensor) -> torch.Tensor:
+        """The uint8 images at ``index``."""
+        return self.x[index]
+
+    def batches(self, batch_size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """``(images, labels)`` in order, ``batch_size`` at a time."""
+        return zip(self.x.split(batch_size), self.y.split(batch_size), strict=True)
+
+    def keys(self) -> list[str]:
+        """A content hash per image."""
+        return [str(k) for k in image_keys(self.x.numpy())]
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -49,9 +91,9 @@ class Dataset:
     """A cleaned dataset split three ways, with the train split's per-channel statistics."""
 
     name: str
-    train: Split
-    val: Split
-    test: Split
+    train: Split | FileSplit
+    val: Split | FileSplit
+    test: Split | FileSplit
     num_classes: int
     mean: tuple[float, ...]
     std: tuple[float, ...]
@@ -60,8 +102,12 @@ class Dataset:
 
     @property
     def input_shape(self) -> tuple[int, int, int]:
-        c, h, w = self.train.x.shape[1:]
-        return (int(c), int(h), int(w))
+        return self.train.shape
+
+    @property
+    def streamed(self) -> bool:
+        """Whether images are read from files while training (see the module docs)."""
+        return not self.train.in_memory
 
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
         """uint8 images to float, standardised with the train split's statistics."""
@@ -70,10 +116,11 @@ class Dataset:
         return (x.float() / 255.0 - mean) / std
 
     def content_hash(self) -> str:
-        """A hash of every image and label in every split, in order."""
+        """A hash of every image and label in every split, in order: the same whether
+        the images are held in memory or streamed from files."""
         digest = hashlib.sha256()
         for split in (self.train, self.val, self.test):
-            digest.update(split.x.numpy().tobytes())
+            digest.update("".join(split.keys()).encode())
             digest.update(split.y.numpy().tobytes())
         return digest.hexdigest()[:16]
 
@@ -98,6 +145,7 @@ def load_data(
     val_fraction: float = 0.2,
     test_fraction: float = 0.2,
     num_classes: int | None = None,
+    stream: bool | None = None,
 ) -> Dataset:
     """Load, clean and split a dataset (see the module docstring for the sources).
 
@@ -110,14 +158,21 @@ def load_data(
             test split of its own).
         num_classes: Labels must lie in 0..num_classes-1 (default: known for named
             datasets, else the largest label + 1).
+        stream: For ``folder:`` sources, read images from their files while training
+            instead of holding them in memory (default: only when they would not fit
+            in :func:`memory_budget`).
     """
     if not (0 < val_fraction < 1 and 0 < test_fraction < 1 and val_fraction + test_fraction < 1):
         raise DataError(
             f"val_fraction={val_fraction} and test_fraction={test_fraction} must be in (0, 1) "
             "and leave samples for training"
         )
+    if stream and not (isinstance(data, str) and data.startswith("folder:")):
+        raise DataError(
+            f"only image folders ('folder:PATH') can be streamed from files, not {spec_of(data)}"
+        )
     if isinstance(data, str):
-        return _load_named(data, seed, val_fraction, test_fraction, num_classes)
+        return _load_named(data, seed, val_fraction, test_fraction, num_classes, stream)
     images, labels = _as_arrays(data)
     raw = Raw(images=images, labels=labels)
     return _prepare("arrays", raw, seed, val_fraction, test_fraction, num_classes)
@@ -125,12 +180,22 @@ def load_data(
 
 @functools.lru_cache(maxsize=8)
 def _load_named(
-    spec: str, seed: int, val_fraction: float, test_fraction: float, num_classes: int | None
+    spec: str,
+    seed: int,
+    val_fraction: float,
+    test_fraction: float,
+    num_classes: int | None,
+    stream: bool | None = None,
 ) -> Dataset:
     name, _, path = spec.partition(":")
     reader = READERS.get(name)
     if reader is None:
         raise UnknownNameError("dataset", name, READERS)
+    if name == "folder" and (
+        stream or (stream is None and estimated_bytes(Path(path)) > memory_budget())
+    ):
+        scan = scan_folder(Path(path))
+        return _prepare_streamed(spec, scan, seed, val_fraction, test_fraction)
     if name == "digits":
         raw = reader(None)
     else:
@@ -206,24 +271,19 @@ def _prepare(
         return images[usable][keep], labels[usable][keep], keys[keep]
 
     x, y, keys = clean(raw.images, raw.labels)
+    official = None
     if raw.test_images is not None and raw.test_labels is not None:
-        tx, ty, tkeys = clean(raw.test_images, raw.test_labels)
-        train, val = _stratified(y, val_fraction / (1 - test_fraction), seed)
-    else:
-        rest, test = _stratified(y, test_fraction, seed)
-        train_rel, val_rel = _stratified(y[rest], val_fraction / (1 - test_fraction), seed)
-        train, val = rest[train_rel], rest[val_rel]
-        tx, ty, tkeys = x[test], y[test], keys[test]
-    seen = {str(k) for k in keys[train]}
-    val = val[drop_leaks(keys[val], seen, report)]
-    seen |= {str(k) for k in keys[val]}
-    kept_test = drop_leaks(tkeys, seen, report)
+        official = clean(raw.test_images, raw.test_labels)
+    train, val, test = _draw_splits(
+        y, keys, seed, val_fraction, test_fraction, report, official[2] if official else None
+    )
+    tx, ty = (official[0], official[1]) if official else (x, y)
     splits = {
         "train": Split(x=torch.from_numpy(x[train]), y=torch.from_numpy(y[train])),
         "val": Split(x=torch.from_numpy(x[val]), y=torch.from_numpy(y[val])),
         "test": Split(
-            x=torch.from_numpy(np.ascontiguousarray(tx[kept_test])),
-            y=torch.from_numpy(np.ascontiguousarray(ty[kept_test])),
+            x=torch.from_numpy(np.ascontiguousarray(tx[test])),
+            y=torch.from_numpy(np.ascontiguousarray(ty[test])),
         ),
     }
     report.kept = {k: len(v) for k, v in splits.items()}
@@ -238,6 +298,69 @@ def _prepare(
         classes=tuple(raw.classes or ()),
         report=report,
     )
+
+
+def _prepare_streamed(
+    name: str, scan: Scan, seed: int, val_fraction: float, test_fraction: float
+) -> Dataset:
+    """A scanned folder cleaned and split like an in-memory dataset, its splits left as
+    files (their per-image pixel sums give the train split's statistics)."""
+    report = CleaningReport(read=len(scan.files), unreadable=list(scan.problems))
+    labels = np.asarray(scan.labels, dtype=np.int64)
+    keys = np.asarray(scan.keys)
+    keep = drop_duplicates(keys, labels, report)
+    files, labels, keys = [scan.files[i] for i in keep], labels[keep], keys[keep]
+    sums, squares = scan.sums[keep], scan.squares[keep]
+    train, val, test = _draw_splits(labels, keys, seed, val_fraction, test_fraction, report)
+    splits = {
+        part: FileSplit(
+            files=tuple(files[i] for i in index),
+            y=torch.from_numpy(labels[index]),
+            image_keys=tuple(str(keys[i]) for i in index),
+            shape=scan.shape,
+        )
+        for part, index in (("train", train), ("val", val), ("test", test))
+    }
+    report.kept = {k: len(v) for k, v in splits.items()}
+    report.class_counts = np.bincount(labels[train], minlength=len(scan.classes)).tolist()
+    pixels = len(train) * scan.shape[1] * scan.shape[2]
+    mean = sums[train].sum(axis=0) / pixels
+    std = np.sqrt(np.maximum(squares[train].sum(axis=0) / pixels - mean**2, 0.0))
+    return Dataset(
+        name=name,
+        **splits,
+        num_classes=len(scan.classes),
+        mean=tuple(float(m) for m in mean),
+        std=tuple(float(max(s, 1e-6)) for s in std),
+        classes=tuple(scan.classes),
+        report=report,
+    )
+
+
+def _draw_splits(
+    y: np.ndarray,
+    keys: np.ndarray,
+    seed: int,
+    val_fraction: float,
+    test_fraction: float,
+    report: CleaningReport,
+    official_test_keys: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Stratified (train, val, test) index arrays, with validation and test images that
+    an earlier split already holds dropped as leakage. With ``official_test_keys`` the
+    test indices index that official test split; otherwise the test split is drawn."""
+    if official_test_keys is not None:
+        train, val = _stratified(y, val_fraction / (1 - test_fraction), seed)
+        test, test_keys = np.arange(len(official_test_keys)), official_test_keys
+    else:
+        rest, test = _stratified(y, test_fraction, seed)
+        train_rel, val_rel = _stratified(y[rest], val_fraction / (1 - test_fraction), seed)
+        train, val = rest[train_rel], rest[val_rel]
+        test_keys = keys[test]
+    seen = {str(k) for k in keys[train]}
+    val = val[drop_leaks(keys[val], seen, report)]
+    seen |= {str(k) for k in keys[val]}
+    return train, val, test[drop_leaks(test_keys, seen, report)]
 
 
 def _stratified(labels: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:

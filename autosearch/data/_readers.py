@@ -18,7 +18,7 @@ import numpy as np
 
 from autosearch.errors import DataError
 
-__all__ = ["DEFAULT_PATHS", "READERS", "Raw"]
+__all__ = ["DEFAULT_PATHS", "READERS", "Raw", "decode_image", "folder_files", "most_common_shape"]
 
 DEFAULT_PATHS = {"fashion-mnist": "/usr/share/datasets/fashion-mnist"}
 
@@ -178,40 +178,61 @@ def _cifar(path: str | None, name: str) -> Raw:
 _IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
 
 
-def _folder(path: str | None, name: str) -> Raw:
-    """One sub-folder per class. Unreadable files and images whose shape differs from
-    the most common one are left out and reported."""
+def decode_image(file: Path) -> np.ndarray:
+    """One image file as uint8 ``(C, H, W)``: grey stays one channel, the rest become RGB.
+
+    Raises:
+        DataError: the file is not a readable image (the reason in the message).
+    """
     try:
         from PIL import Image, UnidentifiedImageError
     except ImportError:
         raise DataError("image folders need Pillow: pip install Pillow") from None
-    root = Path(path or "")
+    try:
+        with Image.open(file) as img:
+            img.load()
+            array = np.asarray(img.convert("L" if img.mode in ("1", "L", "I;16") else "RGB"))
+    except (OSError, UnidentifiedImageError, ValueError) as exc:
+        raise DataError(f"unreadable: {file} ({type(exc).__name__})") from None
+    return array[None] if array.ndim == 2 else array.transpose(2, 0, 1)
+
+
+def folder_files(root: Path) -> tuple[list[str], list[tuple[Path, int]]]:
+    """The class names (sorted sub-folders) and every image file with its label."""
     classes = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
     if not classes:
         raise DataError(f"image folder {root} needs one sub-folder of images per class")
+    files = [
+        (file, label)
+        for label, cls in enumerate(classes)
+        for file in sorted((root / cls).iterdir())
+        if file.suffix.lower() in _IMAGE_SUFFIXES
+    ]
+    return classes, files
+
+
+def most_common_shape(shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
+    counts: dict[tuple[int, ...], int] = {}
+    for shape in shapes:
+        counts[shape] = counts.get(shape, 0) + 1
+    return max(counts, key=lambda s: counts[s])
+
+
+def _folder(path: str | None, name: str) -> Raw:
+    """One sub-folder per class, decoded into memory. Unreadable files and images whose
+    shape differs from the most common one are left out and reported."""
+    root = Path(path or "")
+    classes, files = folder_files(root)
     decoded: list[tuple[np.ndarray, int, Path]] = []
     problems: list[str] = []
-    for label, cls in enumerate(classes):
-        for file in sorted((root / cls).iterdir()):
-            if file.suffix.lower() not in _IMAGE_SUFFIXES:
-                continue
-            try:
-                with Image.open(file) as img:
-                    img.load()
-                    array = np.asarray(
-                        img.convert("L" if img.mode in ("1", "L", "I;16") else "RGB")
-                    )
-            except (OSError, UnidentifiedImageError, ValueError) as exc:
-                problems.append(f"unreadable: {file} ({type(exc).__name__})")
-                continue
-            array = array[None] if array.ndim == 2 else array.transpose(2, 0, 1)
-            decoded.append((array, label, file))
+    for file, label in files:
+        try:
+            decoded.append((decode_image(file), label, file))
+        except DataError as exc:
+            problems.append(str(exc))
     if not decoded:
         raise DataError(f"image folder {root} holds no readable images")
-    shapes: dict[tuple[int, ...], int] = {}
-    for array, _, _ in decoded:
-        shapes[array.shape] = shapes.get(array.shape, 0) + 1
-    common = max(shapes, key=lambda s: shapes[s])
+    common = most_common_shape([a.shape for a, _, _ in decoded])
     keep = [(a, y) for a, y, f in decoded if a.shape == common]
     problems += [
         f"wrong shape {a.shape} (expected {common}): {f}"

@@ -1,0 +1,280 @@
+"""Image folders too large for memory: scanned once, then read from their files.
+
+The scan decodes every file once (in DataLoader worker processes), keeping only what
+cleaning and normalisation need: a content hash, the per-channel pixel sums and the
+shape. It is cached on disk, keyed by the folder's file listing (names, sizes and
+modification times), so a second load only lists the folder. Training then reads
+each batch's files through a ``DataLoader`` with workers and a ``DistributedSampler``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from safetensors.numpy import load_file, save_file
+from torch.utils.data import DataLoader, DistributedSampler
+
+from autosearch.data._cache import cache_dir
+from autosearch.data._clean import image_keys
+from autosearch.data._readers import decode_image, folder_files, most_common_shape
+from autosearch.errors import DataError
+
+__all__ = [
+    "FileImages",
+    "FileSplit",
+    "Scan",
+    "estimated_bytes",
+    "loader_workers",
+    "memory_budget",
+    "scan_folder",
+]
+
+logger = logging.getLogger(__name__)
+
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def memory_budget() -> int:
+    """Bytes of decoded images a dataset may hold in memory: ``$AUTOSEARCH_DATA_MEMORY``
+    (a number of bytes, optionally with K, M, G or T), else a quarter of the machine's
+    memory."""
+    value = os.environ.get("AUTOSEARCH_DATA_MEMORY", "").strip().upper().removesuffix("B")
+    if value:
+        number, unit = (value[:-1], value[-1]) if value[-1] in _UNITS else (value, "")
+        try:
+            return int(float(number) * _UNITS[unit])
+        except ValueError:
+            raise DataError(
+                f"AUTOSEARCH_DATA_MEMORY={os.environ['AUTOSEARCH_DATA_MEMORY']!r} is not a "
+                "size; write it as bytes, e.g. 2000000000 or 2G"
+            ) from None
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
+
+
+def estimated_bytes(root: Path) -> int:
+    """Decoded size of an image folder, guessed from its file count and the first
+    readable image's shape (without decoding the rest)."""
+    _, files = folder_files(root)
+    for file, _ in files:
+        try:
+            return len(files) * decode_image(file).size
+        except DataError:
+            continue
+    return 0
+
+
+def loader_workers() -> int:
+    """Worker processes reading files, per training process: ``$AUTOSEARCH_LOADER_WORKERS``,
+    else up to 4, leaving two CPUs to the training process (none on a 2-core machine,
+    where workers measured 0.7x the speed of decoding in the training process). The
+    count never changes results: the sampler alone decides the order."""
+    value = os.environ.get("AUTOSEARCH_LOADER_WORKERS", "").strip()
+    if value:
+        if not value.isdigit():
+            raise DataError(
+                f"AUTOSEARCH_LOADER_WORKERS={value!r} must be a whole number (0: read in "
+                "the training process)"
+            )
+        return int(value)
+    return max(0, min(4, (os.cpu_count() or 1) - 2))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scan:
+    """What one pass over a folder learned. Lists are per readable, well-shaped file."""
+
+    classes: list[str]
+    files: list[str]
+    labels: list[int]
+    keys: list[str]  # content hash of each decoded image
+    sums: np.ndarray  # (N, C) pixel sums, in [0, 1] units
+    squares: np.ndarray  # (N, C) sums of squared pixels
+    shape: tuple[int, int, int]
+    problems: list[str]  # unreadable or wrongly shaped files, with the reason
+
+    @property
+    def decoded_bytes(self) -> int:
+        return len(self.files) * int(np.prod(self.shape))
+
+
+class _ScanItems(torch.utils.data.Dataset):
+    def __init__(self, files: list[tuple[Path, int]]):
+        self.files = files
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        file, label = self.files[i]
+        try:
+            image = decode_image(file)
+        except DataError as exc:
+            return {"file": str(file), "problem": str(exc)}
+        pixels = image.reshape(image.shape[0], -1).astype(np.float64) / 255.0
+        return {
+            "file": str(file),
+            "label": label,
+            "shape": image.shape,
+            "key": str(image_keys(image[None])[0]),  # as for images held in memory
+            "sum": pixels.sum(axis=1),
+            "square": (pixels**2).sum(axis=1),
+        }
+
+
+def scan_folder(root: Path, *, workers: int | None = None) -> Scan:
+    """Decode every image under ``root`` (one sub-folder per class) once; see the module
+    docstring. Raises DataError when the folder holds no readable image."""
+    classes, files = folder_files(root)
+    listing = hashlib.sha256()
+    for file, _ in files:
+        stat = file.stat()
+        listing.update(f"{file.relative_to(root)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    key = f"scan-{listing.hexdigest()[:24]}"
+    cached = _load_scan(key)
+    if cached is not None:
+        return cached
+    loader = DataLoader(
+        _ScanItems(files),
+        batch_size=64,
+        num_workers=loader_workers() if workers is None else workers,
+        collate_fn=list,
+    )
+    items = [item for batch in loader for item in batch]
+    problems = [item["problem"] for item in items if "problem" in item]
+    good = [item for item in items if "problem" not in item]
+    if not good:
+        raise DataError(f"image folder {root} holds no readable images")
+    shape = most_common_shape([item["shape"] for item in good])
+    problems += [
+        f"wrong shape {item['shape']} (expected {shape}): {item['file']}"
+        for item in good
+        if item["shape"] != shape
+    ]
+    good = [item for item in good if item["shape"] == shape]
+    scan = Scan(
+        classes=classes,
+        files=[item["file"] for item in good],
+        labels=[item["label"] for item in good],
+        keys=[item["key"] for item in good],
+        sums=np.stack([item["sum"] for item in good]),
+        squares=np.stack([item["square"] for item in good]),
+        shape=(int(shape[0]), int(shape[1]), int(shape[2])),
+        problems=problems,
+    )
+    _store_scan(key, scan)
+    return scan
+
+
+def _load_scan(key: str) -> Scan | None:
+    folder = cache_dir()
+    try:
+        meta = json.loads((folder / f"{key}.json").read_text())
+        arrays = load_file(str(folder / f"{key}.safetensors"))
+        c, h, w = (int(n) for n in meta.pop("shape"))
+        shape = (c, h, w)
+        return Scan(**meta, shape=shape, sums=arrays["sums"], squares=arrays["squares"])
+    except FileNotFoundError:
+        return None
+    except Exception:  # a broken cache entry is only a cache miss
+        logger.warning("ignoring unreadable scan cache entry %s", key)
+        return None
+
+
+def _store_scan(key: str, scan: Scan) -> None:
+    folder = cache_dir()
+    meta = {
+        "classes": scan.classes,
+        "files": scan.files,
+        "labels": scan.labels,
+        "keys": scan.keys,
+        "shape": list(scan.shape),
+        "problems": scan.problems,
+    }
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        save_file({"sums": scan.sums, "squares": scan.squares}, str(folder / f"{key}.safetensors"))
+        tmp = folder / f"{key}.json.tmp"
+        tmp.write_text(json.dumps(meta))
+        tmp.replace(folder / f"{key}.json")  # written last: its presence means complete
+    except OSError as exc:
+        logger.warning("could not write the scan cache in %s: %s", folder, exc)
+
+
+class FileImages(torch.utils.data.Dataset):
+    """``(uint8 image (C, H, W), label)`` read from a file per item."""
+
+    def __init__(self, split: FileSplit):
+        self.files, self.labels, self.shape = split.files, split.y, split.shape
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        image = decode_image(Path(self.files[i]))
+        if image.shape != self.shape:
+            raise DataError(
+                f"{self.files[i]} changed since the folder was scanned: it is now "
+                f"{image.shape}, not {self.shape}; load the data again"
+            )
+        return torch.tensor(image), self.labels[i]  # a copy: PIL's buffer is read-only
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class FileSplit:
+    """A split whose images stay in their files (a streamed folder)."""
+
+    files: tuple[str, ...]
+    y: torch.Tensor
+    image_keys: tuple[str, ...]
+    shape: tuple[int, int, int]
+    in_memory: ClassVar[bool] = False
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def keys(self) -> list[str]:
+        return list(self.image_keys)
+
+    def take(self, index: torch.Tensor) -> torch.Tensor:
+        """The uint8 images at ``index``, decoded now."""
+        images = FileImages(self)
+        return torch.stack([images[int(i)][0] for i in index.reshape(-1)])
+
+    def batches(self, batch_size: int) -> DataLoader:
+        """``(images, labels)`` in order, read by worker processes."""
+        return DataLoader(FileImages(self), batch_size=batch_size, num_workers=loader_workers())
+
+    def loader(
+        self,
+        batch_size: int,
+        *,
+        seed: int,
+        rank: int = 0,
+        world_size: int = 1,
+        workers: int | None = None,
+        pin_memory: bool = False,
+    ) -> tuple[DataLoader, DistributedSampler[int]]:
+        """A shuffling loader of this rank's share: ``sampler.set_epoch(e)`` before each
+        epoch gives every rank a disjoint, seeded part of the same permutation."""
+        images = FileImages(self)
+        sampler: DistributedSampler[int] = DistributedSampler(
+            images, num_replicas=world_size, rank=rank, shuffle=True, seed=seed
+        )
+        workers = loader_workers() if workers is None else workers
+        loader = DataLoader(
+            images,
+            batch_size=batch_size,
+            sampler=sampler,
+            num_workers=workers,
+            pin_memory=pin_memory,
+            persistent_workers=workers > 0,
+        )
+        return loader, sampler
