@@ -64,7 +64,7 @@ def store(key: str, raw: Raw) -> None:
         arrays = {"images": raw.images, "labels": raw.labels}
         if raw.test_images is not None and raw.test_labels is not None:
             arrays |= {"test_images": raw.test_images, "test_labels": raw.test_labels}
-        tmp = folder / f"{key}.tmp"
+        tmp = folder / f"{key}.{os.getpid()}.tmp"  # ranks may write the same entry at once
         save_file(
             {k: torch.from_numpy(np.array(v, order="C", copy=True)) for k, v in arrays.items()},
             str(tmp),

@@ -200,8 +200,12 @@ def _store_scan(key: str, scan: Scan) -> None:
     }
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        save_file({"sums": scan.sums, "squares": scan.squares}, str(folder / f"{key}.safetensors"))
-        tmp = folder / f"{key}.json.tmp"
+        # Each file is written under a name of this process's, then renamed into place
+        # (atomic): DDP ranks scanning the same folder at once never see half a file.
+        arrays = folder / f"{key}.{os.getpid()}.tmp"
+        save_file({"sums": scan.sums, "squares": scan.squares}, str(arrays))
+        arrays.replace(folder / f"{key}.safetensors")
+        tmp = folder / f"{key}.json.{os.getpid()}.tmp"
         tmp.write_text(json.dumps(meta))
         tmp.replace(folder / f"{key}.json")  # written last: its presence means complete
     except OSError as exc:
