@@ -248,11 +248,26 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     study = _open(args)
-    record = (
-        study.record(args.trial) if args.trial is not None else study.best(max_flops=args.max_flops)
-    )
+    if args.trial is not None:
+        record = study.record(args.trial, args.variant or "base")
+    else:
+        record = study.best(max_flops=args.max_flops, variant=args.variant)
     out = study.export(record, Path(args.out) if args.out else Path("runs") / study.name / "export")
-    print(f"exported trial {record.trial} ({record.description}) to {out}/")
+    card = json.loads((out / "arch.json").read_text())
+    if args.json:
+        print(
+            json.dumps(
+                {"folder": str(out), "files": sorted(p.name for p in out.iterdir()), **card},
+                indent=2,
+            )
+        )
+        return 0
+    print(
+        f"exported trial {record.trial} ({record.description}), variant {record.variant}, "
+        f"to {out}/: {', '.join(sorted(p.name for p in out.iterdir()))}\n"
+        f"ONNX checked in onnxruntime: largest |difference| from torch "
+        f"{card['onnx']['max_abs_diff']:.2g} on {card['onnx']['checked_images']} images"
+    )
     return 0
 
 
@@ -323,7 +338,13 @@ def _parser() -> argparse.ArgumentParser:
     which.add_argument("--trial", type=int, help="trial number")
     which.add_argument("--best", action="store_true", help="the most accurate trial (default)")
     export.add_argument("--max-flops", type=float, help="with --best: FLOPs budget (2 x MACs)")
+    export.add_argument(
+        "--variant",
+        help="a measured variant (base, int8, prune-channels@0.5, ...; default base), "
+        "derived again from the trial's weights",
+    )
     export.add_argument("--out", help="export folder (default runs/NAME/export)")
+    export.add_argument("--json", action="store_true", help="machine-readable output")
     return parser
 
 

@@ -2,35 +2,54 @@
 
 An export folder holds:
 
-* ``arch.json`` — the architecture, its description, input shape, normalisation and
-  the measured metrics (with the cost conventions);
+* ``arch.json`` — the architecture, its description, input shape, normalisation, the
+  variant, the measured metrics (with the cost conventions) and the ONNX check;
 * ``model.safetensors`` — the weights;
 * ``model.py`` — the network's torch-only source, its configuration, and ``load()``,
   which reads the weights with a small built-in safetensors reader, so plain torch
-  is enough.
+  is enough;
+* ``model.onnx`` — the same float network for ONNX runtimes (dynamic batch), checked
+  in onnxruntime against torch on validation images when written;
+* for ``prune-channels`` variants, whose layers no longer match the searched
+  configuration, ``model.pt2``: the pruned network as a ``torch.export`` program, which
+  ``load()`` returns;
+* for ``int8`` variants, ``model_int8.pt2``: the quantized network as a ``torch.export``
+  program (int8 weights between quantize / dequantize operations), read by
+  ``load_int8()``;
+* ``README.md`` — what the folder holds, how to use it, and the metrics.
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib
 import inspect
+import io
 import json
+import logging
 import pprint
 import re
-from collections.abc import Mapping
+import warnings
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import torch
 import torch.nn as nn
 from safetensors.torch import save_file
 
 from autosearch.architecture import Architecture
+from autosearch.compress import Derived, parse_variant
 from autosearch.cost import CONVENTIONS
 from autosearch.errors import ExportError
 from autosearch.space import NetworkSpec
 
-__all__ = ["write_export"]
+__all__ = ["ONNX_TOLERANCE", "onnx_parity", "write_export", "write_onnx"]
+
+# Largest absolute difference allowed between onnxruntime's and torch's logits.
+ONNX_TOLERANCE = 1e-4
+_MAX_BATCH = 4096
 
 _PRELUDE = ("from __future__ import annotations", "import torch", "import torch.nn as nn")
 
@@ -60,14 +79,36 @@ def preprocess(images: torch.Tensor) -> torch.Tensor:
     return (images.float() / 255.0 - mean) / std
 
 
-def load(path: str | None = None) -> nn.Module:
-    """The trained network in eval mode, weights from ``model.safetensors`` beside this file."""
+VARIANT = {variant!r}
+# Set when the variant changed the network's structure (channel pruning): the network is
+# then the torch.export program in this file, not build() with weights.
+PROGRAM = {program!r}
+INT8_PROGRAM = {int8_program!r}  # int8 variants: the quantized torch.export program
+
+
+def _here(name: str) -> str:
     import os
 
-    path = path or os.path.join(os.path.dirname(os.path.abspath(__file__)), "model.safetensors")
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), name)
+
+
+def load(path: str | None = None) -> nn.Module:
+    """The trained network in eval mode, weights from ``model.safetensors`` beside this file."""
+    if PROGRAM:
+        return torch.export.load(path or _here(PROGRAM)).module()
     model = build()
-    model.load_state_dict(read_safetensors(path))
+    model.load_state_dict(read_safetensors(path or _here("model.safetensors")))
     return model.eval()
+
+
+def load_int8(path: str | None = None) -> nn.Module:
+    """The int8 variant: int8 weights between quantize / dequantize operations (runs with
+    torch alone; ``torch.compile`` lowers it to int8 kernels on x86)."""
+    if not INT8_PROGRAM:
+        raise FileNotFoundError("this export holds no int8 variant (export it with --variant int8)")
+    import torch.ao.quantization.fx._decomposed  # noqa: F401  (registers the q/dq operations)
+
+    return torch.export.load(path or _here(INT8_PROGRAM)).module()
 
 
 _DTYPES = {{
@@ -130,13 +171,34 @@ def write_export(
     std: tuple[float, ...],
     metrics: Mapping[str, Any],
     provenance: Mapping[str, Any],
+    samples: torch.Tensor,
+    variant: str = "base",
+    derived: Derived | None = None,
 ) -> Path:
-    """Write ``arch.json``, ``model.safetensors`` and ``model.py`` into ``out_dir``."""
+    """Write an export folder (see the module docstring) into ``out_dir``.
+
+    Args:
+        model: The trained network (the variant's parent).
+        samples: Normalised input images the ONNX file is checked on.
+        variant: The variant exported; ``derived`` holds it unless it is ``base``.
+        metrics: The variant's measured metrics, for ``arch.json`` and the README.
+
+    Raises:
+        ExportError: the folder cannot be written, or onnxruntime's output differs from
+            torch's by more than ``ONNX_TOLERANCE``.
+    """
+    kind = parse_variant(variant).kind
+    if kind != "base" and derived is None:
+        raise ExportError(f"exporting variant {variant!r} needs it derived")
     out = Path(out_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ExportError(f"cannot create export folder {out}: {exc}") from None
+    # The float network load() returns: the variant's own where it is a float network.
+    network = model if derived is None or kind == "int8" else derived.model
+    program = "model.pt2" if kind == "prune-channels" else None
+    int8_program = "model_int8.pt2" if kind == "int8" else None
     tail = _LOADER.format(
         architecture=pprint.pformat(arch.to_dict(), sort_dicts=True),
         config=pprint.pformat(dict(spec.kwargs), sort_dicts=True),
@@ -144,27 +206,198 @@ def write_export(
         mean=tuple(mean),
         std=tuple(std),
         factory=spec.factory,
+        variant=variant,
+        program=program,
+        int8_program=int8_program,
     )
     origin = ", ".join(f"{k} {v}" for k, v in provenance.items())
     header = (
-        f"{description}\n\nExported by autosearch ({origin})."
+        f"{description}\n\nExported by autosearch ({origin}); variant {variant}."
         "\nNeeds only torch:\n\n"
         "    import model\n"
         "    net = model.load()                        # weights from model.safetensors\n"
         "    logits = net(model.preprocess(images))    # images: uint8 (N, C, H, W)\n"
     )
+    network = network.cpu().eval()
+    samples = samples.cpu()
+    example = samples[:2]
     (out / "model.py").write_text(_model_source(spec, header, tail))
-    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    state = {k: v.detach().cpu().contiguous() for k, v in network.state_dict().items()}
     save_file(state, str(out / "model.safetensors"), metadata={"arch_id": arch.arch_id})
+    if program:
+        torch.export.save(_program(network, example), str(out / program))
+    if int8_program:
+        assert derived is not None and derived.reference is not None
+        torch.export.save(_program(derived.reference, example), str(out / int8_program))
+    onnx_diff = write_onnx(network, samples, out / "model.onnx")
     card = {
         "architecture": arch.to_dict(),
         "arch_id": arch.arch_id,
         "description": description,
+        "variant": variant,
         "input_shape": list(input_shape),
         "normalization": {"mean": list(mean), "std": list(std), "scale": "pixels / 255"},
         "metrics": dict(metrics),
         "conventions": CONVENTIONS,
+        "onnx": {
+            "max_abs_diff": onnx_diff,
+            "checked_images": len(samples),
+            "tolerance": ONNX_TOLERANCE,
+        },
         "provenance": dict(provenance),
     }
     (out / "arch.json").write_text(json.dumps(card, indent=2, sort_keys=True) + "\n")
+    (out / "README.md").write_text(_readme(card, program, int8_program))
     return out
+
+
+def _dynamic_batch() -> tuple[dict[int, Any]]:
+    return ({0: torch.export.Dim("batch", min=1, max=_MAX_BATCH)},)
+
+
+def _program(network: nn.Module, example: torch.Tensor) -> torch.export.ExportedProgram:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return torch.export.export(network, (example,), dynamic_shapes=_dynamic_batch())
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """The ONNX exporter prints progress and warns about torchvision: not our user's news."""
+    loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch._dynamo", "torch.export")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)
+
+
+def write_onnx(network: nn.Module, samples: torch.Tensor, path: str | Path) -> float:
+    """Write ``network`` as ONNX (input ``images``, output ``logits``, dynamic batch) and
+    return the largest absolute difference of onnxruntime's logits from torch's on
+    ``samples``.
+
+    Raises:
+        ExportError: the exporter failed, or the difference exceeds ``ONNX_TOLERANCE``.
+    """
+    try:
+        with _quiet():
+            torch.onnx.export(
+                network.cpu().eval(),
+                (samples[:2].cpu(),),
+                str(path),
+                input_names=["images"],
+                output_names=["logits"],
+                dynamic_shapes=_dynamic_batch(),
+                external_data=False,
+                dynamo=True,
+            )
+    except Exception as exc:
+        raise ExportError(f"the ONNX exporter failed: {type(exc).__name__}: {exc}") from None
+    diff = onnx_parity(network, samples, path)
+    if not diff < ONNX_TOLERANCE:
+        raise ExportError(
+            f"{path}: onnxruntime's logits differ from torch's by {diff:.3g} "
+            f"(tolerance {ONNX_TOLERANCE}); the ONNX file is not trustworthy"
+        )
+    return diff
+
+
+def onnx_parity(network: nn.Module, samples: torch.Tensor, path: str | Path) -> float:
+    """Largest absolute difference between onnxruntime's and torch's outputs."""
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    with torch.no_grad():
+        expected = network.cpu().eval()(samples.cpu()).numpy()
+    got = session.run(None, {session.get_inputs()[0].name: samples.cpu().numpy()})[0]
+    return float(abs(got - expected).max())
+
+
+def _readme(card: Mapping[str, Any], program: str | None, int8_program: str | None) -> str:
+    metrics = card["metrics"]
+    rows = [
+        ("validation accuracy", metrics.get("accuracy")),
+        ("test accuracy (held out of the search)", metrics.get("test_accuracy")),
+        ("FLOPs per image (2 × MACs)", metrics.get("flops")),
+        ("parameters", metrics.get("params")),
+        ("saved bytes", metrics.get("bytes")),
+        ("latency, ms (batch 1, one CPU thread)", metrics.get("latency")),
+        ("ms per image (batch 32, one CPU thread)", metrics.get("latency_batched")),
+    ]
+    table = "\n".join(
+        f"| {name} | {value:.6g} |" for name, value in rows if isinstance(value, int | float)
+    )
+    c, h, w = card["input_shape"]
+    files = [
+        "| `model.py` | the network's source (torch only), `build()`, `preprocess()`, `load()` |",
+        "| `model.safetensors` | the trained weights |",
+        f"| `model.onnx` | the float network for ONNX runtimes (input `images` (N, {c}, {h}, {w}),"
+        " output `logits`) |",
+        "| `arch.json` | architecture, normalisation, metrics, provenance |",
+    ]
+    if program:
+        files.append(
+            f"| `{program}` | the channel-pruned network (`torch.export`), what `load()` returns |"
+        )
+    if int8_program:
+        files.append(
+            f"| `{int8_program}` | the int8 network (`torch.export`; int8 weights between "
+            "quantize / dequantize operations), read by `load_int8()` |"
+        )
+    int8_use = (
+        "\nThe int8 variant (what was measured as `int8`):\n\n```python\n"
+        "net8 = model.load_int8()\nlogits = net8(model.preprocess(images))\n"
+        "fast = torch.compile(net8)  # x86: lowers to int8 kernels\n```\n"
+        if int8_program
+        else ""
+    )
+    onnx = card["onnx"]
+    return f"""# {card["description"]}
+
+Exported by autosearch: variant `{card["variant"]}`, architecture `{card["arch_id"]}`
+({", ".join(f"{k} {v}" for k, v in card["provenance"].items())}).
+
+| file | what |
+| --- | --- |
+{chr(10).join(files)}
+
+## Use it with plain torch
+
+```python
+import torch
+import model  # this folder on sys.path
+
+net = model.load()
+images = torch.randint(0, 256, (8, {c}, {h}, {w}), dtype=torch.uint8)  # uint8 (N, C, H, W)
+probabilities = net(model.preprocess(images)).softmax(1)
+```
+{int8_use}
+With onnxruntime (normalise the same way: pixels / 255, then mean {card["normalization"]["mean"]}
+and std {card["normalization"]["std"]} per channel):
+
+```python
+import onnxruntime
+session = onnxruntime.InferenceSession("model.onnx")
+logits = session.run(None, {{"images": model.preprocess(images).numpy()}})[0]
+```
+
+`model.onnx` was checked in onnxruntime on {onnx["checked_images"]} validation images: the
+largest absolute difference from torch's logits was {onnx["max_abs_diff"]:.3g}
+(tolerance {onnx["tolerance"]}).
+
+Train it again from scratch, in full: `autosearch train {{this folder}} --data ... --epochs ...`
+
+## Measured
+
+| metric | value |
+| --- | --- |
+{table}
+
+{card["conventions"]}
+"""

@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 import numpy as np
 import optuna
+import torch
 import torch.distributed as dist
 from optuna.artifacts import FileSystemArtifactStore, download_artifact, upload_artifact
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
@@ -428,11 +429,23 @@ class Study:
         max_flops: float | None = None,
         max_params: float | None = None,
         variants: bool = False,
+        variant: str | None = None,
     ) -> Record:
         """The most accurate (validation) complete base record within the given budget
-        (``variants=True``: any variant's record); ties go to fewer FLOPs. The test
-        split plays no part in this choice."""
-        done = [r for r in self.records(variants=variants) if r.state == "complete"]
+        (``variants=True``: any variant's record; ``variant="int8"``: that variant's
+        records only); ties go to fewer FLOPs. The test split plays no part in this
+        choice."""
+        done = [
+            r
+            for r in self.records(variants=variants or variant is not None)
+            if r.state == "complete" and (variant is None or r.variant == variant)
+        ]
+        if variant is not None and not done:
+            measured = sorted({r.variant for r in self.records() if r.state == "complete"})
+            raise StudyError(
+                f"study {self.name!r} has no complete {variant!r} record; measured variants: "
+                f"{', '.join(measured) or 'none'}"
+            )
         fits = [
             r
             for r in done
@@ -888,9 +901,39 @@ class Study:
         return model.eval()
 
     def export(self, record: Record, out_dir: str | Path) -> Path:
-        """Write ``arch.json``, ``model.safetensors`` and a torch-only ``model.py``."""
-        model = self.load_model(record)
+        """Write an export folder (``autosearch.export``): ``model.py``, weights, ONNX
+        (checked in onnxruntime), ``arch.json`` and a README.
+
+        A variant record is derived again from its trial's stored weights, the same way
+        and with the same seed as when it was measured (``distill`` takes the study's
+        best model now as its teacher), and its accuracy is measured again; both the
+        stored and the new figures are written.
+        """
         data = self.data
+        base = record if record.is_base else self.record(record.trial)
+        model = self.load_model(base)
+        metrics: dict[str, Any] = dict(record.metrics)
+        derived = None
+        if not record.is_base:
+            from autosearch.compress import derive
+            from autosearch.train import evaluate
+
+            if record.state != "complete":
+                raise ExportError(
+                    f"variant {record.variant} of trial {record.trial} failed "
+                    f"({record.reason}); there is nothing to export"
+                )
+            teacher = self._teacher(base.metrics) if record.variant == "distill" else None
+            derived = derive(
+                record.variant,
+                model,
+                data,
+                self.train_config,
+                compression=self.compression,
+                seed=trial_seed(self.seed, record.arch),
+                teacher=teacher,
+            )
+            metrics["accuracy_exported"] = evaluate(derived.model, data.val, data)[0]
         spec = self.space.network(
             record.arch, input_shape=data.input_shape, num_classes=data.num_classes
         )
@@ -903,8 +946,11 @@ class Study:
             input_shape=data.input_shape,
             mean=data.mean,
             std=data.std,
-            metrics=record.metrics,
+            metrics=metrics,
             provenance={"study": self.name, "trial": record.trial, "version": __version__},
+            samples=data.normalize(data.val.take(torch.arange(min(64, len(data.val))))),
+            variant=record.variant,
+            derived=derived,
         )
 
 

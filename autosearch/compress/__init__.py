@@ -105,7 +105,9 @@ class Derived:
 
     ``model`` is what runs (for int8: the lowered program); ``float_model`` is the float
     network with the variant's structure and zeros, on which MACs are counted.
-    ``saved_bytes`` is set where the saved form is not a float state dict.
+    ``saved_bytes`` is set where the saved form is not a float state dict. ``reference``
+    (int8 only) is the portable quantized graph: int8 weights with quantize / dequantize
+    operations, which ``torch.export`` can save and plain torch can load.
     """
 
     model: nn.Module
@@ -114,6 +116,7 @@ class Derived:
     activation_bits: int = 32
     saved_bytes: int | None = None
     details: dict[str, float] = field(default_factory=dict)
+    reference: nn.Module | None = None
 
 
 # Parsing ------------------------------------------------------------------------------

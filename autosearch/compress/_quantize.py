@@ -230,6 +230,7 @@ def _finish(
         activation_bits=8,
         saved_bytes=size,
         details={**details, "reduce_range": float(not has_vnni())},
+        reference=converted,
     )
 
 
