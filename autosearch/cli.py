@@ -16,6 +16,7 @@ import optuna
 import torch.distributed as dist
 from tqdm import tqdm
 
+from autosearch.data import load_data
 from autosearch.errors import AutosearchError, StudyError
 from autosearch.registry import controllers, spaces
 from autosearch.report import write_report
@@ -23,7 +24,7 @@ from autosearch.runtime import init_distributed, world
 from autosearch.scoring import objective
 from autosearch.study import Record, Study, Table, create_study, default_storage, load_study
 from autosearch.studyfile import load_spec
-from autosearch.train import TrainConfig
+from autosearch.train import EpochResult, TrainConfig
 
 __all__ = ["main"]
 
@@ -145,7 +146,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _relaunch_under_torchrun(args: argparse.Namespace) -> int:
     """``autosearch run --nproc-per-node N``: the same command, N processes, via torchrun."""
-    torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
     forwarded = [args.study_file]
     for flag, value in (
         ("--n-trials", args.n_trials),
@@ -154,16 +154,7 @@ def _relaunch_under_torchrun(args: argparse.Namespace) -> int:
     ):
         if value is not None:
             forwarded += [flag, str(value)]
-    command = [
-        torchrun,
-        "--standalone",
-        f"--nproc-per-node={args.nproc_per_node}",
-        "-m",
-        "autosearch.cli",
-        "run",
-        *forwarded,
-    ]
-    return subprocess.call(command)
+    return _torchrun(args.nproc_per_node, ["run", *forwarded])
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -271,6 +262,62 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_train(args: argparse.Namespace) -> int:
+    """Train an export folder from scratch with the shared stack."""
+    from autosearch.retrain import train_export
+
+    if args.nproc_per_node > 1 and "LOCAL_RANK" not in os.environ:
+        forwarded = [args.export_dir, "--data", args.data, "--epochs", str(args.epochs)]
+        for flag, value in (
+            ("--batch-size", args.batch_size),
+            ("--lr", args.lr),
+            ("--precision", args.precision),
+            ("--seed", args.seed),
+        ):
+            forwarded += [flag, str(value)]
+        return _torchrun(args.nproc_per_node, ["train", *forwarded])
+    distributed = init_distributed()
+    try:
+        data = load_data(args.data, seed=args.seed)
+        config = TrainConfig(
+            epochs=args.epochs,
+            batch_size=args.batch_size,
+            lr=args.lr,
+            precision=args.precision,
+            crop_padding=args.crop_padding,
+            flip=args.flip,
+        )
+        rank, _ = world()
+        with tqdm(total=args.epochs, unit="epoch", disable=rank != 0 or args.json) as bar:
+
+            def progress(epoch: EpochResult) -> None:
+                bar.set_postfix_str(f"loss {epoch.train_loss:.3f} val {epoch.val_accuracy:.4f}")
+                bar.update()
+
+            metrics = train_export(args.export_dir, data, config, seed=args.seed, on_epoch=progress)
+        if rank == 0:
+            if args.json:
+                print(json.dumps(metrics, indent=2))
+            else:
+                print(
+                    f"trained {args.export_dir} for {metrics['epochs']} epochs on {args.data}: "
+                    f"val {metrics['val_accuracy']:.4f}, test {metrics['test_accuracy']:.4f} "
+                    f"({metrics['seconds']:.1f} s, {metrics['world_size']} process(es), "
+                    f"{metrics['precision']})\nweights and metrics: "
+                    f"{Path(args.export_dir) / 'full'}/"
+                )
+        return 0
+    finally:
+        if distributed:
+            dist.destroy_process_group()
+
+
+def _torchrun(nproc: int, argv: list[str]) -> int:
+    torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
+    command = [torchrun, "--standalone", f"--nproc-per-node={nproc}", "-m", "autosearch.cli"]
+    return subprocess.call([*command, *argv])
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="autosearch", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="log each trial")
@@ -345,6 +392,22 @@ def _parser() -> argparse.ArgumentParser:
     )
     export.add_argument("--out", help="export folder (default runs/NAME/export)")
     export.add_argument("--json", action="store_true", help="machine-readable output")
+
+    full = sub.add_parser("train", help="train an export folder from scratch, in full")
+    full.add_argument("export_dir", help="a folder written by `autosearch export`")
+    full.add_argument("--data", default="digits", help="dataset spec (default digits)")
+    full.add_argument("--epochs", type=int, default=30)
+    full.add_argument("--batch-size", type=int, default=128)
+    full.add_argument("--lr", type=float, default=0.05)
+    full.add_argument("--precision", default="auto", help="auto, fp32, bf16 or fp16")
+    full.add_argument("--crop-padding", type=int, default=0, help="random-crop padding (0: off)")
+    full.add_argument("--flip", action="store_true", help="random horizontal flips")
+    full.add_argument("--seed", type=int, default=0)
+    full.add_argument(
+        "--nproc-per-node", type=int, default=1, help="train with N processes (torchrun, DDP)"
+    )
+    full.add_argument("--json", action="store_true", help="print the metrics as JSON")
+    full.set_defaults(func=cmd_train)
     return parser
 
 

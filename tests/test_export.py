@@ -183,3 +183,75 @@ def test_a_variant_exports_and_runs_with_torch_alone(make_study, digits, tmp_pat
     # The files alone classify as the variant did when measured (the int8 program is the
     # portable reference form of the measured int8 kernels: within a point or two).
     assert accuracy == pytest.approx(card["metrics"]["accuracy_exported"], abs=0.02)
+
+
+def test_autosearch_train_trains_an_export_in_full(make_study, digits, tmp_path, capsys):
+    from autosearch.cli import main
+    from autosearch.retrain import load_export
+
+    study = make_study()
+    study.optimize(1)
+    out = study.export(study.best(), tmp_path / "best")
+    argv = ["train", str(out), "--epochs", "3", "--batch-size", "32", "--lr", "0.1", "--json"]
+    assert main(argv) == 0
+    metrics = json.loads(capsys.readouterr().out)
+    assert metrics["epochs"] == 3 and len(metrics["history"]) == 3
+    assert metrics["val_accuracy"] > 0.3 and metrics["world_size"] == 1
+    assert json.loads((out / "full" / "metrics.json").read_text()) == metrics
+    # The weights drop into the export's model.py: as accurate as measured.
+    model = load_export(out).load(str(out / "full" / "model.safetensors"))
+    with torch.no_grad():
+        predicted = model(digits.normalize(digits.val.x)).argmax(1)
+    assert float((predicted == digits.val.y).float().mean()) == pytest.approx(
+        metrics["val_accuracy"]
+    )
+    # Run again: the checkpoint says it is done, so nothing is retrained.
+    assert main(argv) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["val_accuracy"] == metrics["val_accuracy"]
+
+
+def test_autosearch_train_refuses_data_of_another_shape(make_study, tmp_path, capsys):
+    import numpy as np
+
+    from autosearch.cli import main
+
+    study = make_study()
+    study.optimize(1)
+    out = study.export(study.best(), tmp_path / "best")
+    rng = np.random.default_rng(0)
+    folder = tmp_path / "images"
+    from PIL import Image
+
+    for label in range(3):
+        (folder / str(label)).mkdir(parents=True)
+        for i in range(6):
+            Image.fromarray(rng.integers(0, 256, (12, 12), dtype=np.uint8)).save(
+                folder / str(label) / f"{i}.png"
+            )
+    assert main(["train", str(out), "--data", f"folder:{folder}", "--epochs", "1"]) == 2
+    assert "takes images of shape (1, 8, 8)" in capsys.readouterr().err
+    assert main(["train", str(tmp_path), "--epochs", "1"]) == 2
+    assert "has no model.py" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_autosearch_train_runs_two_ddp_processes(make_study, tmp_path):
+    import os
+    from pathlib import Path
+
+    study = make_study()
+    study.optimize(1)
+    out = study.export(study.best(), tmp_path / "best")
+    cli = Path(sys.executable).with_name("autosearch")
+    done = subprocess.run(
+        [str(cli), "train", str(out), "--epochs", "2", "--nproc-per-node", "2"],
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.count("trained ") == 1  # rank 0 alone reports
+    metrics = json.loads((out / "full" / "metrics.json").read_text())
+    assert metrics["world_size"] == 2 and metrics["epochs"] == 2

@@ -28,6 +28,7 @@ RANKS = {
     "compress": 7,  # derives variants with the trainer
     "runner": 8,
     "export": 8,
+    "retrain": 8,  # trains an export folder in full with the shared stack
     "study": 9,
     "plots": 10,
     "studyfile": 10,

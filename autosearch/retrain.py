@@ -1,0 +1,122 @@
+"""Train an exported architecture from scratch, in full, with the shared training stack.
+
+``autosearch train EXPORT_DIR --data ... --epochs ...`` builds the network from the
+folder's ``model.py`` (fresh weights), trains it with :func:`autosearch.train.train`
+(checkpoints every epoch, so an interrupted run resumes; DDP under torchrun), and
+writes into ``EXPORT_DIR/full/``:
+
+* ``model.safetensors`` — the trained weights, which ``model.load(path)`` reads;
+* ``metrics.json`` — validation and test accuracy, the per-epoch history, the
+  training settings, precision, world size and seconds;
+* ``checkpoint.pt`` — the last epoch's state (kept for resuming).
+
+Images are normalised with the export's own ``MEAN`` / ``STD``, so the trained weights
+drop into ``model.py`` unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+
+from autosearch.data import Dataset
+from autosearch.errors import ExportError
+from autosearch.runtime import Runtime, resolve
+from autosearch.train import EpochResult, TrainConfig, evaluate, train
+
+__all__ = ["load_export", "train_export"]
+
+
+def load_export(folder: str | Path) -> ModuleType:
+    """The ``model.py`` of an export folder, imported as a module."""
+    path = Path(folder) / "model.py"
+    if not path.is_file():
+        raise ExportError(
+            f"{folder} is not an export folder: it has no model.py (write one with "
+            "`autosearch export`)"
+        )
+    spec = importlib.util.spec_from_file_location(f"_autosearch_export_{abs(hash(path))}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses and pickling look modules up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def train_export(
+    folder: str | Path,
+    data: Dataset,
+    config: TrainConfig,
+    *,
+    seed: int = 0,
+    runtime: Runtime | None = None,
+    on_epoch: Callable[[EpochResult], None] | None = None,
+) -> dict[str, Any]:
+    """Train the export in ``folder`` from scratch on ``data``; see the module docstring.
+    Returns the metrics written to ``metrics.json``."""
+    exported = load_export(folder)
+    if getattr(exported, "PROGRAM", None):
+        raise ExportError(
+            f"{folder} holds a channel-pruned variant ({exported.PROGRAM}): its structure "
+            "has no source to build afresh. Export the base (--variant base) to train in full"
+        )
+    shape = tuple(exported.INPUT_SHAPE)
+    if tuple(data.input_shape) != shape:
+        raise ExportError(
+            f"the export takes images of shape {shape} (channels, height, width), but the "
+            f"data has {data.input_shape}; train it on data of that shape"
+        )
+    model = exported.build()
+    classes = int(model(torch.zeros(1, *shape)).shape[1])
+    if classes != data.num_classes:
+        raise ExportError(
+            f"the export has {classes} outputs but the data has {data.num_classes} classes"
+        )
+    data = dataclasses.replace(data, mean=tuple(exported.MEAN), std=tuple(exported.STD))
+    out = Path(folder) / "full"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ExportError(f"cannot write into {out}: {exc}") from None
+    runtime = runtime or resolve(device=config.device, precision=config.precision)
+    torch.manual_seed(seed)
+    model = exported.build()  # seeded initial weights
+    result = train(
+        model,
+        data,
+        config,
+        seed=seed,
+        on_epoch=on_epoch,
+        checkpoint=out / "checkpoint.pt",
+        runtime=runtime,
+    )
+    metrics: dict[str, Any] = {}
+    if runtime.rank == 0:
+        val_accuracy, val_loss = evaluate(model, data.val, data)
+        test_accuracy, _ = evaluate(model, data.test, data)
+        metrics = {
+            "data": data.name,
+            "val_accuracy": val_accuracy,
+            "val_loss": val_loss,
+            "test_accuracy": test_accuracy,
+            "epochs": len(result.history),
+            "seconds": result.seconds,
+            "precision": result.precision,
+            "world_size": result.world_size,
+            "seed": seed,
+            "train_config": dataclasses.asdict(config),
+            "history": [vars(e) for e in result.history],
+        }
+        state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+        save_file(state, str(out / "model.safetensors"))
+        (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    return metrics
