@@ -1,4 +1,12 @@
-"""Plotly figures of a study.
+"""Plotly figures of studies.
+
+* :func:`pareto` — accuracy against a cost (2-D, or 3-D with ``z``), every variant
+  joined to its parent, the front drawn; several studies overlaid when given a list;
+* :func:`history` — each trial's accuracy and the best so far;
+* :func:`hypervolume` — the area the accuracy / cost front dominates, trial by trial;
+* :func:`learning_curves` — validation accuracy per epoch of every trial;
+* :func:`compare` — best-so-far curves of several studies (controllers) side by side;
+* :func:`importance` — which genes matter most for accuracy (Optuna's fANOVA).
 
 Cost axes show FLOPs per image = 2 × MACs of conv/linear layers (see autosearch.cost).
 """
@@ -6,6 +14,8 @@ Cost axes show FLOPs per image = 2 × MACs of conv/linear layers (see autosearch
 from __future__ import annotations
 
 import html
+import math
+from collections.abc import Sequence
 
 import numpy as np
 import plotly.graph_objects as go
@@ -13,7 +23,9 @@ import plotly.graph_objects as go
 from autosearch.scoring import objective, pareto_mask
 from autosearch.study import Record, Study
 
-__all__ = ["pareto"]
+__all__ = ["compare", "history", "hypervolume", "importance", "learning_curves", "pareto"]
+
+_PALETTE = ("#d1495b", "#00798c", "#edae49", "#30638e", "#66a182", "#8d96a3", "#5b2a86")
 
 _AXIS_TITLES = {
     "accuracy": "validation accuracy",
@@ -48,39 +60,311 @@ def _hover(record: Record) -> str:
     )
 
 
-def pareto(study: Study, *, x: str = "flops", y: str = "accuracy") -> go.Figure:
+def pareto(
+    study: Study | Sequence[Study],
+    *,
+    x: str = "flops",
+    y: str = "accuracy",
+    z: str | None = None,
+) -> go.Figure:
     """Every complete (architecture, variant) point of ``y`` against ``x`` (log), the
     front over all of them as a step line, and each variant joined to its parent by a
     thin line. A marker's shape tells the variant.
 
+    With ``z`` the points are drawn in 3-D (``x`` and ``z`` on log axes). Given several
+    studies, each is drawn in its own colour with its own front.
+
     Hovering a point shows its trial number, variant, one-line description and metrics.
     """
-    for name in (x, y):
+    for name in (x, y, *([z] if z else [])):
         objective(name)  # unknown names raise with suggestions
-    done = [r for r in study.records() if r.state == "complete" and x in r.metrics]
-    front_keys = _front_keys(done, x, y)
+    studies = [study] if isinstance(study, Study) else list(study)
+    if not studies:
+        raise ValueError("pareto() needs a study, or a list of studies to overlay")
+    if z is not None:
+        return _pareto_3d(studies, x, y, z)
     fig = go.Figure()
-    fig.add_trace(_links(done, x, y))
-    kinds = sorted({r.variant.partition("@")[0] for r in done}, key=lambda k: k != "base")
-    for kind in kinds:
-        members = [
-            r for r in done if r.variant.partition("@")[0] == kind and _key(r) not in front_keys
-        ]
-        label = "trials" if kind == "base" else kind
+    points = 0
+    for i, one in enumerate(studies):
+        done = [r for r in one.records() if r.state == "complete" and x in r.metrics]
+        points += len(done)
+        overlay = len(studies) > 1
+        colour = _PALETTE[i % len(_PALETTE)]
+        prefix = f"{html.escape(one.name)}: " if overlay else ""
+        front_keys = _front_keys(done, x, y)
+        fig.add_trace(_links(done, x, y))
+        kinds = sorted({r.variant.partition("@")[0] for r in done}, key=lambda k: k != "base")
+        for kind in kinds:
+            members = [
+                r for r in done if r.variant.partition("@")[0] == kind and _key(r) not in front_keys
+            ]
+            label = "trials" if kind == "base" else kind
+            fig.add_trace(
+                _points(
+                    members,
+                    x,
+                    y,
+                    name=prefix + label,
+                    color=colour if overlay else "#9aa5b1",
+                    mode="markers",
+                    kind=kind,
+                    opacity=0.45 if overlay else 1.0,
+                )
+            )
+        front = sorted((r for r in done if _key(r) in front_keys), key=lambda r: r.metrics[x])
         fig.add_trace(
-            _points(members, x, y, name=label, color="#9aa5b1", mode="markers", kind=kind)
+            _points(
+                front,
+                x,
+                y,
+                name=prefix + "Pareto front",
+                color=colour,
+                mode="lines+markers",
+            )
         )
-    front = sorted((r for r in done if _key(r) in front_keys), key=lambda r: r.metrics[x])
-    fig.add_trace(_points(front, x, y, name="Pareto front", color="#d1495b", mode="lines+markers"))
-    trials = len({r.trial for r in done})
+    if len(studies) == 1:
+        trials = len({r.trial for r in studies[0].records() if r.state == "complete"})
+        title = (
+            f"{html.escape(studies[0].name)}: {y} against {x} ({trials} trials, "
+            f"{points} points with variants)"
+        )
+    else:
+        title = f"{y} against {x}: " + ", ".join(html.escape(s.name) for s in studies)
     fig.update_layout(
-        title=f"{html.escape(study.name)}: {y} against {x} ({trials} trials, "
-        f"{len(done)} points with variants)",
+        title=title,
         xaxis={"title": _AXIS_TITLES.get(x, x), "type": "log"},
         yaxis={"title": _AXIS_TITLES.get(y, y)},
         template="plotly_white",
         hovermode="closest",
         legend={"orientation": "h", "y": -0.2},
+    )
+    return fig
+
+
+def _pareto_3d(studies: list[Study], x: str, y: str, z: str) -> go.Figure:
+    fig = go.Figure()
+    for i, one in enumerate(studies):
+        done = [r for r in one.records() if r.state == "complete" and x in r.metrics]
+        done = [r for r in done if z in r.metrics]
+        values = np.array([[r.metrics[o] for o in (y, x, z)] for r in done]).reshape(-1, 3)
+        mask = (
+            pareto_mask(values, [objective(o).direction for o in (y, x, z)])
+            if len(done)
+            else np.zeros(0, bool)
+        )
+        for on_front, label in ((False, "points"), (True, "Pareto front (3 objectives)")):
+            members = [r for r, m in zip(done, mask, strict=True) if bool(m) == on_front]
+            fig.add_trace(
+                go.Scatter3d(
+                    x=[r.metrics[x] for r in members],
+                    y=[r.metrics[z] for r in members],
+                    z=[r.metrics[y] for r in members],
+                    mode="markers",
+                    name=(f"{html.escape(one.name)}: " if len(studies) > 1 else "") + label,
+                    marker={
+                        "size": 5 if on_front else 3,
+                        "color": _PALETTE[i % len(_PALETTE)] if on_front else "#9aa5b1",
+                    },
+                    text=[_hover(r) for r in members],
+                    hovertemplate="%{text}<extra></extra>",
+                )
+            )
+    fig.update_layout(
+        title=f"{y} against {x} and {z}",
+        scene={
+            "xaxis": {"title": _AXIS_TITLES.get(x, x), "type": "log"},
+            "yaxis": {"title": _AXIS_TITLES.get(z, z), "type": "log"},
+            "zaxis": {"title": _AXIS_TITLES.get(y, y)},
+        },
+        template="plotly_white",
+    )
+    return fig
+
+
+def _finished(study: Study) -> list[Record]:
+    """Base records of trials that trained (complete or stopped early), in trial order."""
+    return [
+        r
+        for r in study.records(variants=False)
+        if r.state in ("complete", "stopped") and r.accuracy is not None
+    ]
+
+
+def _best_so_far(records: list[Record]) -> list[float]:
+    best, out = -math.inf, []
+    for r in records:
+        best = max(best, r.metrics["accuracy"])
+        out.append(best)
+    return out
+
+
+def history(study: Study) -> go.Figure:
+    """Each trial's validation accuracy (early-stopped ones hollow) and the best so far."""
+    records = _finished(study)
+    fig = go.Figure()
+    fig.add_trace(
+        go.Scatter(
+            x=[r.trial for r in records],
+            y=[r.metrics["accuracy"] for r in records],
+            mode="markers",
+            name="trial",
+            marker={
+                "color": "#9aa5b1",
+                "size": 8,
+                "symbol": ["circle-open" if r.state == "stopped" else "circle" for r in records],
+            },
+            text=[_hover(r) for r in records],
+            hovertemplate="%{text}<extra></extra>",
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=[r.trial for r in records],
+            y=_best_so_far(records),
+            mode="lines",
+            name="best so far",
+            line={"shape": "hv", "color": "#d1495b"},
+        )
+    )
+    fig.update_layout(
+        title=f"{html.escape(study.name)}: validation accuracy by trial",
+        xaxis={"title": "trial"},
+        yaxis={"title": "validation accuracy"},
+        template="plotly_white",
+    )
+    return fig
+
+
+def hypervolume_of(points: Sequence[tuple[float, float]], reference_cost: float) -> float:
+    """Area dominated by (accuracy, cost) points, maximising accuracy from 0 and
+    minimising log10(cost) up to log10(``reference_cost``)."""
+    area, best = 0.0, 0.0
+    edge = math.log10(reference_cost)
+    # Sweep from the cheapest: each point adds the strip up to the next cheaper level.
+    for accuracy, cost in sorted(points, key=lambda p: p[1]):
+        if accuracy > best and cost < reference_cost:
+            area += (accuracy - best) * (edge - math.log10(cost))
+            best = accuracy
+    return area
+
+
+def hypervolume(study: Study, *, x: str = "flops") -> go.Figure:
+    """The hypervolume of the (validation accuracy, log ``x``) front after each trial:
+    the area of accuracy × decades of cost it dominates, with the reference at accuracy
+    0 and twice the costliest point's cost. It only grows; flat stretches are trials
+    that did not improve the front."""
+    objective(x)
+    done = [r for r in study.records() if r.state == "complete" and x in r.metrics]
+    reference = 2 * max((r.metrics[x] for r in done), default=1.0)
+    trials = sorted({r.trial for r in done})
+    values = [
+        hypervolume_of(
+            [(r.metrics["accuracy"], r.metrics[x]) for r in done if r.trial <= t], reference
+        )
+        for t in trials
+    ]
+    fig = go.Figure(
+        go.Scatter(
+            x=trials,
+            y=values,
+            mode="lines+markers",
+            line={"shape": "hv", "color": "#00798c"},
+            name="hypervolume",
+        )
+    )
+    fig.update_layout(
+        title=f"{html.escape(study.name)}: hypervolume of the accuracy / {x} front",
+        xaxis={"title": "trial"},
+        yaxis={"title": f"accuracy × decades of {x} dominated (reference: 0, {reference:.3g})"},
+        template="plotly_white",
+    )
+    return fig
+
+
+def learning_curves(study: Study, *, limit: int = 50) -> go.Figure:
+    """Validation accuracy after each epoch, one line per trial (the ``limit`` most
+    accurate trials; the rest are left out to keep the plot readable)."""
+    curves = study.curves()
+    described = {r.trial: r for r in study.records(variants=False)}
+    ranked = sorted(curves, key=lambda t: -max(curves[t].values()))[:limit]
+    fig = go.Figure()
+    for trial in sorted(ranked):
+        epochs = curves[trial]
+        record = described.get(trial)
+        fig.add_trace(
+            go.Scatter(
+                x=list(epochs),
+                y=list(epochs.values()),
+                mode="lines+markers",
+                name=f"trial {trial}",
+                hovertemplate=(
+                    f"trial {trial}: {html.escape(record.description) if record else ''}"
+                    "<br>epoch %{x}: %{y:.4f}<extra></extra>"
+                ),
+            )
+        )
+    fig.update_layout(
+        title=f"{html.escape(study.name)}: learning curves ({len(ranked)} of {len(curves)} trials)",
+        xaxis={"title": "epoch"},
+        yaxis={"title": "validation accuracy"},
+        template="plotly_white",
+    )
+    return fig
+
+
+def compare(studies: Sequence[Study]) -> go.Figure:
+    """Best validation accuracy so far against trials, one line per study, labelled by
+    study and controller: how fast each search finds good networks."""
+    fig = go.Figure()
+    for i, one in enumerate(studies):
+        records = _finished(one)
+        fig.add_trace(
+            go.Scatter(
+                x=list(range(1, len(records) + 1)),
+                y=_best_so_far(records),
+                mode="lines",
+                line={"shape": "hv", "color": _PALETTE[i % len(_PALETTE)]},
+                name=f"{html.escape(one.name)} ({html.escape(one.controller.name)})",
+            )
+        )
+    fig.update_layout(
+        title="best validation accuracy so far",
+        xaxis={"title": "trials finished"},
+        yaxis={"title": "best validation accuracy"},
+        template="plotly_white",
+    )
+    return fig
+
+
+def importance(study: Study) -> go.Figure:
+    """How much each gene explains validation accuracy (Optuna's fANOVA over the
+    trials that finished; needs at least two)."""
+    import optuna
+
+    trials = [
+        t
+        for t in study.optuna_study.get_trials(deepcopy=False)
+        if t.state == optuna.trial.TrialState.COMPLETE and "accuracy" in t.user_attrs
+    ]
+    if len(trials) < 2:
+        raise ValueError(
+            f"parameter importance needs at least 2 complete trials; {study.name!r} has "
+            f"{len(trials)}"
+        )
+    scores = optuna.importance.get_param_importances(
+        study.optuna_study,
+        target=lambda t: float(t.user_attrs["accuracy"]),
+        evaluator=optuna.importance.FanovaImportanceEvaluator(seed=0),
+    )
+    names = list(scores)[::-1]
+    fig = go.Figure(
+        go.Bar(x=[scores[n] for n in names], y=names, orientation="h", marker_color="#30638e")
+    )
+    fig.update_layout(
+        title=f"{html.escape(study.name)}: gene importance for validation accuracy (fANOVA)",
+        xaxis={"title": "share of accuracy variance explained"},
+        template="plotly_white",
+        height=max(300, 28 * len(names) + 120),
     )
     return fig
 
@@ -119,6 +403,7 @@ def _points(
     color: str,
     mode: str,
     kind: str | None = None,
+    opacity: float = 1.0,
 ) -> go.Scatter:
     symbols = [_SYMBOLS.get(kind or r.variant.partition("@")[0], "circle") for r in records]
     return go.Scatter(
@@ -127,7 +412,7 @@ def _points(
         mode=mode,
         name=name,
         line={"shape": "hv", "color": color},
-        marker={"size": 9, "color": color, "symbol": symbols},
+        marker={"size": 9, "color": color, "symbol": symbols, "opacity": opacity},
         text=[_hover(r) for r in records],
         hovertemplate="%{text}<extra></extra>",
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import logging
 from pathlib import Path
 
 from autosearch import plots
@@ -11,6 +12,8 @@ from autosearch.data import CleaningReport
 from autosearch.study import Record, Study
 
 __all__ = ["write_report"]
+
+logger = logging.getLogger(__name__)
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1100px; color: #222; }
@@ -57,6 +60,41 @@ def _cleaning(study: Study) -> str:
     )
 
 
+def _figures(study: Study, points: list[Record]) -> str:
+    """Every plot that has something to show, plotly.js inlined once (with the first)."""
+    figures = [("Pareto front", plots.pareto(study))]
+    if any("latency" in r.metrics for r in points):
+        figures.append(("Accuracy, FLOPs and latency", plots.pareto(study, x="flops", z="latency")))
+    if points:
+        figures += [
+            ("Search history", plots.history(study)),
+            ("Hypervolume", plots.hypervolume(study)),
+        ]
+    if study.curves():
+        figures.append(("Learning curves", plots.learning_curves(study)))
+    try:
+        figures.append(("Gene importance", plots.importance(study)))
+    except (ValueError, RuntimeError) as exc:  # too few trials, or genes that never varied
+        logger.info("no importance plot: %s", exc)
+    parts = []
+    for i, (title, figure) in enumerate(figures):
+        div = figure.to_html(include_plotlyjs=i == 0, full_html=False, div_id=f"plot-{i}")
+        parts.append(f"<h2>{html.escape(title)}</h2><div class='plot'>{div}</div>")
+    return "\n".join(parts)
+
+
+def _costs(study: Study, records: list[Record]) -> str:
+    seconds = sum(r.metrics.get("train_seconds", 0.0) for r in records)
+    finetune = sum(r.metrics.get("finetune_seconds", 0.0) for r in study.records())
+    stopped = sum(r.state == "stopped" for r in records)
+    return (
+        f"<p>Compute: {seconds:.1f} s training candidates"
+        + (f", {finetune:.1f} s deriving variants" if finetune else "")
+        + (f"; {stopped} trials stopped early" if stopped else "")
+        + ".</p>"
+    )
+
+
 def write_report(study: Study, path: str | Path) -> Path:
     """Write the study's summary, Pareto plot and tables to one HTML file."""
     records = study.records(variants=False)
@@ -65,7 +103,7 @@ def write_report(study: Study, path: str | Path) -> Path:
         (r for r in records if r.state == "complete"), key=lambda r: -r.metrics["accuracy"]
     )
     failed = [r for r in study.records() if r.state == "failed"]
-    figure = plots.pareto(study).to_html(include_plotlyjs=True, full_html=False)
+    figures = _figures(study, points)
     failures = "".join(
         f"<li>trial {r.trial} ({html.escape(r.variant)}): {html.escape(r.description)}: "
         f"{html.escape(r.reason)}</li>"
@@ -81,7 +119,8 @@ objectives {html.escape(", ".join(study.objectives))}, reward
 {len(done)} complete trials ({len(points)} measured points with their variants),
 {len(failed)} failures, {len(records)} trials in all.
 Storage: <code>{html.escape(study.storage_url)}</code>.</p>
-{figure}
+{_costs(study, records)}
+{figures}
 <h2>Pareto front over every (architecture, variant)</h2>{_table(study.pareto())}
 <h2>Top architectures (by validation accuracy)</h2>{_table(done[:10])}
 {f"<h2>Failures</h2><ul>{failures}</ul>" if failed else ""}

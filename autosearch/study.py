@@ -411,6 +411,15 @@ class Study:
         trials = self._storage.get_all_trials(self._study_id, deepcopy=False)
         return [r for t in trials for r in self._records(t) if variants or r.is_base]
 
+    def curves(self) -> dict[int, dict[int, float]]:
+        """Each trial's validation accuracy after every epoch it trained (learning
+        curves; also what early stopping compares)."""
+        return {
+            t.number: dict(sorted(t.intermediate_values.items()))
+            for t in self._storage.get_all_trials(self._study_id, deepcopy=False)
+            if t.intermediate_values
+        }
+
     def pareto(self) -> list[Record]:
         """The complete (architecture, variant) records that no other complete record
         dominates on the study's objectives, ordered by the second objective."""
