@@ -95,14 +95,24 @@ def _run_to_budget(study: Study, total: int, out: Path) -> int:
         f"study {study.name}: {finished} of {total} trials done, running {remaining} "
         f"({study.storage_url})"
     )
-    with tqdm(total=remaining, unit="trial", disable=not remaining) as bar:
+    epochs = study.train_config.epochs
+    with (
+        tqdm(total=remaining, unit="trial", disable=not remaining, position=0) as bar,
+        tqdm(total=epochs, unit="epoch", disable=not remaining, position=1, leave=False) as inner,
+    ):
 
         def progress(_: Study, record: Record) -> None:
             acc = record.metrics.get("accuracy")
             bar.set_postfix_str(f"last {record.state}" + (f" acc {acc:.3f}" if acc else ""))
             bar.update()
+            inner.reset()
 
-        study.optimize(remaining, callbacks=[progress])
+        def epoch_progress(trial: int, epoch: EpochResult) -> None:
+            inner.set_description(f"trial {trial}")
+            inner.set_postfix_str(f"val {epoch.val_accuracy:.3f}")
+            inner.update()
+
+        study.optimize(remaining, callbacks=[progress], epoch_callbacks=[epoch_progress])
     report = write_report(study, out / "report.html")
     best = study.best()
     print("\nPareto front (validation accuracy against FLOPs = 2 x MACs per image):")
@@ -233,7 +243,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     path = write_report(
         study, Path(args.out) if args.out else Path("runs") / study.name / "report.html"
     )
-    print(path)
+    print(json.dumps({"report": str(path), "bytes": path.stat().st_size}) if args.json else path)
     return 0
 
 
@@ -377,9 +387,9 @@ def _parser() -> argparse.ArgumentParser:
     reading("status", "trial counts and the Pareto front", cmd_status).add_argument(
         "--json", action="store_true", help="machine-readable output"
     )
-    reading("report", "write the HTML report", cmd_report).add_argument(
-        "--out", help="HTML path (default runs/NAME/report.html)"
-    )
+    report = reading("report", "write the HTML report (works offline)", cmd_report)
+    report.add_argument("--out", help="HTML path (default runs/NAME/report.html)")
+    report.add_argument("--json", action="store_true", help="machine-readable output")
     export = reading("export", "export a trained architecture (model.py + weights)", cmd_export)
     which = export.add_mutually_exclusive_group()
     which.add_argument("--trial", type=int, help="trial number")

@@ -370,6 +370,7 @@ class Study:
         self._storage = storage
         self._study_id = storage.get_study_id_from_name(name)
         self._dataset = data
+        self._epoch_callbacks: list[Callable[[int, Any], None]] = []
         self.table = Table(**definition["table"]) if definition.get("table") else None
         self.early_stopping = from_dict(definition.get("early_stopping"))
         self._told: set[int] = set()
@@ -491,9 +492,12 @@ class Study:
         *,
         callbacks: Iterable[Callable[[Study, Record], None]] = (),
         max_failures_in_a_row: int = 10,
+        epoch_callbacks: Iterable[Callable[[int, Any], None]] = (),
     ) -> list[Record]:
         """Evaluate ``n_trials`` new architectures; return their records.
 
+        ``callbacks`` are called with each finished trial's record; ``epoch_callbacks``
+        with ``(trial number, EpochResult)`` after every training epoch (progress bars).
         A failing trial is stored as failed with its reason and the search goes on;
         ``max_failures_in_a_row`` failures in a row stop it with a StudyError, since
         that points at the setup rather than at the architectures.
@@ -501,6 +505,7 @@ class Study:
         if n_trials < 0:
             raise StudyError(f"n_trials must be >= 0, got {n_trials}")
         callbacks = list(callbacks)
+        self._epoch_callbacks = list(epoch_callbacks)
         if self.table is None:
             _ = self.data  # data that cannot be loaded stops the study here, not in a trial
         rank, size = world()
@@ -649,6 +654,8 @@ class Study:
 
         def report(epoch: Any) -> None:
             self._storage.set_trial_intermediate_value(trial_id, epoch.epoch, epoch.val_accuracy)
+            for callback in self._epoch_callbacks:
+                callback(number, epoch)
             if self.early_stopping is None:
                 return
             stop = self.early_stopping.should_stop(

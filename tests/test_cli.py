@@ -63,8 +63,16 @@ def test_run_status_report_export(study_file, tmp_path, capsys):
     assert "2 complete" in capsys.readouterr().out
 
     assert main(["export", str(study_file), "--trial", "1", "--out", "exp"]) == 0
+    assert "ONNX checked in onnxruntime" in capsys.readouterr().out
     assert (tmp_path / "exp" / "model.safetensors").is_file()
-    assert main(["report", str(study_file), "--out", "r.html"]) == 0
+    assert main(["export", str(study_file), "--best", "--out", "exp2", "--json"]) == 0
+    card = json.loads(capsys.readouterr().out)
+    assert "model.onnx" in card["files"] and card["onnx"]["max_abs_diff"] < 1e-4
+    assert main(["export", str(study_file), "--variant", "int8", "--out", "exp3"]) == 2
+    assert "no complete 'int8' record; measured variants: base" in capsys.readouterr().err
+    assert main(["report", str(study_file), "--out", "r.html", "--json"]) == 0
+    written = json.loads(capsys.readouterr().out)
+    assert written["report"] == "r.html"
     assert (tmp_path / "r.html").stat().st_size > 1_000_000  # plotly.js inlined: works offline
 
 
