@@ -322,6 +322,41 @@ def cmd_train(args: argparse.Namespace) -> int:
             dist.destroy_process_group()
 
 
+def cmd_worker(args: argparse.Namespace) -> int:
+    """Join a stored study and run trials until ``--n-trials`` are done (or Ctrl-C)."""
+    study = load_study(args.study, storage=args.storage)
+    print(f"worker joined study {study.name} ({study.storage_url}); {args.n_trials} trials")
+    with tqdm(total=args.n_trials, unit="trial") as bar:
+        records = study.optimize(
+            args.n_trials,
+            callbacks=[lambda _s, _r: bar.update()],
+            max_failures_in_a_row=args.max_failures,
+        )
+    print(f"worker finished {len(records)} trials: {[r.trial for r in records]}")
+    return 0
+
+
+def cmd_rerun(args: argparse.Namespace) -> int:
+    """Retrain a stored trial with its seed and compare with what was stored."""
+    study = _open(args)
+    outcome = study.rerun(args.trial)
+    if args.json:
+        print(json.dumps(outcome, indent=2))
+    else:
+        stored, again = outcome["stored"], outcome["rerun"]
+        verdict = "reproduced exactly" if outcome["identical"] else "NOT reproduced"
+        print(
+            f"trial {args.trial} ({outcome['description']}), seed {outcome['seed']}: "
+            f"stored val {stored['accuracy']:.6f} test {stored['test_accuracy']:.6f}; "
+            f"rerun val {again['accuracy']:.6f} test {again['test_accuracy']:.6f}: {verdict}"
+        )
+        if outcome["data_hash"]["stored"] != outcome["data_hash"]["now"]:
+            print(f"the data differs from the stored data: {outcome['data_hash']}")
+        for key, change in outcome["provenance_changed"].items():
+            print(f"{key} changed since the trial ran: {change['stored']} -> {change['now']}")
+    return 0 if outcome["identical"] else 1
+
+
 def _torchrun(nproc: int, argv: list[str]) -> int:
     torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
     command = [torchrun, "--standalone", f"--nproc-per-node={nproc}", "-m", "autosearch.cli"]
@@ -402,6 +437,21 @@ def _parser() -> argparse.ArgumentParser:
     )
     export.add_argument("--out", help="export folder (default runs/NAME/export)")
     export.add_argument("--json", action="store_true", help="machine-readable output")
+
+    rerun = reading(
+        "rerun", "retrain a trial with its seed; compare with the stored result", cmd_rerun
+    )
+    rerun.add_argument("--trial", type=int, required=True, help="trial number")
+    rerun.add_argument("--json", action="store_true", help="machine-readable output")
+
+    worker = sub.add_parser("worker", help="join a stored study from any machine and run trials")
+    worker.add_argument("--study", required=True, help="study name")
+    worker.add_argument("--storage", required=True, help="storage URL the study lives in")
+    worker.add_argument("--n-trials", type=int, default=10, help="trials this worker runs")
+    worker.add_argument(
+        "--max-failures", type=int, default=10, help="stop after this many failures in a row"
+    )
+    worker.set_defaults(func=cmd_worker)
 
     full = sub.add_parser("train", help="train an export folder from scratch, in full")
     full.add_argument("export_dir", help="a folder written by `autosearch export`")

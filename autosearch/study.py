@@ -15,8 +15,14 @@ import dataclasses
 import hashlib
 import json
 import logging
+import multiprocessing
+import os
+import signal
 import tempfile
+import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -33,6 +39,8 @@ from optuna.trial import FrozenTrial, TrialState, create_trial
 from safetensors.torch import load_file, save_file
 
 from autosearch import scoring
+from autosearch._heartbeat import beating, last_beat, worker_id
+from autosearch._provenance import provenance
 from autosearch._storage import local_path, open_storage
 from autosearch._version import __version__
 from autosearch.architecture import Architecture
@@ -83,6 +91,33 @@ _STATES = {
     TrialState.WAITING: "waiting",
 }
 _FINISHED = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
+# A trial given up for another that replaces it: a duplicate claim, or a run whose worker
+# died or was interrupted (resumed from its checkpoint by a new trial). Kept in storage
+# for the record, left out of records, counts and the controller's history.
+_SUPERSEDED = "superseded"
+_RESUME = "resume"  # superseded trials whose architecture still needs training
+_MAX_CLAIMS = 100
+
+
+def _heartbeat_settings() -> tuple[float, float]:
+    """(interval, grace) in seconds: ``$AUTOSEARCH_HEARTBEAT_INTERVAL`` (default 10) and
+    ``$AUTOSEARCH_HEARTBEAT_GRACE`` (default 60: a trial silent that long is dead)."""
+    values = []
+    for name, default in (("INTERVAL", 10.0), ("GRACE", 60.0)):
+        raw = os.environ.get(f"AUTOSEARCH_HEARTBEAT_{name}", "")
+        try:
+            values.append(float(raw) if raw else default)
+        except ValueError:
+            raise StudyError(
+                f"AUTOSEARCH_HEARTBEAT_{name}={raw!r} must be a number of seconds"
+            ) from None
+    interval, grace = values
+    if not 0 < interval < grace:
+        raise StudyError(
+            f"heartbeat interval {interval} s must be positive and below the grace {grace} s"
+        )
+    return interval, grace
+
 
 State = Literal["complete", "failed", "running", "stopped", "waiting"]
 
@@ -297,7 +332,7 @@ def create_study(
     else:
         optuna.create_study(storage=backend, study_name=name, directions=directions)
         backend.set_study_user_attr(backend.get_study_id_from_name(name), _DEFINITION, definition)
-    return Study(
+    study = Study(
         name=name,
         url=url,
         storage=backend,
@@ -306,6 +341,9 @@ def create_study(
         controller=controller,
         data=dataset,
     )
+    if not isinstance(data, str):
+        study._data_source = data  # worker processes need the arrays again
+    return study
 
 
 def load_study(name: str, *, storage: str, data: tuple[Any, Any] | None = None) -> Study:
@@ -328,7 +366,7 @@ def load_study(name: str, *, storage: str, data: tuple[Any, Any] | None = None) 
     space = spaces.get(definition["space"]["name"])(**definition["space"]["config"])
     controller_cls = controllers.get(definition["controller"]["name"])
     controller = controller_cls(space, **definition["controller"]["config"])
-    return Study(
+    study = Study(
         name=name,
         url=storage,
         storage=backend,
@@ -337,6 +375,8 @@ def load_study(name: str, *, storage: str, data: tuple[Any, Any] | None = None) 
         controller=controller,
         data=dataset,
     )
+    study._data_source = data
+    return study
 
 
 class Study:
@@ -371,6 +411,9 @@ class Study:
         self._study_id = storage.get_study_id_from_name(name)
         self._dataset = data
         self._epoch_callbacks: list[Callable[[int, Any], None]] = []
+        self._interrupted = False
+        self._data_source: Any = None  # (images, labels) a study from arrays was given
+        self.heartbeat_interval, self.heartbeat_grace = _heartbeat_settings()
         self.table = Table(**definition["table"]) if definition.get("table") else None
         self.early_stopping = from_dict(definition.get("early_stopping"))
         self._told: set[int] = set()
@@ -393,6 +436,11 @@ class Study:
                 )
             self._dataset = load_data(spec, seed=self.seed)
         return self._dataset
+
+    @cached_property
+    def _data_hash(self) -> str | None:
+        """Content hash of the data every trial trains on (None for table studies)."""
+        return None if self.table is not None else self.data.content_hash()
 
     @property
     def data_report(self) -> dict[str, Any] | None:
@@ -493,6 +541,7 @@ class Study:
         callbacks: Iterable[Callable[[Study, Record], None]] = (),
         max_failures_in_a_row: int = 10,
         epoch_callbacks: Iterable[Callable[[int, Any], None]] = (),
+        n_workers: int = 1,
     ) -> list[Record]:
         """Evaluate ``n_trials`` new architectures; return their records.
 
@@ -501,21 +550,103 @@ class Study:
         A failing trial is stored as failed with its reason and the search goes on;
         ``max_failures_in_a_row`` failures in a row stop it with a StudyError, since
         that points at the setup rather than at the architectures.
+
+        With ``n_workers=K``, K worker processes share the trials (and the CPU threads,
+        and the GPUs, one each in turn); callbacks then run in the workers only.
+
+        Crash safety: each running trial beats a heartbeat in the storage; a trial
+        whose worker died (no beat for the grace period) is resumed by the next worker
+        that asks, from its last epoch's checkpoint. Ctrl-C (or SIGTERM) lets the
+        current epoch's checkpoint finish, then returns; the trial resumes next time.
         """
         if n_trials < 0:
             raise StudyError(f"n_trials must be >= 0, got {n_trials}")
+        if n_workers < 1:
+            raise StudyError(f"n_workers must be >= 1, got {n_workers}")
         callbacks = list(callbacks)
         self._epoch_callbacks = list(epoch_callbacks)
         if self.table is None:
             _ = self.data  # data that cannot be loaded stops the study here, not in a trial
         rank, size = world()
+        if n_workers > 1:
+            if size > 1:
+                raise StudyError("n_workers > 1 cannot be combined with torchrun; use one")
+            return self._optimize_in_workers(n_trials, n_workers, max_failures_in_a_row)
         if size > 1 and rank != 0:
             return self._follow()  # under torchrun, rank 0 alone drives the search
         try:
-            return self._optimize(n_trials, callbacks, max_failures_in_a_row)
+            with self._graceful_interrupts():
+                return self._optimize(n_trials, callbacks, max_failures_in_a_row)
         finally:
             if size > 1:
                 _broadcast(None)  # release the other ranks
+
+    def _optimize_in_workers(
+        self, n_trials: int, n_workers: int, max_failures_in_a_row: int
+    ) -> list[Record]:
+        """Run ``n_trials`` in ``n_workers`` spawned processes, each a study of its own
+        on the same storage."""
+        if self.storage_url.startswith("sqlite") and ":memory:" in self.storage_url:
+            raise StudyError("worker processes cannot share an in-memory storage; use a file")
+        shares = [n_trials // n_workers + (i < n_trials % n_workers) for i in range(n_workers)]
+        threads = max(1, (os.cpu_count() or 1) // n_workers)
+        gpus = torch.cuda.device_count()
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(n_workers, mp_context=context) as pool:
+            futures = [
+                pool.submit(
+                    _worker_main,
+                    name=self.name,
+                    storage=self.storage_url,
+                    n_trials=share,
+                    threads=threads,
+                    gpu=(i % gpus) if gpus else None,
+                    data=self._data_source,
+                    max_failures_in_a_row=max_failures_in_a_row,
+                )
+                for i, share in enumerate(shares)
+                if share
+            ]
+            numbers = sorted(n for f in futures for n in f.result())
+        self._sync_controller()
+        return [self.record(n) for n in numbers if self._has(n)]
+
+    def _has(self, number: int) -> bool:
+        try:
+            self.record(number)
+        except StudyError:
+            return False
+        return True
+
+    def _graceful_interrupts(self) -> Any:
+        """While optimize runs (in the main thread): the first Ctrl-C or SIGTERM asks the
+        running trial to stop after its epoch's checkpoint; a second Ctrl-C stops at once."""
+        study = self
+
+        class Handler:
+            def __enter__(self) -> None:
+                study._interrupted = False
+                self.saved = {}
+                if threading.current_thread() is not threading.main_thread():
+                    return
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    self.saved[sig] = signal.signal(sig, self.handle)
+
+            def handle(self, signum: int, frame: Any) -> None:
+                if study._interrupted and signum == signal.SIGINT:
+                    raise KeyboardInterrupt
+                study._interrupted = True
+                logger.warning(
+                    "%s: finishing this epoch's checkpoint, then stopping (Ctrl-C again to "
+                    "stop at once)",
+                    signal.Signals(signum).name,
+                )
+
+            def __exit__(self, *exc: object) -> None:
+                for sig, handler in self.saved.items():
+                    signal.signal(sig, handler)
+
+        return Handler()
 
     def _optimize(
         self,
@@ -526,7 +657,11 @@ class Study:
         done: list[Record] = []
         failures = 0
         for _ in range(n_trials):
+            if self._interrupted:
+                break
             record = self._run_one()
+            if record is None:  # interrupted: the trial resumes next time
+                break
             done.append(record)
             failures = failures + 1 if record.state == "failed" else 0
             for callback in callbacks:
@@ -538,9 +673,12 @@ class Study:
                 )
         return done
 
-    def _run_one(self) -> Record:
-        arch = self._ask_new()
-        trial_id = self._start_trial(arch)
+    def _run_one(self) -> Record | None:
+        arch, trial_id = self._claim()
+        with beating(self._storage, trial_id, self.heartbeat_interval):
+            return self._run_claimed(arch, trial_id)
+
+    def _run_claimed(self, arch: Architecture, trial_id: int) -> Record | None:
         number = self._storage.get_trial_number_from_id(trial_id)
         seed = trial_seed(self.seed, arch)
         logger.info("trial %d: %s", number, self.space.describe(arch))
@@ -550,9 +688,13 @@ class Study:
         except _Stopped as stop:
             logger.info("trial %d stopped early after epoch %d", number, stop.epoch)
             outcome = self._stop(trial_id, arch, stop)
-        except KeyboardInterrupt:
-            self._fail(trial_id, "interrupted by the user")
-            raise
+        except (_Interrupted, KeyboardInterrupt) as exc:
+            self._supersede(
+                trial_id, f"interrupted by the user ({exc}); it resumes from its checkpoint"
+            )
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            return None
         except Exception as exc:  # any failure ends this trial only; the search goes on
             logger.warning("trial %d failed", number, exc_info=not isinstance(exc, AutosearchError))
             reason = f"{type(exc).__name__}: {exc}"
@@ -575,6 +717,43 @@ class Study:
         self._told.add(number)
         self._save_controller_state()
         return self._records(self._storage.get_trial(trial_id))[0]
+
+    def rerun(self, trial: int) -> dict[str, Any]:
+        """Train trial ``trial``'s architecture again, from scratch, with its stored seed
+        and the study's data and training config (nothing is stored), and compare.
+
+        Returns the stored and the new validation and test accuracy, whether they are
+        identical, and what differs in the data hash and provenance (a different code
+        version or package may explain a different result).
+        """
+        record = self.record(trial)
+        if record.state != "complete":
+            raise StudyError(f"trial {trial} is {record.state}; only complete trials can be rerun")
+        if self.table is not None:
+            raise StudyError("a table study looks results up; there is no training to rerun")
+        stored = self._storage.get_trial(
+            self._storage.get_trial_id_from_study_id_trial_number(self._study_id, trial)
+        ).user_attrs
+        seed = int(stored.get("seed", trial_seed(self.seed, record.arch)))
+        result = run_trial(self.space, record.arch, self.data, self.train_config, seed=seed)
+        then = stored.get("provenance") or {}
+        now = provenance()
+        changed = {
+            key: {"stored": then.get(key), "now": now.get(key)}
+            for key in ("code", "packages", "python")
+            if then and then.get(key) != now.get(key)
+        }
+        return {
+            "trial": trial,
+            "description": record.description,
+            "seed": seed,
+            "stored": {k: record.metrics.get(k) for k in ("accuracy", "test_accuracy")},
+            "rerun": {k: result.metrics.get(k) for k in ("accuracy", "test_accuracy")},
+            "identical": result.metrics["accuracy"] == record.metrics["accuracy"]
+            and result.metrics.get("test_accuracy") == record.metrics.get("test_accuracy"),
+            "data_hash": {"stored": stored.get("data_hash"), "now": self._data_hash},
+            "provenance_changed": changed,
+        }
 
     # Variants ------------------------------------------------------------------------
     def _variants(
@@ -652,10 +831,16 @@ class Study:
 
         number = self._storage.get_trial_number_from_id(trial_id)
 
+        reported = 0
+
         def report(epoch: Any) -> None:
+            nonlocal reported
+            reported += 1
             self._storage.set_trial_intermediate_value(trial_id, epoch.epoch, epoch.val_accuracy)
             for callback in self._epoch_callbacks:
                 callback(number, epoch)
+            if self._interrupted:  # the epoch's checkpoint is written: stop here
+                raise _Interrupted(f"after epoch {epoch.epoch}")
             if self.early_stopping is None:
                 return
             stop = self.early_stopping.should_stop(
@@ -685,6 +870,10 @@ class Study:
         )
         checkpoint.unlink(missing_ok=True)  # the finished weights are stored as an artifact
         self._storage.set_trial_user_attr(trial_id, "precision", result.precision)
+        if len(result.history) > reported:  # epochs restored from a checkpoint
+            self._storage.set_trial_user_attr(
+                trial_id, "resumed_from_epoch", len(result.history) - reported
+            )
         return result.metrics, result.model
 
     def _curves(self, trial_id: int) -> dict[int, dict[int, float]]:
@@ -746,13 +935,109 @@ class Study:
                 logger.debug("trial failed on this rank too", exc_info=True)
         return []
 
-    def _ask_new(self) -> Architecture:
+    def _claim(self) -> tuple[Architecture, int]:
+        """The next architecture and a new running trial that holds it: first one whose
+        run was cut short (a dead worker, Ctrl-C), else the controller's next proposal.
+
+        Workers claim without locks: each creates its trial, then looks for another
+        live trial of the same architecture with a lower number; if there is one, it
+        gives its own up (superseded as a duplicate) and asks again. Trial numbers
+        follow creation order, so of two racing claims exactly the later one yields.
+        """
+        for _ in range(_MAX_CLAIMS):
+            trials = self._storage.get_all_trials(self._study_id, deepcopy=False)
+            self._reap_dead(trials)
+            pending = self._pending(trials)
+            arch = pending[0] if pending else self._ask_new(trials)
+            trial_id = self._start_trial(arch, resumes=pending[1] if pending else None)
+            if self._holds(trial_id, arch):
+                if pending:
+                    self._copy_curve(pending[1], trial_id)
+                return arch, trial_id
+        raise StudyError(
+            f"{_MAX_CLAIMS} claims in a row were taken by other workers; too many workers "
+            "for the architectures left?"
+        )
+
+    def _reap_dead(self, trials: list[FrozenTrial]) -> None:
+        """Give up running trials whose worker stopped beating: they resume elsewhere."""
+        now = time.time()
+        for t in trials:
+            if t.state != TrialState.RUNNING or _SUPERSEDED in t.user_attrs:
+                continue
+            silent = now - last_beat(t)
+            if silent > self.heartbeat_grace:
+                worker = t.system_attrs.get("autosearch:worker", "unknown")
+                logger.warning(
+                    "trial %d: worker %s silent for %.0f s; it resumes from its checkpoint",
+                    t.number,
+                    worker,
+                    silent,
+                )
+                self._supersede(
+                    t._trial_id,
+                    f"its worker {worker} died (no heartbeat for {silent:.0f} s); "
+                    "it resumes from its checkpoint",
+                )
+
+    def _pending(self, trials: list[FrozenTrial]) -> tuple[Architecture, int] | None:
+        """The oldest superseded-for-resume trial whose architecture no live trial holds."""
+        live = {
+            t.user_attrs.get("arch_id")
+            for t in trials
+            if _SUPERSEDED not in t.user_attrs and t.state != TrialState.WAITING
+        }
+        for t in sorted(trials, key=lambda t: t.number):
+            attrs = t.user_attrs
+            if attrs.get(_RESUME) and attrs.get("arch_id") not in live:
+                return Architecture.from_json(attrs["arch"]), t.number
+        return None
+
+    def _holds(self, trial_id: int, arch: Architecture) -> bool:
+        """Whether our new trial is the architecture's live trial with the lowest number
+        (else it is superseded as a duplicate)."""
+        mine = self._storage.get_trial_number_from_id(trial_id)
+        for t in self._storage.get_all_trials(self._study_id, deepcopy=False):
+            attrs = t.user_attrs
+            if (
+                t.number < mine
+                and attrs.get("arch_id") == arch.arch_id
+                and _SUPERSEDED not in attrs
+            ):
+                self._supersede(
+                    trial_id, f"duplicate: trial {t.number} holds this architecture", resume=False
+                )
+                return False
+        return True
+
+    def _copy_curve(self, old: int, trial_id: int) -> None:
+        """A resumed trial's learning curve starts with the epochs its predecessor ran."""
+        previous = self._storage.get_trial(
+            self._storage.get_trial_id_from_study_id_trial_number(self._study_id, old)
+        )
+        for epoch, value in previous.intermediate_values.items():
+            self._storage.set_trial_intermediate_value(trial_id, epoch, value)
+
+    def _supersede(self, trial_id: int, reason: str, *, resume: bool = True) -> None:
+        """Mark a running trial replaced (see _SUPERSEDED), and whether its architecture
+        still needs training (``resume``)."""
+        try:
+            self._storage.set_trial_user_attr(trial_id, _RESUME, resume)
+            self._storage.set_trial_user_attr(trial_id, "fail_reason", reason)
+            self._storage.set_trial_user_attr(trial_id, _SUPERSEDED, reason)
+            self._storage.set_trial_state_values(trial_id, TrialState.FAIL)
+        except optuna.exceptions.UpdateFinishedTrialError:  # another worker got there first
+            logger.debug("trial %d was already finished", trial_id)
+
+    def _ask_new(self, trials: list[FrozenTrial] | None = None) -> Architecture:
         """The controller's next architecture that no trial has evaluated yet."""
         self._sync_controller()
+        if trials is None:
+            trials = self._storage.get_all_trials(self._study_id, deepcopy=False)
         by_arch = {
             t.user_attrs["arch_id"]: t
-            for t in self._storage.get_all_trials(self._study_id, deepcopy=False)
-            if "arch_id" in t.user_attrs
+            for t in trials
+            if "arch_id" in t.user_attrs and _SUPERSEDED not in t.user_attrs
         }
         for _ in range(_MAX_DUPLICATE_ASKS):
             arch = self.space.canonicalize(self.controller.ask())
@@ -768,18 +1053,24 @@ class Study:
             "gene assignments) may be exhausted"
         )
 
-    def _start_trial(self, arch: Architecture) -> int:
+    def _start_trial(self, arch: Architecture, *, resumes: int | None = None) -> int:
+        attrs: dict[str, Any] = {
+            "arch": arch.to_json(),
+            "arch_id": arch.arch_id,
+            "description": self.space.describe(arch),
+            "variant": "base",
+            "seed": trial_seed(self.seed, arch),
+            "data_hash": self._data_hash,
+            "provenance": provenance(),
+            "worker": worker_id(),
+        }
+        if resumes is not None:
+            attrs["resumes"] = resumes
         template = create_trial(
             state=TrialState.RUNNING,
             params=dict(arch),
             distributions=_distributions(self.space),
-            user_attrs={
-                "arch": arch.to_json(),
-                "arch_id": arch.arch_id,
-                "description": self.space.describe(arch),
-                "variant": "base",
-                "seed": trial_seed(self.seed, arch),
-            },
+            user_attrs=attrs,
         )
         return self._storage.create_new_trial(self._study_id, template_trial=template)
 
@@ -801,6 +1092,8 @@ class Study:
         resume, other workers' while running)."""
         trials = self._storage.get_all_trials(self._study_id, deepcopy=False, states=_FINISHED)
         for t in sorted(trials, key=lambda t: t.number):
+            if _SUPERSEDED in t.user_attrs:
+                continue  # not a result: the architecture is (being) trained by another
             if t.number not in self._told and "arch" in t.user_attrs:
                 self.controller.tell(Architecture.from_json(t.user_attrs["arch"]), self._outcome(t))
                 self._told.add(t.number)
@@ -836,6 +1129,8 @@ class Study:
         attrs = trial.user_attrs
         if "arch" not in attrs:
             return []  # a trial some other tool added to the Optuna study
+        if _SUPERSEDED in attrs:
+            return []  # replaced by another trial (see _SUPERSEDED)
         base = Record(
             trial=trial.number,
             arch=Architecture.from_json(attrs["arch"]),
@@ -968,6 +1263,28 @@ class Study:
             variant=record.variant,
             derived=derived,
         )
+
+
+class _Interrupted(Exception):
+    """Raised from the epoch callback after Ctrl-C / SIGTERM, once the checkpoint is written."""
+
+
+def _worker_main(
+    *,
+    name: str,
+    storage: str,
+    n_trials: int,
+    threads: int,
+    gpu: int | None,
+    data: Any,
+    max_failures_in_a_row: int,
+) -> list[int]:
+    """One worker process of ``optimize(n_workers=K)``: the trial numbers it finished."""
+    if gpu is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
+    torch.set_num_threads(threads)
+    study = load_study(name, storage=storage, data=data)
+    return [r.trial for r in study.optimize(n_trials, max_failures_in_a_row=max_failures_in_a_row)]
 
 
 class _Stopped(Exception):

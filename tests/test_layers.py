@@ -21,6 +21,8 @@ RANKS = {
     "data": 5,
     "scoring": 5,
     "_storage": 5,
+    "_heartbeat": 5,  # trial heartbeats on any Optuna storage
+    "_provenance": 1,
     "tabular": 5,
     "early_stopping": 5,
     "train": 6,

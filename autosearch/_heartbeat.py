@@ -1,0 +1,65 @@
+"""Heartbeats for running trials on any Optuna storage.
+
+Optuna's own heartbeat works only with RDB storages; this one writes a trial system
+attribute, which every storage (SQLite, journal file, PostgreSQL) keeps. While a trial
+runs, a daemon thread stamps it every ``interval`` seconds; a trial whose stamp is
+older than ``grace`` seconds belongs to a worker that died (killed, crashed, or its
+machine gone), and another worker resumes it from its checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from optuna.storages import BaseStorage
+from optuna.trial import FrozenTrial
+
+__all__ = ["HEARTBEAT", "WORKER", "beating", "last_beat", "worker_id"]
+
+HEARTBEAT = "autosearch:heartbeat"
+WORKER = "autosearch:worker"
+
+logger = logging.getLogger(__name__)
+
+
+def worker_id() -> str:
+    """host:pid of this process."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+@contextmanager
+def beating(storage: BaseStorage, trial_id: int, interval: float) -> Iterator[None]:
+    """Stamp ``trial_id`` now and every ``interval`` seconds until the block ends."""
+    storage.set_trial_system_attr(trial_id, WORKER, worker_id())
+    storage.set_trial_system_attr(trial_id, HEARTBEAT, time.time())
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(interval):
+            try:
+                storage.set_trial_system_attr(trial_id, HEARTBEAT, time.time())
+            except Exception as exc:  # the trial may have finished meanwhile; keep trying
+                logger.debug("heartbeat of trial %d not written: %s", trial_id, exc)
+
+    thread = threading.Thread(target=beat, name=f"heartbeat-{trial_id}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=interval + 5)
+
+
+def last_beat(trial: FrozenTrial) -> float:
+    """When the trial was last stamped (its start when never: a worker that died
+    before its first stamp)."""
+    stamp = trial.system_attrs.get(HEARTBEAT)
+    if stamp is not None:
+        return float(stamp)
+    return trial.datetime_start.timestamp() if trial.datetime_start else 0.0

@@ -1,0 +1,207 @@
+"""Many workers on one study (SQLite, journal, PostgreSQL), heartbeats, a worker killed
+mid-trial and resumed from its checkpoint, Ctrl-C, and exact reruns."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from optuna.trial import TrialState
+
+import autosearch
+from autosearch import TrainConfig
+from autosearch.runner import run_trial
+from autosearch.study import trial_seed
+
+PG = {"host": "127.0.0.1", "port": 5432, "user": "postgres", "dbname": "test"}
+
+
+@pytest.fixture
+def postgres_url():
+    """A fresh database on the local PostgreSQL server, dropped afterwards."""
+    import psycopg  # the driver SQLAlchemy uses for postgresql:// URLs
+
+    try:
+        admin = psycopg.connect(**PG, connect_timeout=5, autocommit=True)
+    except psycopg.OperationalError as exc:
+        pytest.fail(f"PostgreSQL on 127.0.0.1:5432 is not reachable: {exc}")
+    name = f"autosearch_{uuid.uuid4().hex[:12]}"
+    admin.execute(f"CREATE DATABASE {name}")
+    try:
+        yield f"postgresql://postgres@127.0.0.1:5432/{name}"
+    finally:
+        admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        admin.close()
+
+
+def _url(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    if kind == "postgresql":
+        return request.getfixturevalue("postgres_url")
+    return {"sqlite": f"sqlite:///{tmp_path}/s.db", "journal": f"journal:{tmp_path}/s.log"}[kind]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "kind", ["sqlite", "journal", pytest.param("postgresql", marks=pytest.mark.service)]
+)
+def test_four_workers_share_a_study_without_losing_or_repeating_trials(
+    kind, tmp_path, request, tiny_space, monkeypatch
+):
+    from controllers import RandomSearch
+
+    monkeypatch.chdir(tmp_path)
+    study = autosearch.create_study(
+        f"four-{kind}",
+        controller=RandomSearch(tiny_space, seed=0),
+        storage=_url(kind, tmp_path, request),
+        artifacts=str(tmp_path / "artifacts"),
+        train=TrainConfig(epochs=1, batch_size=128, lr=0.1),
+    )
+    records = study.optimize(8, n_workers=4)
+    assert len(records) == 8
+    stored = study.records()
+    assert len(stored) == 8 and all(r.state == "complete" for r in stored)
+    assert len({r.arch.arch_id for r in stored}) == 8  # no architecture trained twice
+    assert study.count("complete") == 8
+    trials = study.optuna_study.get_trials(deepcopy=False)
+    workers = {t.user_attrs["worker"] for t in trials if "superseded" not in t.user_attrs}
+    assert len(workers) == 4  # four processes shared the work
+    for t in trials:  # every other trial is a duplicate claim that yielded, and says so
+        if "superseded" in t.user_attrs:
+            assert t.state == TrialState.FAIL and "duplicate" in t.user_attrs["superseded"]
+    assert all(t.user_attrs["data_hash"] == study.data.content_hash() for t in trials)
+
+
+def test_of_two_racing_claims_the_later_one_yields(make_study, tiny_space):
+    import numpy as np
+
+    first = make_study("race")
+    second = autosearch.load_study("race", storage=first.storage_url)
+    arch = tiny_space.sample(np.random.default_rng(0))
+    a, b = first._start_trial(arch), second._start_trial(arch)
+    assert second._holds(b, arch) is False and first._holds(a, arch) is True
+    loser = first.optuna_study.get_trials()[1]
+    assert loser.state == TrialState.FAIL and "duplicate: trial 0" in loser.user_attrs["superseded"]
+    assert [r.trial for r in first.records()] == [0]  # the yielded claim is not a result
+
+
+def _wait_for(predicate, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting for the worker")
+        time.sleep(0.05)
+
+
+def _epochs(storage: str, name: str, number: int) -> int:
+    trials = autosearch.load_study(name, storage=storage).optuna_study.get_trials(deepcopy=False)
+    return len(trials[number].intermediate_values) if len(trials) > number else 0
+
+
+SLOW_TRAIN = TrainConfig(epochs=10, batch_size=16, lr=0.05)
+
+
+def _worker(storage: str, name: str, n: int, env: dict[str, str]) -> subprocess.Popen:
+    cli = Path(sys.executable).with_name("autosearch")
+    return subprocess.Popen(
+        [str(cli), "worker", "--study", name, "--storage", storage, "--n-trials", str(n)],
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+@pytest.mark.slow
+def test_a_worker_killed_mid_trial_is_resumed_from_its_checkpoint(
+    tmp_path, tiny_space, monkeypatch
+):
+    from controllers import RandomSearch
+
+    beats = {"AUTOSEARCH_HEARTBEAT_INTERVAL": "0.2", "AUTOSEARCH_HEARTBEAT_GRACE": "1.5"}
+    for key, value in beats.items():
+        monkeypatch.setenv(key, value)
+    url = f"sqlite:///{tmp_path}/chaos.db"
+    study = autosearch.create_study(
+        "chaos", controller=RandomSearch(tiny_space, seed=0), storage=url, train=SLOW_TRAIN
+    )
+    worker = _worker(url, "chaos", 3, beats)
+    try:  # let it finish trial 0, then kill it two epochs into trial 1
+        _wait_for(lambda: _epochs(url, "chaos", 1) >= 2)
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(timeout=30)
+    finally:
+        worker.kill()
+    killed = study.optuna_study.get_trials(deepcopy=False)[1]
+    assert killed.state == TrialState.RUNNING  # as a dead worker leaves it
+    checkpoint = study.artifacts_dir / "checkpoints" / f"{killed.user_attrs['arch_id']}.pt"
+    assert checkpoint.is_file()
+    time.sleep(2.0)  # past the grace period
+
+    again = autosearch.load_study("chaos", storage=url)
+    again.optimize(2)
+    records = again.records()
+    assert [r.state for r in records] == ["complete"] * 3  # trial 0 kept, nothing lost
+    resumed = next(r for r in records if r.arch.arch_id == killed.user_attrs["arch_id"])
+    attrs = again.optuna_study.get_trials()[resumed.trial].user_attrs
+    assert attrs["resumes"] == 1 and attrs["resumed_from_epoch"] >= 2
+    dead = again.optuna_study.get_trials()[1]
+    assert dead.state == TrialState.FAIL and "died (no heartbeat" in dead.user_attrs["superseded"]
+    # The resumed trial ends exactly where an uninterrupted run does (CPU, fixed seed).
+    straight = run_trial(
+        again.space,
+        resumed.arch,
+        again.data,
+        SLOW_TRAIN,
+        seed=trial_seed(again.seed, resumed.arch),
+    )
+    assert straight.metrics["accuracy"] == resumed.metrics["accuracy"]
+    assert straight.metrics["test_accuracy"] == resumed.metrics["test_accuracy"]
+    assert len(again.curves()[resumed.trial]) == SLOW_TRAIN.epochs  # the whole curve
+
+
+@pytest.mark.slow
+def test_ctrl_c_finishes_the_epoch_checkpoint_and_the_trial_resumes(tmp_path, tiny_space):
+    from controllers import RandomSearch
+
+    url = f"sqlite:///{tmp_path}/int.db"
+    autosearch.create_study(
+        "int", controller=RandomSearch(tiny_space, seed=0), storage=url, train=SLOW_TRAIN
+    )
+    worker = _worker(url, "int", 2, {})
+    try:
+        _wait_for(lambda: _epochs(url, "int", 0) >= 1)
+        worker.send_signal(signal.SIGINT)
+        out, _ = worker.communicate(timeout=60)
+    finally:
+        worker.kill()
+    assert worker.returncode == 0, out[-2000:]
+    assert "finishing this epoch's checkpoint" in out and "worker finished 0 trials" in out
+    study = autosearch.load_study("int", storage=url)
+    stopped = study.optuna_study.get_trials()[0]
+    assert "interrupted by the user" in stopped.user_attrs["superseded"]
+    assert study.records() == []  # nothing half-done shows as a result
+    done = study.optimize(1)
+    attrs = study.optuna_study.get_trials()[done[0].trial].user_attrs
+    assert done[0].arch.arch_id == stopped.user_attrs["arch_id"] and attrs["resumes"] == 0
+    assert attrs["resumed_from_epoch"] >= 1
+
+
+def test_rerun_reproduces_a_trial_exactly(make_study, capsys):
+    from autosearch.cli import main
+
+    study = make_study("again")
+    study.optimize(2)
+    code = main(["rerun", "--study", "again", "--storage", study.storage_url, "--trial", "1"])
+    out = capsys.readouterr().out
+    assert code == 0 and "reproduced exactly" in out
+    trial = study.optuna_study.get_trials()[1].user_attrs
+    assert trial["seed"] == trial_seed(study.seed, study.record(1).arch)
+    assert trial["provenance"]["packages"]["torch"].startswith("2.")
+    assert trial["data_hash"] == study.data.content_hash()
