@@ -9,6 +9,7 @@ from pathlib import Path
 from autosearch import plots
 from autosearch.cost import CONVENTIONS
 from autosearch.data import CleaningReport
+from autosearch.errors import ExportError
 from autosearch.study import Record, Study
 
 __all__ = ["write_report"]
@@ -129,7 +130,14 @@ Storage: <code>{html.escape(study.storage_url)}</code>.</p>
 shown for reference only. {html.escape(CONVENTIONS)}</p>
 """
     out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.touch()
+    except OSError as exc:
+        raise ExportError(
+            f"cannot write the report to {out}: {exc.strerror or exc}; choose a writable path "
+            "with --out"
+        ) from None
     out.write_text(
         f"<!doctype html><html><head><meta charset='utf-8'><title>autosearch: "
         f"{html.escape(study.name)}</title><style>{_STYLE}</style></head><body>{body}</body></html>"

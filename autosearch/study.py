@@ -206,7 +206,7 @@ def create_study(
     name: str,
     *,
     controller: Controller | str,
-    space: SearchSpace | None = None,
+    space: SearchSpace | str | None = None,
     data: str | tuple[Any, Any] = "digits",
     objectives: Sequence[str] = ("accuracy", "flops"),
     reward: str = "mnas",
@@ -226,7 +226,8 @@ def create_study(
         name: Study name, unique in its storage.
         controller: A controller instance (which carries its space), or a registered
             controller name together with ``space``.
-        space: The search space; optional when ``controller`` is an instance.
+        space: The search space (or a registered space's name, for its default
+            configuration); optional when ``controller`` is an instance.
         data: A dataset spec (``"digits"``, ``"fashion-mnist"``, ``"cifar10:PATH"``,
             ``"folder:PATH"``...) or ``(images, labels)`` arrays; see autosearch.data.
         objectives: Objective names, the first usually ``"accuracy"``.
@@ -1310,8 +1311,10 @@ def trial_seed(study_seed: int, arch: Architecture) -> int:
 
 
 def _resolve(
-    space: SearchSpace | None, controller: Controller | str, seed: int
+    space: SearchSpace | str | None, controller: Controller | str, seed: int
 ) -> tuple[SearchSpace, Controller]:
+    if isinstance(space, str):  # a registered space name, with its default configuration
+        space = spaces.get(space)()
     if isinstance(controller, str):
         if space is None:
             raise StudyError(

@@ -271,6 +271,13 @@ def _prepare(
         return images[usable][keep], labels[usable][keep], keys[keep]
 
     x, y, keys = clean(raw.images, raw.labels)
+    if not len(y):
+        raise DataError(
+            f"no usable samples in {name}: of {len(raw.labels)}, {report.bad_labels} have "
+            f"labels outside 0..{classes - 1} and {report.bad_values} NaN or out-of-range "
+            "pixels; check the labels (or num_classes) and the pixel scale (uint8, or floats "
+            "in [0, 1])"
+        )
     official = None
     if raw.test_images is not None and raw.test_labels is not None:
         official = clean(raw.test_images, raw.test_labels)

@@ -57,7 +57,7 @@ class CleaningReport:
 
 def image_keys(images: np.ndarray) -> np.ndarray:
     """A content hash per image (exact-duplicate detection)."""
-    flat = np.ascontiguousarray(images).reshape(len(images), -1)
+    flat = np.ascontiguousarray(images).reshape(len(images), int(np.prod(images.shape[1:])))
     return np.array([hashlib.blake2b(row.tobytes(), digest_size=16).hexdigest() for row in flat])
 
 

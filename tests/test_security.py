@@ -1,0 +1,61 @@
+"""Every load path reads data, never code: safetensors, JSON, torch.load with
+weights_only=True, and a restricted unpickler for CIFAR's python batches. (Study files
+and an export's model.py are Python the user wrote or exported, run on purpose.)"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCES = sorted(
+    p
+    for folder in ("autosearch", "search_spaces", "controllers")
+    for p in (ROOT / folder).rglob("*.py")
+)
+
+
+def _calls(path: Path) -> list[tuple[str, ast.Call]]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call):
+            found.append((ast.unparse(node.func), node))
+    return found
+
+
+def test_no_load_path_can_run_code():
+    offenders = []
+    for path in SOURCES:
+        for name, call in _calls(path):
+            keywords = {k.arg: ast.unparse(k.value) for k in call.keywords}
+            where = f"{path.relative_to(ROOT)}:{call.lineno} {name}"
+            if name in {"pickle.load", "pickle.loads", "marshal.loads", "yaml.load", "eval"}:
+                offenders.append(where)
+            if name == "torch.load" and keywords.get("weights_only") != "True":
+                offenders.append(where + " without weights_only=True")
+            if name.endswith("np.load") and keywords.get("allow_pickle") == "True":
+                offenders.append(where + " with allow_pickle=True")
+    assert not offenders, offenders
+
+
+def test_the_only_unpickler_is_the_restricted_one():
+    users = [p.relative_to(ROOT).as_posix() for p in SOURCES if "Unpickler" in p.read_text()]
+    assert users == ["autosearch/data/_readers.py"]
+
+
+def test_a_checkpoint_that_smuggles_code_is_refused(tmp_path, digits):
+    from autosearch import TrainConfig
+    from autosearch.train import train
+
+    class Payload:
+        def __reduce__(self):
+            return (print, ("pwned",))
+
+    checkpoint = tmp_path / "run.pt"
+    torch.save({"epoch": 1, "model": Payload()}, checkpoint)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 10))
+    with pytest.raises(Exception, match="Weights only load failed|Unsupported global"):
+        train(model, digits, TrainConfig(epochs=1), seed=0, checkpoint=checkpoint)
