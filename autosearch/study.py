@@ -951,7 +951,7 @@ class Study:
             pending = self._pending(trials)
             arch = pending[0] if pending else self._ask_new(trials)
             trial_id = self._start_trial(arch, resumes=pending[1] if pending else None)
-            if self._holds(trial_id, arch):
+            if self._holds(trial_id, arch, trials):
                 if pending:
                     self._copy_curve(pending[1], trial_id)
                 return arch, trial_id
@@ -994,11 +994,24 @@ class Study:
                 return Architecture.from_json(attrs["arch"]), t.number
         return None
 
-    def _holds(self, trial_id: int, arch: Architecture) -> bool:
+    def _holds(
+        self, trial_id: int, arch: Architecture, seen: list[FrozenTrial] | None = None
+    ) -> bool:
         """Whether our new trial is the architecture's live trial with the lowest number
-        (else it is superseded as a duplicate)."""
+        (else it is superseded as a duplicate). ``seen``: the trials read just before
+        claiming; only those created since are read again."""
         mine = self._storage.get_trial_number_from_id(trial_id)
-        for t in self._storage.get_all_trials(self._study_id, deepcopy=False):
+        if seen is None:
+            earlier = self._storage.get_all_trials(self._study_id, deepcopy=False)
+        else:
+            known = max((t.number for t in seen), default=-1)
+            earlier = list(seen) + [
+                self._storage.get_trial(
+                    self._storage.get_trial_id_from_study_id_trial_number(self._study_id, n)
+                )
+                for n in range(known + 1, mine)
+            ]
+        for t in earlier:
             attrs = t.user_attrs
             if (
                 t.number < mine
@@ -1032,9 +1045,9 @@ class Study:
 
     def _ask_new(self, trials: list[FrozenTrial] | None = None) -> Architecture:
         """The controller's next architecture that no trial has evaluated yet."""
-        self._sync_controller()
         if trials is None:
             trials = self._storage.get_all_trials(self._study_id, deepcopy=False)
+        self._sync_controller(trials)
         by_arch = {
             t.user_attrs["arch_id"]: t
             for t in trials
@@ -1088,11 +1101,13 @@ class Study:
             self._told = set(saved["told"])
         self._sync_controller()
 
-    def _sync_controller(self) -> None:
+    def _sync_controller(self, trials: list[FrozenTrial] | None = None) -> None:
         """Tell the controller every finished trial it has not been told (stored ones on
-        resume, other workers' while running)."""
-        trials = self._storage.get_all_trials(self._study_id, deepcopy=False, states=_FINISHED)
-        for t in sorted(trials, key=lambda t: t.number):
+        resume, other workers' while running). ``trials``: all trials, if just read."""
+        if trials is None:
+            trials = self._storage.get_all_trials(self._study_id, deepcopy=False)
+        finished = [t for t in trials if t.state in _FINISHED]
+        for t in sorted(finished, key=lambda t: t.number):
             if _SUPERSEDED in t.user_attrs:
                 continue  # not a result: the architecture is (being) trained by another
             if t.number not in self._told and "arch" in t.user_attrs:

@@ -1,0 +1,156 @@
+"""Scale-out benchmark. Prints JSON; every ratio is measured within this run.
+
+1. workers: trials per hour of one study run by 1 worker (all CPU threads), by 1 worker
+   with one thread, and by 2 worker processes (half the threads each), same space,
+   data, epochs and trial count (target: 2 workers >= 1.8x one worker). Worker
+   start-up (imports, data loading) is included. On a 2-core machine the cores, not
+   the workers, bound the first ratio; the one-thread baseline shows how the workers
+   themselves scale.
+2. storage: overhead per trial of the study machinery on each storage (SQLite, journal
+   file, PostgreSQL when reachable): asking, claiming, heartbeats, storing attributes,
+   controller state, with an evaluator that trains nothing.
+
+    python benchmarks/scaleout.py [--trials 12] [--epochs 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+# This folder holds controllers.py (the controller benchmark), which would shadow the
+# `controllers` package for any script run from here: take the folder off the path.
+sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+import optuna
+import torch
+
+import autosearch
+from autosearch import TrainConfig
+from controllers import RandomSearch
+from search_spaces import ResNetSpace
+
+SPACE = ResNetSpace(
+    min_stages=2, max_stages=2, depths=(1, 2), widths=(16, 32), stem_widths=(16,), blocks=("basic",)
+)
+PG = "postgresql://postgres@127.0.0.1:5432"
+
+
+def bench_workers(trials: int, epochs: int) -> dict[str, float]:
+    runs = {}
+    cpus = os.cpu_count() or 1
+    for workers, threads in ((1, cpus), (1, 1), (2, cpus)):
+        with tempfile.TemporaryDirectory() as tmp:
+            study = autosearch.create_study(
+                f"w{workers}",
+                controller=RandomSearch(SPACE, seed=0),
+                storage=f"sqlite:///{tmp}/s.db",
+                train=TrainConfig(epochs=epochs, batch_size=64, lr=0.05),
+            )
+            torch.set_num_threads(threads)
+            start = time.perf_counter()
+            records = study.optimize(trials, n_workers=workers)
+            seconds = time.perf_counter() - start
+            assert len(records) == trials and study.count("complete") == trials
+            # From the first trial's start to the last one's end: without process start-up,
+            # which a long search amortises.
+            stamps = [
+                t for t in study.optuna_study.get_trials(deepcopy=False) if t.datetime_complete
+            ]
+            span = max(t.datetime_complete for t in stamps) - min(t.datetime_start for t in stamps)
+            runs[(workers, threads)] = {
+                "seconds": seconds,
+                "trials_per_hour": trials / seconds * 3600,
+                "steady_trials_per_hour": trials / span.total_seconds() * 3600,
+                "mean_accuracy": sum(r.metrics["accuracy"] for r in records) / trials,
+            }
+    torch.set_num_threads(cpus)
+    one, single, two = runs[(1, cpus)], runs[(1, 1)], runs[(2, cpus)]
+    return {
+        "trials": trials,
+        "epochs": epochs,
+        f"one_worker_{cpus}_threads": one,
+        "one_worker_1_thread": single,
+        f"two_workers_{max(1, cpus // 2)}_thread_each": two,
+        "speedup": two["trials_per_hour"] / one["trials_per_hour"],
+        "speedup_vs_one_thread": two["trials_per_hour"] / single["trials_per_hour"],
+        "steady_speedup": two["steady_trials_per_hour"] / one["steady_trials_per_hour"],
+        "steady_speedup_vs_one_thread": two["steady_trials_per_hour"]
+        / single["steady_trials_per_hour"],
+    }
+
+
+def _postgres() -> tuple[str, str] | None:
+    try:
+        import psycopg
+
+        admin = psycopg.connect(f"{PG}/test", autocommit=True, connect_timeout=5)
+    except Exception:
+        return None
+    name = f"bench_{uuid.uuid4().hex[:10]}"
+    admin.execute(f"CREATE DATABASE {name}")
+    admin.close()
+    return f"{PG}/{name}", name
+
+
+def _drop(name: str) -> None:
+    import psycopg
+
+    with psycopg.connect(f"{PG}/test", autocommit=True) as admin:
+        admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def bench_storage(trials: int) -> dict[str, dict[str, float]]:
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        urls = {"sqlite": f"sqlite:///{tmp}/s.db", "journal": f"journal:{tmp}/s.log"}
+        pg = _postgres()
+        if pg:
+            urls["postgresql"] = pg[0]
+        for kind, url in urls.items():
+            study = autosearch.create_study(
+                f"overhead-{kind}",
+                controller=RandomSearch(SPACE, seed=0),
+                storage=url,
+                train=TrainConfig(epochs=1),
+            )
+            metrics = {"accuracy": 0.5, "flops": 1e6, "macs": 5e5, "params": 1e4}
+            study._evaluate = lambda arch, trial_id, seed, m=metrics: (dict(m), None)  # type: ignore[method-assign]
+            start = time.perf_counter()
+            study.optimize(trials)
+            seconds = time.perf_counter() - start
+            out[kind] = {"trials": trials, "ms_per_trial": 1000 * seconds / trials}
+        if pg:
+            _drop(pg[1])
+        else:
+            out["postgresql"] = {"skipped": "no server on 127.0.0.1:5432"}  # type: ignore[dict-item]
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--trials", type=int, default=12)
+    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--storage-trials", type=int, default=60)
+    parser.add_argument("--only", nargs="*", choices=["workers", "storage"])
+    args = parser.parse_args()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    logging.getLogger("autosearch").setLevel(logging.ERROR)
+    chosen = args.only or ["workers", "storage"]
+    result: dict[str, object] = {"device": "cpu", "cpus": os.cpu_count()}
+    if "workers" in chosen:
+        result["workers"] = bench_workers(args.trials, args.epochs)
+    if "storage" in chosen:
+        result["storage"] = bench_storage(args.storage_trials)
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
