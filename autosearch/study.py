@@ -947,7 +947,8 @@ class Study:
         """
         for _ in range(_MAX_CLAIMS):
             trials = self._storage.get_all_trials(self._study_id, deepcopy=False)
-            self._reap_dead(trials)
+            if self._reap_dead(trials):  # read again: the reaped trials now wait to resume
+                trials = self._storage.get_all_trials(self._study_id, deepcopy=False)
             pending = self._pending(trials)
             arch = pending[0] if pending else self._ask_new(trials)
             trial_id = self._start_trial(arch, resumes=pending[1] if pending else None)
@@ -960,9 +961,11 @@ class Study:
             "for the architectures left?"
         )
 
-    def _reap_dead(self, trials: list[FrozenTrial]) -> None:
-        """Give up running trials whose worker stopped beating: they resume elsewhere."""
+    def _reap_dead(self, trials: list[FrozenTrial]) -> bool:
+        """Give up running trials whose worker stopped beating (they resume elsewhere);
+        whether there were any."""
         now = time.time()
+        reaped = False
         for t in trials:
             if t.state != TrialState.RUNNING or _SUPERSEDED in t.user_attrs:
                 continue
@@ -980,6 +983,8 @@ class Study:
                     f"its worker {worker} died (no heartbeat for {silent:.0f} s); "
                     "it resumes from its checkpoint",
                 )
+                reaped = True
+        return reaped
 
     def _pending(self, trials: list[FrozenTrial]) -> tuple[Architecture, int] | None:
         """The oldest superseded-for-resume trial whose architecture no live trial holds."""

@@ -104,7 +104,7 @@ def _epochs(storage: str, name: str, number: int) -> int:
     return len(trials[number].intermediate_values) if len(trials) > number else 0
 
 
-SLOW_TRAIN = TrainConfig(epochs=10, batch_size=16, lr=0.05)
+SLOW_TRAIN = TrainConfig(epochs=6, batch_size=16, lr=0.05)
 
 
 def _worker(storage: str, name: str, n: int, env: dict[str, str]) -> subprocess.Popen:
@@ -119,17 +119,25 @@ def _worker(storage: str, name: str, n: int, env: dict[str, str]) -> subprocess.
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    "kind", ["sqlite", "journal", pytest.param("postgresql", marks=pytest.mark.service)]
+)
 def test_a_worker_killed_mid_trial_is_resumed_from_its_checkpoint(
-    tmp_path, tiny_space, monkeypatch
+    kind, tmp_path, request, tiny_space, monkeypatch
 ):
     from controllers import RandomSearch
 
     beats = {"AUTOSEARCH_HEARTBEAT_INTERVAL": "0.2", "AUTOSEARCH_HEARTBEAT_GRACE": "1.5"}
     for key, value in beats.items():
         monkeypatch.setenv(key, value)
-    url = f"sqlite:///{tmp_path}/chaos.db"
+    monkeypatch.chdir(tmp_path)
+    url = _url(kind, tmp_path, request)
     study = autosearch.create_study(
-        "chaos", controller=RandomSearch(tiny_space, seed=0), storage=url, train=SLOW_TRAIN
+        "chaos",
+        controller=RandomSearch(tiny_space, seed=0),
+        storage=url,
+        train=SLOW_TRAIN,
+        artifacts=str(tmp_path / "shared-artifacts"),  # where every worker finds checkpoints
     )
     worker = _worker(url, "chaos", 3, beats)
     try:  # let it finish trial 0, then kill it two epochs into trial 1
@@ -145,9 +153,9 @@ def test_a_worker_killed_mid_trial_is_resumed_from_its_checkpoint(
     time.sleep(2.0)  # past the grace period
 
     again = autosearch.load_study("chaos", storage=url)
-    again.optimize(2)
+    again.optimize(1)
     records = again.records()
-    assert [r.state for r in records] == ["complete"] * 3  # trial 0 kept, nothing lost
+    assert [r.state for r in records] == ["complete"] * 2  # trial 0 kept, nothing lost
     resumed = next(r for r in records if r.arch.arch_id == killed.user_attrs["arch_id"])
     attrs = again.optuna_study.get_trials()[resumed.trial].user_attrs
     assert attrs["resumes"] == 1 and attrs["resumed_from_epoch"] >= 2
