@@ -9,6 +9,7 @@ Forms:
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -65,9 +66,19 @@ def _write_ahead_log(storage: BaseStorage) -> None:
     engine.dispose()  # connections opened before the listener reconnect with it
 
 
-def _rdb(url: str) -> BaseStorage:
+def _rdb(url: str, attempts: int = 5) -> BaseStorage:
     try:
         return optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url))
+    except optuna.exceptions.StorageInternalError:
+        # Opening checks and creates the schema in a transaction of its own, which can
+        # collide with other workers' commits on a busy server: try again shortly.
+        if attempts <= 1:
+            raise StorageError(
+                f"cannot open storage {url!r}: its schema check kept colliding with other "
+                "writers; try again"
+            ) from None
+        time.sleep(0.2 * (6 - attempts))
+        return _rdb(url, attempts - 1)
     except ImportError as exc:
         raise StorageError(
             f"storage {url!r} needs a database driver that is not installed ({exc}); "

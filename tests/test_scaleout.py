@@ -99,8 +99,8 @@ def _wait_for(predicate, timeout: float = 120.0) -> None:
         time.sleep(0.05)
 
 
-def _epochs(storage: str, name: str, number: int) -> int:
-    trials = autosearch.load_study(name, storage=storage).optuna_study.get_trials(deepcopy=False)
+def _epochs(study: autosearch.Study, number: int) -> int:
+    trials = study.optuna_study.get_trials(deepcopy=False)
     return len(trials[number].intermediate_values) if len(trials) > number else 0
 
 
@@ -141,7 +141,7 @@ def test_a_worker_killed_mid_trial_is_resumed_from_its_checkpoint(
     )
     worker = _worker(url, "chaos", 3, beats)
     try:  # let it finish trial 0, then kill it two epochs into trial 1
-        _wait_for(lambda: _epochs(url, "chaos", 1) >= 2)
+        _wait_for(lambda: _epochs(study, 1) >= 2)
         worker.send_signal(signal.SIGKILL)
         worker.wait(timeout=30)
     finally:
@@ -179,12 +179,12 @@ def test_ctrl_c_finishes_the_epoch_checkpoint_and_the_trial_resumes(tmp_path, ti
     from controllers import RandomSearch
 
     url = f"sqlite:///{tmp_path}/int.db"
-    autosearch.create_study(
+    study = autosearch.create_study(
         "int", controller=RandomSearch(tiny_space, seed=0), storage=url, train=SLOW_TRAIN
     )
     worker = _worker(url, "int", 2, {})
     try:
-        _wait_for(lambda: _epochs(url, "int", 0) >= 1)
+        _wait_for(lambda: _epochs(study, 0) >= 1)
         worker.send_signal(signal.SIGINT)
         out, _ = worker.communicate(timeout=60)
     finally:
