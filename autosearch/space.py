@@ -146,6 +146,9 @@ class SearchSpace(abc.ABC):
     """
 
     name: ClassVar[str] = ""
+    # Packages a space's network module may import besides torch (an adapter to another
+    # toolkit's model spaces needs that toolkit; exports then need it too).
+    network_needs: ClassVar[tuple[str, ...]] = ()
 
     max_flops: float | None = None
     max_params: float | None = None

@@ -4,6 +4,15 @@ from search_spaces.densenet import DenseNetSpace
 from search_spaces.hyper import HyperparameterSpace
 from search_spaces.mobilenet import MobileNetSpace
 from search_spaces.nb201 import NB201Space
+from search_spaces.nni_space import NNISpace, from_nni
 from search_spaces.resnet import ResNetSpace
 
-__all__ = ["DenseNetSpace", "HyperparameterSpace", "MobileNetSpace", "NB201Space", "ResNetSpace"]
+__all__ = [
+    "DenseNetSpace",
+    "HyperparameterSpace",
+    "MobileNetSpace",
+    "NB201Space",
+    "NNISpace",
+    "ResNetSpace",
+    "from_nni",
+]
