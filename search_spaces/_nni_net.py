@@ -48,7 +48,7 @@ def space_kwargs(factory: Any, kwargs: Mapping[str, Any], channels: int, classes
 def _parameters(factory: Any) -> Mapping[str, inspect.Parameter] | None:
     """The factory's parameters. NNI wraps a ModelSpace's ``__init__`` in a closure
     without ``__wrapped__``; the original is found among the closure's cells."""
-    wrappers = [getattr(factory, "__init__", None)] if inspect.isclass(factory) else []
+    wrappers: list[Any] = [getattr(factory, "__init__", None)] if inspect.isclass(factory) else []
     for _ in range(8):  # wrappers of wrappers, a few levels deep
         inner = [
             cell.cell_contents
