@@ -6,6 +6,7 @@ from search_spaces.mobilenet import MobileNetSpace
 from search_spaces.nb201 import NB201Space
 from search_spaces.nni_space import NNISpace, from_nni
 from search_spaces.resnet import ResNetSpace
+from search_spaces.small_cnn import SmallCNNSpace
 
 __all__ = [
     "DenseNetSpace",
@@ -14,5 +15,6 @@ __all__ = [
     "NB201Space",
     "NNISpace",
     "ResNetSpace",
+    "SmallCNNSpace",
     "from_nni",
 ]

@@ -113,3 +113,19 @@ def test_without_nni_the_error_says_how_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "nni", None)  # import nni now fails
     with pytest.raises(ImportError, match=r"pip install 'autosearch\[nni\]'"):
         from_nni("nni.nas.hub.pytorch:NasBench201")
+
+
+def test_the_small_cnn_written_both_ways_builds_the_same_networks():
+    from search_spaces import SmallCNNSpace
+
+    native, wrapped = SmallCNNSpace(), from_nni("search_spaces.nni_examples:SmallCNN")
+    assert set(native.domains()) == set(wrapped.domains())
+    rng = np.random.default_rng(0)
+    for _ in range(8):
+        genes = dict(wrapped.sample(rng))
+        ours = native.build(native.make(genes), input_shape=(1, 8, 8), num_classes=10)
+        theirs = wrapped.build(wrapped.make(genes), input_shape=(1, 8, 8), num_classes=10)
+        a, b = measure(ours, (1, 8, 8)), measure(theirs, (1, 8, 8))
+        assert (a.macs, a.params) == (b.macs, b.params), genes
+        # Same parameter shapes in the same order: the same network.
+        assert [p.shape for p in ours.parameters()] == [p.shape for p in theirs.parameters()]
