@@ -104,7 +104,7 @@ def _epochs(study: autosearch.Study, number: int) -> int:
     return len(trials[number].intermediate_values) if len(trials) > number else 0
 
 
-SLOW_TRAIN = TrainConfig(epochs=6, batch_size=16, lr=0.05)
+SLOW_TRAIN = TrainConfig(epochs=4, batch_size=16, lr=0.05)
 
 
 def _worker(storage: str, name: str, n: int, env: dict[str, str]) -> subprocess.Popen:
