@@ -155,28 +155,40 @@ _DDP_RUN = textwrap.dedent(
     init_distributed()
     runtime = resolve(device="cpu", precision="fp32")
     model = _net()
-    config = TrainConfig(epochs=2, batch_size=64, lr=0.05, crop_padding=1, device="cpu")
-    result = train(model, load_data("digits"), config, seed=3, runtime=runtime)
-    torch.save({{"params": model.state_dict(), "world": result.world_size}},
-               os.path.join({out!r}, f"rank{{runtime.rank}}.pt"))
+    config = TrainConfig(epochs={epochs}, batch_size=64, lr=0.05, crop_padding=1, device="cpu")
+    result = train(model, load_data({data!r}, stream={stream}), config, seed=3, runtime=runtime)
+    torch.save(
+        {{"params": model.state_dict(), "world": result.world_size,
+          "accuracy": result.val_accuracy}},
+        os.path.join({out!r}, f"rank{{runtime.rank}}.pt"),
+    )
     """
 )
 
 
-@pytest.mark.slow
-def test_two_torchrun_processes_match_one_process(digits, tmp_path):
+def _two_ranks(tmp_path: Path, data: str, epochs: int, stream: bool, **env: str) -> list[dict]:
+    """Train ``_net`` with 2 torchrun processes (gloo, 1 thread each); each rank's
+    parameters, world size and validation accuracy."""
     torchrun = Path(sys.executable).with_name("torchrun")
     code = tmp_path / "ddp.py"
-    code.write_text(_DDP_RUN.format(tests=str(ROOT / "tests"), out=str(tmp_path)))
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    code.write_text(
+        _DDP_RUN.format(
+            tests=str(ROOT / "tests"), out=str(tmp_path), data=data, epochs=epochs, stream=stream
+        )
+    )
     subprocess.run(
         [str(torchrun), "--standalone", "--nproc-per-node=2", str(code)],
         cwd=tmp_path,
-        env=env,
+        env={**os.environ, "OMP_NUM_THREADS": "1", **env},
         check=True,
         timeout=600,
     )
-    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
+    return [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
+
+
+@pytest.mark.slow
+def test_two_torchrun_processes_match_one_process(digits, tmp_path):
+    ranks = _two_ranks(tmp_path, "digits", epochs=2, stream=False)
     assert ranks[0]["world"] == ranks[1]["world"] == 2
     single = _net()
     config = TrainConfig(epochs=2, batch_size=64, lr=0.05, crop_padding=1, device="cpu")
@@ -314,44 +326,12 @@ def test_training_images_stay_on_the_gpu_only_when_they_fit():
     assert _resident(10**12, torch.device("cpu")) == torch.device("cpu")
 
 
-_DDP_STREAMED = textwrap.dedent(
-    """
-    import os, sys, torch
-    sys.path.insert(0, {tests!r})
-    from test_training_stack import _net
-    from autosearch import TrainConfig
-    from autosearch.data import load_data
-    from autosearch.runtime import init_distributed, resolve
-    from autosearch.train import train
-
-    init_distributed()
-    runtime = resolve(device="cpu", precision="fp32")
-    model = _net()
-    config = TrainConfig(epochs=3, batch_size=64, lr=0.05, crop_padding=1, device="cpu")
-    data = load_data("folder:{folder}", stream=True)
-    result = train(model, data, config, seed=3, runtime=runtime)
-    torch.save({{"params": model.state_dict(), "accuracy": result.val_accuracy}},
-               os.path.join({out!r}, f"rank{{runtime.rank}}.pt"))
-    """
-)
-
-
 @pytest.mark.slow
 def test_two_torchrun_processes_train_a_streamed_folder(streamed, digits_folder, tmp_path):
-    torchrun = Path(sys.executable).with_name("torchrun")
-    code = tmp_path / "ddp.py"
-    code.write_text(
-        _DDP_STREAMED.format(tests=str(ROOT / "tests"), folder=digits_folder, out=str(tmp_path))
+    ranks = _two_ranks(
+        tmp_path, f"folder:{digits_folder}", epochs=3, stream=True, AUTOSEARCH_LOADER_WORKERS="1"
     )
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "AUTOSEARCH_LOADER_WORKERS": "1"}
-    subprocess.run(
-        [str(torchrun), "--standalone", "--nproc-per-node=2", str(code)],
-        cwd=tmp_path,
-        env=env,
-        check=True,
-        timeout=600,
-    )
-    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
+    assert ranks[0]["world"] == ranks[1]["world"] == 2
     for name, value in ranks[0]["params"].items():
         assert torch.equal(value, ranks[1]["params"][name]), name
     single = train(
