@@ -1,17 +1,19 @@
-# The two commands of the README. Each creates or reuses .venv, installs the local
-# CPU build of torch first (an unpinned torch would pull a multi-GB CUDA build),
-# then the project.
+# The two commands of the README. Each creates or reuses .venv and installs torch first,
+# the build that fits this machine (autosearch/_torch_build.py decides and says why):
+# the one pip's configuration provides, else the CUDA build where nvidia-smi lists an
+# NVIDIA GPU, else the CPU build from PyTorch's CPU index (--index-url), not the
+# multi-GB CUDA build an unpinned `pip install torch` takes; then the project.
 VENV ?= .venv
 TORCH ?= torch==2.13.0
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint clean
+.PHONY: run test lint torch-plan clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q $(TORCH)
+	python3 autosearch/_torch_build.py $(PY) $(TORCH)
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
@@ -25,6 +27,12 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+
+# Which torch build the set-up installs here, and on a fresh machine (pip's
+# configuration ignored); installs nothing.
+torch-plan:
+	python3 autosearch/_torch_build.py python3 $(TORCH) --dry-run
+	python3 autosearch/_torch_build.py python3 $(TORCH) --dry-run --isolated
 
 clean:
 	rm -rf runs

@@ -11,6 +11,7 @@ study.pareto()
 
 from __future__ import annotations
 
+from autosearch import _logs
 from autosearch._version import __version__
 from autosearch.architecture import Architecture
 from autosearch.compress import Compression
@@ -18,9 +19,11 @@ from autosearch.controller import Controller, Outcome
 from autosearch.errors import (
     AutosearchError,
     BudgetError,
+    ConfigError,
     DataError,
     ExportError,
     InvalidArchitectureError,
+    PlatformError,
     StorageError,
     StudyError,
     StudyFileError,
@@ -29,7 +32,8 @@ from autosearch.errors import (
 )
 from autosearch.registry import register_controller, register_space
 from autosearch.space import Categorical, IntRange, NetworkSpec, SearchSpace
-from autosearch.study import Record, Study, StudySpec, create_study, load_study
+from autosearch.study import Record, Study, create_study, load_study
+from autosearch.studyfile import StudySpec
 from autosearch.tabular import Table
 from autosearch.train import TrainConfig
 
@@ -39,6 +43,7 @@ __all__ = [
     "BudgetError",
     "Categorical",
     "Compression",
+    "ConfigError",
     "Controller",
     "DataError",
     "ExportError",
@@ -46,6 +51,7 @@ __all__ = [
     "InvalidArchitectureError",
     "NetworkSpec",
     "Outcome",
+    "PlatformError",
     "Record",
     "SearchSpace",
     "StorageError",
@@ -63,6 +69,9 @@ __all__ = [
     "register_controller",
     "register_space",
 ]
+
+
+_logs.install()
 
 
 def __getattr__(name: str) -> object:

@@ -8,7 +8,9 @@ Forms:
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,7 +22,7 @@ from optuna.storages.journal import JournalFileBackend
 
 from autosearch.errors import StorageError, UnknownNameError
 
-__all__ = ["URL_FORMS", "local_path", "open_storage"]
+__all__ = ["URL_FORMS", "default_storage", "local_path", "open_storage"]
 
 URL_FORMS = "sqlite:///path/study.db, journal:path/study.log or postgresql://user@host/db"
 
@@ -38,13 +40,45 @@ def _writable_file(path: Path, url: str) -> None:
         raise StorageError(f"storage {url!r} names a folder, not a file: {path}")
 
 
-def _sqlite(url: str) -> BaseStorage:
+def _existing(path: Path, url: str) -> None:
+    """Opening a study to read it creates nothing: the file must be there, and not empty."""
+    if not path.is_file():
+        raise StorageError(
+            f"storage {url!r}: {path} does not exist; check the path (or run the study first)"
+        )
+    if path.stat().st_size == 0:
+        raise StorageError(f"storage {url!r}: {path} is empty (0 bytes), not a study's storage")
+
+
+def _check_sqlite(path: Path, url: str) -> None:
+    """Refuse a damaged SQLite file before anything reads or writes it (SQLite's quick
+    integrity check reads every page once)."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return  # a new storage
+    try:
+        with contextlib.closing(sqlite3.connect(path, timeout=60)) as db:
+            found = [row[0] for row in db.execute("PRAGMA quick_check(3)")]
+    except sqlite3.DatabaseError as exc:
+        found = [str(exc)]
+    if found != ["ok"]:
+        raise StorageError(
+            f"storage {url!r}: {path} is damaged or not a SQLite database "
+            f"({'; '.join(found)}); restore it from a copy"
+        )
+
+
+def _sqlite(url: str, create: bool) -> BaseStorage:
     path = local_path(url)
     assert path is not None  # local_path knows every sqlite URL
-    _writable_file(path, url)
-    storage = _rdb(url)
-    _write_ahead_log(storage)
-    return storage
+    if create:
+        _writable_file(path, url)
+    else:
+        _existing(path, url)
+    _check_sqlite(path, url)
+    storage = _rdb(url, create=create)
+    if create:
+        _write_ahead_log(storage)
+    return _cached(storage)
 
 
 def _write_ahead_log(storage: BaseStorage) -> None:
@@ -66,9 +100,14 @@ def _write_ahead_log(storage: BaseStorage) -> None:
     engine.dispose()  # connections opened before the listener reconnect with it
 
 
-def _rdb(url: str, attempts: int = 5) -> BaseStorage:
+def _rdb(url: str, *, create: bool, attempts: int = 5) -> BaseStorage:
     try:
-        return optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url))
+        storage = optuna.storages.RDBStorage(
+            url, engine_kwargs=_engine_kwargs(url), skip_table_creation=not create
+        )
+        if not create:
+            storage.get_all_studies()  # a database without Optuna's tables fails here
+        return storage
     except optuna.exceptions.StorageInternalError:
         # Opening checks and creates the schema in a transaction of its own, which can
         # collide with other workers' commits on a busy server: try again shortly.
@@ -78,14 +117,15 @@ def _rdb(url: str, attempts: int = 5) -> BaseStorage:
                 "writers; try again"
             ) from None
         time.sleep(0.2 * (6 - attempts))
-        return _rdb(url, attempts - 1)
+        return _rdb(url, create=create, attempts=attempts - 1)
     except ImportError as exc:
         raise StorageError(
             f"storage {url!r} needs a database driver that is not installed ({exc}); "
             "for PostgreSQL: pip install 'autosearch[postgres]'"
         ) from None
     except Exception as exc:  # SQLAlchemy raises many types; all mean "unusable"
-        raise StorageError(f"cannot open storage {url!r}: {type(exc).__name__}: {exc}") from None
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise StorageError(f"cannot open storage {url!r}: {type(exc).__name__}: {first}") from None
 
 
 def _engine_kwargs(url: str) -> dict[str, object]:
@@ -95,24 +135,48 @@ def _engine_kwargs(url: str) -> dict[str, object]:
     return {"pool_pre_ping": True}
 
 
-def _journal(url: str) -> BaseStorage:
+def _journal(url: str, create: bool) -> BaseStorage:
     path = local_path(url)
     assert path is not None
-    _writable_file(path, url)
-    backend = JournalFileBackend(str(path))
-    return optuna.storages.JournalStorage(backend)
+    if create:
+        _writable_file(path, url)
+    else:
+        _existing(path, url)
+    try:
+        return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
+    except Exception as exc:  # a line that is not a journal record (JSON), a bad record
+        raise StorageError(
+            f"storage {url!r}: {path} is damaged or not an Optuna journal "
+            f"({type(exc).__name__}: {exc}); restore it from a copy"
+        ) from None
 
 
-_SCHEMES: dict[str, Callable[[str], BaseStorage]] = {
+def _server(url: str, create: bool) -> BaseStorage:
+    return _cached(_rdb(url, create=create))
+
+
+def _cached(storage: BaseStorage) -> BaseStorage:
+    """The RDB storage behind Optuna's own cache (what ``optuna.create_study(storage=
+    URL)`` uses): finished trials never change, so reading a study's trials fetches
+    only those still running and those created since the last read, not the whole
+    study, and a study's cost per trial does not grow with its size."""
+    return optuna.storages.get_storage(storage)
+
+
+_SCHEMES: dict[str, Callable[[str, bool], BaseStorage]] = {
     "sqlite": _sqlite,
     "journal": _journal,
-    "postgresql": _rdb,
-    "mysql": _rdb,
+    "postgresql": _server,
+    "mysql": _server,
 }
 
 
-def open_storage(url: str) -> BaseStorage:
-    """An Optuna storage for ``url``; a bad URL raises StorageError saying what works."""
+def open_storage(url: str, *, create: bool = True) -> BaseStorage:
+    """An Optuna storage for ``url``; a bad URL raises StorageError saying what works.
+
+    ``create=False`` opens a study's storage to read it: nothing is created or changed
+    (a missing or empty file is refused, and no schema or journal mode is written). A
+    damaged file is refused, naming it, either way."""
     if not isinstance(url, str) or ":" not in url:
         raise StorageError(f"storage URL {url!r} has no scheme; use {URL_FORMS}")
     scheme = url.split(":", 1)[0].split("+", 1)[0].lower()
@@ -128,7 +192,12 @@ def open_storage(url: str) -> BaseStorage:
         )
     if scheme == "journal" and not url[len("journal:") :]:
         raise StorageError(f"journal URL {url!r} names no file; use journal:path/study.log")
-    return opener(url)
+    return opener(url, create)
+
+
+def default_storage(name: str) -> str:
+    """Study ``name``'s storage when none is given: a SQLite file under runs/NAME/."""
+    return f"sqlite:///runs/{name}/study.db"
 
 
 def local_path(url: str) -> Path | None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from autosearch.architecture import Architecture
+from autosearch.errors import ConfigError
 from autosearch.space import SearchSpace
 
 __all__ = ["Controller", "Outcome"]
@@ -35,9 +36,9 @@ class Outcome:
 
     def __post_init__(self) -> None:
         if self.status not in ("complete", "failed", "stopped"):
-            raise ValueError(f"status must be complete, failed or stopped, not {self.status!r}")
+            raise ConfigError(f"status must be complete, failed or stopped, not {self.status!r}")
         if self.status != "failed" and (self.reward is None or not math.isfinite(self.reward)):
-            raise ValueError(
+            raise ConfigError(
                 f"a {self.status} outcome needs a finite reward, got {self.reward!r}; "
                 "use Outcome.failed(reason) for a trial without a result"
             )
@@ -84,6 +85,13 @@ class Controller(abc.ABC):
     @abc.abstractmethod
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore a :meth:`state_dict`; later asks repeat the original's."""
+
+    def reseed(self, stream: int) -> None:
+        """Draw from now on from random stream ``stream``, independent of the current
+        one (its state then travels in :meth:`state_dict`). Parallel workers of one
+        study each take a stream of their own, so they rarely propose the same
+        architecture at once. Controllers without randomness keep this no-op."""
+        return None
 
     @abc.abstractmethod
     def config(self) -> dict[str, Any]:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from autosearch.errors import ConfigError
+
 __all__ = ["EarlyStopping", "Hyperband", "SuccessiveHalving", "from_dict"]
 
 
@@ -27,7 +29,7 @@ class SuccessiveHalving:
 
     def __post_init__(self) -> None:
         if self.min_epochs < 1 or self.reduction < 2:
-            raise ValueError(
+            raise ConfigError(
                 f"need min_epochs >= 1 and reduction >= 2, got {self.min_epochs}, {self.reduction}"
             )
 

@@ -11,15 +11,18 @@ from collections.abc import Iterable
 __all__ = [
     "AutosearchError",
     "BudgetError",
+    "ConfigError",
     "DataError",
     "ExportError",
     "InvalidArchitectureError",
     "MissingGeneError",
+    "PlatformError",
     "StorageError",
     "StudyError",
     "StudyFileError",
     "TrialFailed",
     "UnknownNameError",
+    "require",
     "suggest",
 ]
 
@@ -42,6 +45,11 @@ class UnknownNameError(AutosearchError, KeyError):
 
     def __str__(self) -> str:  # KeyError would otherwise repr() the message
         return str(self.args[0])
+
+
+class ConfigError(AutosearchError, ValueError):
+    """A setting that cannot be used (a number out of range, an unknown option): the
+    message names the setting, the value given, what is allowed, and how to fix it."""
 
 
 class InvalidArchitectureError(AutosearchError, ValueError):
@@ -79,8 +87,20 @@ class ExportError(AutosearchError):
     """A record that cannot be exported (no weights, unknown trial...)."""
 
 
+class PlatformError(AutosearchError):
+    """The platform failed, not the candidate: storage, artifact or checkpoint I/O (a
+    read-only or full disk, an unreachable database). The message names the path; the
+    trial stays resumable and the worker stops."""
+
+
 class TrialFailed(AutosearchError):
     """Raised inside a trial to end it as failed with a reason (NaN loss, ...)."""
+
+
+def require(ok: bool, setting: str, value: object, expected: str) -> None:
+    """Raise ConfigError ``"SETTING=VALUE: expected EXPECTED"`` unless ``ok``."""
+    if not ok:
+        raise ConfigError(f"{setting}={value!r} cannot be used: expected {expected}")
 
 
 def suggest(name: str, known: Iterable[str], *, n: int = 3) -> list[str]:

@@ -43,6 +43,7 @@ from autosearch.architecture import Architecture
 from autosearch.compress import Derived, parse_variant
 from autosearch.cost import CONVENTIONS
 from autosearch.errors import ExportError
+from autosearch.metrics import metric
 from autosearch.space import NetworkSpec
 
 __all__ = ["ONNX_TOLERANCE", "onnx_parity", "write_export", "write_onnx"]
@@ -67,9 +68,12 @@ MEAN = {mean}  # per channel, on pixels scaled to [0, 1]
 STD = {std}
 
 
+_NETWORK = {factory}  # the model file's factory (which may itself be called build)
+
+
 def build() -> nn.Module:
     """The network with freshly initialised weights."""
-    return {factory}(**CONFIG)
+    return _NETWORK(**CONFIG)
 
 
 def preprocess(images: torch.Tensor) -> torch.Tensor:
@@ -174,6 +178,7 @@ def write_export(
     samples: torch.Tensor,
     variant: str = "base",
     derived: Derived | None = None,
+    training: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write an export folder (see the module docstring) into ``out_dir``.
 
@@ -182,6 +187,8 @@ def write_export(
         samples: Normalised input images the ONNX file is checked on.
         variant: The variant exported; ``derived`` holds it unless it is ``base``.
         metrics: The variant's measured metrics, for ``arch.json`` and the README.
+        training: How the trial was trained (``data``, ``seed``, ``train``: its
+            TrainConfig), the recipe ``autosearch train`` starts from.
 
     Raises:
         ExportError: the folder cannot be written, or onnxruntime's output differs from
@@ -190,47 +197,56 @@ def write_export(
     kind = parse_variant(variant).kind
     if kind != "base" and derived is None:
         raise ExportError(f"exporting variant {variant!r} needs it derived")
-    out = Path(out_dir)
+    out = _folder(out_dir)
+    # The float network load() returns: the variant's own where it is a float network.
+    network = (model if derived is None or kind == "int8" else derived.model).cpu().eval()
+    programs = {
+        "program": "model.pt2" if kind == "prune-channels" else None,
+        "int8_program": "model_int8.pt2" if kind == "int8" else None,
+    }
+    card = _card(arch, description, variant, input_shape, mean, std, metrics, provenance)
+    card["training"] = dict(training or {})
+    (out / "model.py").write_text(_model_file(spec, card, **programs))
+    state = {k: v.detach().cpu().contiguous() for k, v in network.state_dict().items()}
+    save_file(state, str(out / "model.safetensors"), metadata={"arch_id": arch.arch_id})
+    samples = samples.cpu()
+    for name, net in (
+        (programs["program"], network),
+        (programs["int8_program"], derived.reference if derived else None),
+    ):
+        if name and net is not None:
+            torch.export.save(_program(net, samples[:2]), str(out / name))
+    card["onnx"] = {
+        "max_abs_diff": write_onnx(network, samples, out / "model.onnx"),
+        "checked_images": len(samples),
+        "tolerance": ONNX_TOLERANCE,
+    }
+    (out / "arch.json").write_text(json.dumps(card, indent=2, sort_keys=True) + "\n")
+    (out / "README.md").write_text(_readme(card, **programs))
+    return out
+
+
+def _folder(path: str | Path) -> Path:
+    out = Path(path)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ExportError(f"cannot create export folder {out}: {exc}") from None
-    # The float network load() returns: the variant's own where it is a float network.
-    network = model if derived is None or kind == "int8" else derived.model
-    program = "model.pt2" if kind == "prune-channels" else None
-    int8_program = "model_int8.pt2" if kind == "int8" else None
-    tail = _LOADER.format(
-        architecture=pprint.pformat(arch.to_dict(), sort_dicts=True),
-        config=pprint.pformat(dict(spec.kwargs), sort_dicts=True),
-        input_shape=tuple(input_shape),
-        mean=tuple(mean),
-        std=tuple(std),
-        factory=spec.factory,
-        variant=variant,
-        program=program,
-        int8_program=int8_program,
-    )
-    origin = ", ".join(f"{k} {v}" for k, v in provenance.items())
-    header = (
-        f"{description}\n\nExported by autosearch ({origin}); variant {variant}."
-        "\nNeeds only torch:\n\n"
-        "    import model\n"
-        "    net = model.load()                        # weights from model.safetensors\n"
-        "    logits = net(model.preprocess(images))    # images: uint8 (N, C, H, W)\n"
-    )
-    network = network.cpu().eval()
-    samples = samples.cpu()
-    example = samples[:2]
-    (out / "model.py").write_text(_model_source(spec, header, tail))
-    state = {k: v.detach().cpu().contiguous() for k, v in network.state_dict().items()}
-    save_file(state, str(out / "model.safetensors"), metadata={"arch_id": arch.arch_id})
-    if program:
-        torch.export.save(_program(network, example), str(out / program))
-    if int8_program:
-        assert derived is not None and derived.reference is not None
-        torch.export.save(_program(derived.reference, example), str(out / int8_program))
-    onnx_diff = write_onnx(network, samples, out / "model.onnx")
-    card = {
+    return out
+
+
+def _card(
+    arch: Architecture,
+    description: str,
+    variant: str,
+    input_shape: tuple[int, int, int],
+    mean: tuple[float, ...],
+    std: tuple[float, ...],
+    metrics: Mapping[str, Any],
+    provenance: Mapping[str, Any],
+) -> dict[str, Any]:
+    """What arch.json says of the export (the ONNX check is added once it is made)."""
+    return {
         "architecture": arch.to_dict(),
         "arch_id": arch.arch_id,
         "description": description,
@@ -239,16 +255,34 @@ def write_export(
         "normalization": {"mean": list(mean), "std": list(std), "scale": "pixels / 255"},
         "metrics": dict(metrics),
         "conventions": CONVENTIONS,
-        "onnx": {
-            "max_abs_diff": onnx_diff,
-            "checked_images": len(samples),
-            "tolerance": ONNX_TOLERANCE,
-        },
         "provenance": dict(provenance),
     }
-    (out / "arch.json").write_text(json.dumps(card, indent=2, sort_keys=True) + "\n")
-    (out / "README.md").write_text(_readme(card, program, int8_program))
-    return out
+
+
+def _model_file(
+    spec: NetworkSpec, card: Mapping[str, Any], *, program: str | None, int8_program: str | None
+) -> str:
+    """The export's model.py: the network's source, then its configuration and loaders."""
+    tail = _LOADER.format(
+        architecture=pprint.pformat(card["architecture"], sort_dicts=True),
+        config=pprint.pformat(dict(spec.kwargs), sort_dicts=True),
+        input_shape=tuple(card["input_shape"]),
+        mean=tuple(card["normalization"]["mean"]),
+        std=tuple(card["normalization"]["std"]),
+        factory=spec.factory,
+        variant=card["variant"],
+        program=program,
+        int8_program=int8_program,
+    )
+    origin = ", ".join(f"{k} {v}" for k, v in card["provenance"].items())
+    header = (
+        f"{card['description']}\n\nExported by autosearch ({origin}); variant "
+        f"{card['variant']}.\nNeeds only torch:\n\n"
+        "    import model\n"
+        "    net = model.load()                        # weights from model.safetensors\n"
+        "    logits = net(model.preprocess(images))    # images: uint8 (N, C, H, W)\n"
+    )
+    return _model_source(spec, header, tail)
 
 
 def _dynamic_batch() -> tuple[dict[int, Any]]:
@@ -319,20 +353,74 @@ def onnx_parity(network: nn.Module, samples: torch.Tensor, path: str | Path) -> 
     return float(abs(got - expected).max())
 
 
-def _readme(card: Mapping[str, Any], program: str | None, int8_program: str | None) -> str:
-    metrics = card["metrics"]
-    rows = [
-        ("validation accuracy", metrics.get("accuracy")),
-        ("test accuracy (held out of the search)", metrics.get("test_accuracy")),
-        ("FLOPs per image (2 × MACs)", metrics.get("flops")),
-        ("parameters", metrics.get("params")),
-        ("saved bytes", metrics.get("bytes")),
-        ("latency, ms (batch 1, one CPU thread)", metrics.get("latency")),
-        ("ms per image (batch 32, one CPU thread)", metrics.get("latency_batched")),
-    ]
-    table = "\n".join(
-        f"| {name} | {value:.6g} |" for name, value in rows if isinstance(value, int | float)
-    )
+_README_METRICS = (
+    "accuracy",
+    "test_accuracy",
+    "flops",
+    "params",
+    "bytes",
+    "latency",
+    "latency_batched",
+)
+
+
+_README = """# {description}
+
+Exported by autosearch: variant `{variant}`, architecture `{arch_id}`
+({origin}).
+
+| file | what |
+| --- | --- |
+{files}
+
+## Use it with plain torch
+
+```python
+import torch
+import model  # this folder on sys.path
+
+net = model.load()
+images = torch.randint(0, 256, (8, {c}, {h}, {w}), dtype=torch.uint8)  # uint8 (N, C, H, W)
+probabilities = net(model.preprocess(images)).softmax(1)
+```
+{int8_use}
+With onnxruntime (normalise the same way: pixels / 255, then mean {mean}
+and std {std} per channel):
+
+```python
+import onnxruntime
+session = onnxruntime.InferenceSession("model.onnx")
+logits = session.run(None, {{"images": model.preprocess(images).numpy()}})[0]
+```
+
+`model.onnx` was checked in onnxruntime on {checked} validation images: the
+largest absolute difference from torch's logits was {diff:.3g}
+(tolerance {tolerance}).
+
+Train it again from scratch, in full: `autosearch train {{this folder}} --data ... --epochs ...`
+
+## Measured
+
+| metric | value |
+| --- | --- |
+{table}
+
+{conventions}
+"""
+
+_INT8_USE = """
+The int8 variant (what was measured as `int8`):
+
+```python
+net8 = model.load_int8()
+logits = net8(model.preprocess(images))
+fast = torch.compile(net8)  # x86: lowers to int8 kernels
+```
+"""
+
+
+def _readme(card: Mapping[str, Any], *, program: str | None, int8_program: str | None) -> str:
+    metrics, onnx = card["metrics"], card["onnx"]
     c, h, w = card["input_shape"]
     files = [
         "| `model.py` | the network's source (torch only), `build()`, `preprocess()`, `load()` |",
@@ -350,54 +438,25 @@ def _readme(card: Mapping[str, Any], program: str | None, int8_program: str | No
             f"| `{int8_program}` | the int8 network (`torch.export`; int8 weights between "
             "quantize / dequantize operations), read by `load_int8()` |"
         )
-    int8_use = (
-        "\nThe int8 variant (what was measured as `int8`):\n\n```python\n"
-        "net8 = model.load_int8()\nlogits = net8(model.preprocess(images))\n"
-        "fast = torch.compile(net8)  # x86: lowers to int8 kernels\n```\n"
-        if int8_program
-        else ""
+    return _README.format(
+        description=card["description"],
+        variant=card["variant"],
+        arch_id=card["arch_id"],
+        origin=", ".join(f"{k} {v}" for k, v in card["provenance"].items()),
+        files="\n".join(files),
+        c=c,
+        h=h,
+        w=w,
+        int8_use=_INT8_USE if int8_program else "",
+        mean=card["normalization"]["mean"],
+        std=card["normalization"]["std"],
+        checked=onnx["checked_images"],
+        diff=onnx["max_abs_diff"],
+        tolerance=onnx["tolerance"],
+        table="\n".join(
+            f"| {metric(name).title} | {metrics[name]:.6g} |"
+            for name in _README_METRICS
+            if isinstance(metrics.get(name), int | float)
+        ),
+        conventions=card["conventions"],
     )
-    onnx = card["onnx"]
-    return f"""# {card["description"]}
-
-Exported by autosearch: variant `{card["variant"]}`, architecture `{card["arch_id"]}`
-({", ".join(f"{k} {v}" for k, v in card["provenance"].items())}).
-
-| file | what |
-| --- | --- |
-{chr(10).join(files)}
-
-## Use it with plain torch
-
-```python
-import torch
-import model  # this folder on sys.path
-
-net = model.load()
-images = torch.randint(0, 256, (8, {c}, {h}, {w}), dtype=torch.uint8)  # uint8 (N, C, H, W)
-probabilities = net(model.preprocess(images)).softmax(1)
-```
-{int8_use}
-With onnxruntime (normalise the same way: pixels / 255, then mean {card["normalization"]["mean"]}
-and std {card["normalization"]["std"]} per channel):
-
-```python
-import onnxruntime
-session = onnxruntime.InferenceSession("model.onnx")
-logits = session.run(None, {{"images": model.preprocess(images).numpy()}})[0]
-```
-
-`model.onnx` was checked in onnxruntime on {onnx["checked_images"]} validation images: the
-largest absolute difference from torch's logits was {onnx["max_abs_diff"]:.3g}
-(tolerance {onnx["tolerance"]}).
-
-Train it again from scratch, in full: `autosearch train {{this folder}} --data ... --epochs ...`
-
-## Measured
-
-| metric | value |
-| --- | --- |
-{table}
-
-{card["conventions"]}
-"""

@@ -7,6 +7,8 @@ from typing import Literal
 
 import numpy as np
 
+from autosearch.errors import ConfigError
+
 __all__ = ["Direction", "crowding_distance", "nondominated_ranks", "pareto_mask"]
 
 Direction = Literal["maximize", "minimize"]
@@ -15,10 +17,10 @@ Direction = Literal["maximize", "minimize"]
 def _as_costs(values: np.ndarray, directions: Sequence[Direction]) -> np.ndarray:
     values = np.asarray(values, dtype=np.float64)
     if values.ndim != 2 or values.shape[1] != len(directions):
-        raise ValueError(f"values must be (n, {len(directions)}), got {values.shape}")
+        raise ConfigError(f"values must be (n, {len(directions)}), got {values.shape}")
     bad = set(directions) - {"maximize", "minimize"}
     if bad:
-        raise ValueError(f"directions must be 'maximize' or 'minimize', got {sorted(bad)}")
+        raise ConfigError(f"directions must be 'maximize' or 'minimize', got {sorted(bad)}")
     sign = np.array([1.0 if d == "minimize" else -1.0 for d in directions])
     return values * sign  # everything minimised from here on
 

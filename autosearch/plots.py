@@ -20,24 +20,15 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
+from autosearch.compress import parse_variant
+from autosearch.errors import ConfigError
+from autosearch.metrics import metric
 from autosearch.scoring import objective, pareto_mask
 from autosearch.study import Record, Study
 
 __all__ = ["compare", "history", "hypervolume", "importance", "learning_curves", "pareto"]
 
 _PALETTE = ("#d1495b", "#00798c", "#edae49", "#30638e", "#66a182", "#8d96a3", "#5b2a86")
-
-_AXIS_TITLES = {
-    "accuracy": "validation accuracy",
-    "flops": "FLOPs per image (2 × MACs, log scale)",
-    "macs": "MACs per image (log scale)",
-    "params": "parameters (log scale)",
-    "latency": "latency, ms per image (batch 1, one CPU thread, log scale)",
-    "bytes": "saved weights, bytes (log scale)",
-    "bops": "bit-operations = MACs × weight bits × activation bits (log scale)",
-    "sparse_macs": "sparse-effective MACs per image (log scale)",
-}
-
 
 _SYMBOLS = {
     "base": "circle",
@@ -49,15 +40,22 @@ _SYMBOLS = {
 }
 
 
+_HOVER = ("accuracy", "test_accuracy", "flops", "params", "latency")
+
+
 def _hover(record: Record) -> str:
-    m = record.metrics
-    test = f"<br>test accuracy {m['test_accuracy']:.4f}" if "test_accuracy" in m else ""
-    latency = f"<br>latency {m['latency']:.3f} ms (batch 1, 1 thread)" if "latency" in m else ""
-    return (
-        f"trial {record.trial} · {html.escape(record.variant)}<br>{html.escape(record.description)}"
-        f"<br>val accuracy {m['accuracy']:.4f}{test}<br>{m['flops']:.4g} FLOPs · "
-        f"{m['params']:.4g} params{latency}"
-    )
+    lines = [f"{metric(n).header}: {metric(n).cell(record.metrics)}" for n in _HOVER]
+    head = f"trial {record.trial} · {html.escape(record.variant)}"
+    return "<br>".join([head, html.escape(record.description), *lines])
+
+
+def _kind(record: Record) -> str:
+    return parse_variant(record.variant).kind
+
+
+def _axis(name: str) -> dict[str, str]:
+    found = metric(name)
+    return {"title": found.axis_title, **({"type": "log"} if found.log else {})}
 
 
 def pareto(
@@ -80,7 +78,7 @@ def pareto(
         objective(name)  # unknown names raise with suggestions
     studies = [study] if isinstance(study, Study) else list(study)
     if not studies:
-        raise ValueError("pareto() needs a study, or a list of studies to overlay")
+        raise ConfigError("pareto() needs a study, or a list of studies to overlay")
     if z is not None:
         return _pareto_3d(studies, x, y, z)
     fig = go.Figure()
@@ -88,40 +86,9 @@ def pareto(
     for i, one in enumerate(studies):
         done = [r for r in one.records() if r.state == "complete" and x in r.metrics]
         points += len(done)
-        overlay = len(studies) > 1
         colour = _PALETTE[i % len(_PALETTE)]
-        prefix = f"{html.escape(one.name)}: " if overlay else ""
-        front_keys = _front_keys(done, x, y)
-        fig.add_trace(_links(done, x, y))
-        kinds = sorted({r.variant.partition("@")[0] for r in done}, key=lambda k: k != "base")
-        for kind in kinds:
-            members = [
-                r for r in done if r.variant.partition("@")[0] == kind and _key(r) not in front_keys
-            ]
-            label = "trials" if kind == "base" else kind
-            fig.add_trace(
-                _points(
-                    members,
-                    x,
-                    y,
-                    name=prefix + label,
-                    color=colour if overlay else "#9aa5b1",
-                    mode="markers",
-                    kind=kind,
-                    opacity=0.45 if overlay else 1.0,
-                )
-            )
-        front = sorted((r for r in done if _key(r) in front_keys), key=lambda r: r.metrics[x])
-        fig.add_trace(
-            _points(
-                front,
-                x,
-                y,
-                name=prefix + "Pareto front",
-                color=colour,
-                mode="lines+markers",
-            )
-        )
+        prefix = f"{html.escape(one.name)}: " if len(studies) > 1 else ""
+        fig.add_traces(_study_traces(done, x, y, colour=colour, prefix=prefix))
     if len(studies) == 1:
         trials = len({r.trial for r in studies[0].records() if r.state == "complete"})
         title = (
@@ -132,13 +99,42 @@ def pareto(
         title = f"{y} against {x}: " + ", ".join(html.escape(s.name) for s in studies)
     fig.update_layout(
         title=title,
-        xaxis={"title": _AXIS_TITLES.get(x, x), "type": "log"},
-        yaxis={"title": _AXIS_TITLES.get(y, y)},
+        xaxis=_axis(x),
+        yaxis=_axis(y),
         template="plotly_white",
         hovermode="closest",
         legend={"orientation": "h", "y": -0.2},
     )
     return fig
+
+
+def _study_traces(
+    done: list[Record], x: str, y: str, *, colour: str, prefix: str
+) -> list[go.Scatter]:
+    """One study's points in 2-D: links from parents to variants, a trace per variant
+    kind (off the front), and the front (in the study's colour when overlaid)."""
+    overlay = bool(prefix)
+    front_keys = _front_keys(done, x, y)
+    traces = [_links(done, x, y)]
+    for kind in sorted({_kind(r) for r in done}, key=lambda k: k != "base"):
+        members = [r for r in done if _kind(r) == kind and _key(r) not in front_keys]
+        traces.append(
+            _points(
+                members,
+                x,
+                y,
+                name=prefix + ("trials" if kind == "base" else kind),
+                color=colour if overlay else "#9aa5b1",
+                mode="markers",
+                kind=kind,
+                opacity=0.45 if overlay else 1.0,
+            )
+        )
+    front = sorted((r for r in done if _key(r) in front_keys), key=lambda r: r.metrics[x])
+    traces.append(
+        _points(front, x, y, name=prefix + "Pareto front", color=colour, mode="lines+markers")
+    )
+    return traces
 
 
 def _pareto_3d(studies: list[Study], x: str, y: str, z: str) -> go.Figure:
@@ -172,9 +168,9 @@ def _pareto_3d(studies: list[Study], x: str, y: str, z: str) -> go.Figure:
     fig.update_layout(
         title=f"{y} against {x} and {z}",
         scene={
-            "xaxis": {"title": _AXIS_TITLES.get(x, x), "type": "log"},
-            "yaxis": {"title": _AXIS_TITLES.get(z, z), "type": "log"},
-            "zaxis": {"title": _AXIS_TITLES.get(y, y)},
+            "xaxis": _axis(x),
+            "yaxis": _axis(z),
+            "zaxis": _axis(y),
         },
         template="plotly_white",
     )
@@ -229,7 +225,7 @@ def history(study: Study) -> go.Figure:
     fig.update_layout(
         title=f"{html.escape(study.name)}: validation accuracy by trial",
         xaxis={"title": "trial"},
-        yaxis={"title": "validation accuracy"},
+        yaxis=_axis("accuracy"),
         template="plotly_white",
     )
     return fig
@@ -306,7 +302,7 @@ def learning_curves(study: Study, *, limit: int = 50) -> go.Figure:
     fig.update_layout(
         title=f"{html.escape(study.name)}: learning curves ({len(ranked)} of {len(curves)} trials)",
         xaxis={"title": "epoch"},
-        yaxis={"title": "validation accuracy"},
+        yaxis=_axis("accuracy"),
         template="plotly_white",
     )
     return fig
@@ -330,7 +326,7 @@ def compare(studies: Sequence[Study]) -> go.Figure:
     fig.update_layout(
         title="best validation accuracy so far",
         xaxis={"title": "trials finished"},
-        yaxis={"title": "best validation accuracy"},
+        yaxis={"title": f"best {metric('accuracy').title}"},
         template="plotly_white",
     )
     return fig
@@ -341,20 +337,29 @@ def importance(study: Study) -> go.Figure:
     trials that finished; needs at least two)."""
     import optuna
 
-    trials = [
-        t
-        for t in study.optuna_study.get_trials(deepcopy=False)
-        if t.state == optuna.trial.TrialState.COMPLETE and "accuracy" in t.user_attrs
-    ]
-    if len(trials) < 2:
+    accuracy = {
+        r.trial: r.metrics["accuracy"]
+        for r in study.records(variants=False)
+        if r.state == "complete" and "accuracy" in r.metrics
+    }
+    if len(accuracy) < 2:
         raise ValueError(
             f"parameter importance needs at least 2 complete trials; {study.name!r} has "
-            f"{len(trials)}"
+            f"{len(accuracy)}"
         )
+    # The readable complete trials, valued by accuracy, in a study of their own.
+    scored = optuna.create_study(direction="maximize")
+    for trial in study.optuna_trials():
+        if trial.number in accuracy:
+            scored.add_trial(
+                optuna.trial.create_trial(
+                    params=trial.params,
+                    distributions=trial.distributions,
+                    value=accuracy[trial.number],
+                )
+            )
     scores = optuna.importance.get_param_importances(
-        study.optuna_study,
-        target=lambda t: float(t.user_attrs["accuracy"]),
-        evaluator=optuna.importance.FanovaImportanceEvaluator(seed=0),
+        scored, evaluator=optuna.importance.FanovaImportanceEvaluator(seed=0)
     )
     names = list(scores)[::-1]
     fig = go.Figure(
@@ -405,7 +410,7 @@ def _points(
     kind: str | None = None,
     opacity: float = 1.0,
 ) -> go.Scatter:
-    symbols = [_SYMBOLS.get(kind or r.variant.partition("@")[0], "circle") for r in records]
+    symbols = [_SYMBOLS.get(kind or _kind(r), "circle") for r in records]
     return go.Scatter(
         x=[r.metrics[x] for r in records],
         y=[r.metrics[y] for r in records],

@@ -10,6 +10,7 @@ from autosearch import plots
 from autosearch.cost import CONVENTIONS
 from autosearch.data import CleaningReport
 from autosearch.errors import ExportError
+from autosearch.metrics import metric
 from autosearch.study import Record, Study
 
 __all__ = ["write_report"]
@@ -25,27 +26,38 @@ th:nth-child(2), td:nth-child(2) { text-align: left; font-family: ui-monospace, 
 """
 
 
+_COLUMNS = (
+    "accuracy",
+    "test_accuracy",
+    "flops",
+    "sparse_macs",
+    "params",
+    "bytes",
+    "latency",
+    "latency_batched",
+    "reward",
+)
+
+
 def _row(r: Record) -> str:
-    m = r.metrics
-    nan = float("nan")
+    cells = "".join(f"<td>{metric(n).cell(r.metrics)}</td>" for n in _COLUMNS)
     return (
         f"<tr><td>{r.trial}</td><td>{html.escape(r.description)}</td>"
-        f"<td>{html.escape(r.variant)}</td>"
-        f"<td>{m['accuracy']:.4f}</td><td>{m.get('test_accuracy', nan):.4f}</td>"
-        f"<td>{m['flops'] / 1e6:.3f}</td><td>{m.get('sparse_macs', nan) / 1e6:.3f}</td>"
-        f"<td>{m['params'] / 1e3:.1f}</td><td>{m.get('bytes', nan) / 1e3:.1f}</td>"
-        f"<td>{m.get('latency', nan):.3f}</td><td>{m.get('latency_batched', nan):.4f}</td>"
-        f"<td>{m.get('reward', nan):.4f}</td></tr>"
+        f"<td>{html.escape(r.variant)}</td>{cells}</tr>"
     )
 
 
 def _table(records: list[Record]) -> str:
-    head = (
-        "<tr><th>trial</th><th>architecture</th><th>variant</th><th>val acc</th>"
-        "<th>test acc</th><th>MFLOPs</th><th>sparse MMACs</th><th>k params</th><th>kB</th>"
-        "<th>latency ms (b1)</th><th>ms/img (b32)</th><th>reward</th></tr>"
-    )
+    headers = "".join(f"<th>{html.escape(metric(n).header)}</th>" for n in _COLUMNS)
+    head = f"<tr><th>trial</th><th>architecture</th><th>variant</th>{headers}</tr>"
     return f"<table>{head}{''.join(map(_row, records))}</table>"
+
+
+def _unreadable(study: Study) -> str:
+    if not study.unreadable:
+        return ""
+    items = "".join(f"<li>{html.escape(why)}</li>" for why in study.unreadable.values())
+    return f"<h2>Stored trials left out (unreadable)</h2><ul>{items}</ul>"
 
 
 def _cleaning(study: Study) -> str:
@@ -125,6 +137,7 @@ Storage: <code>{html.escape(study.storage_url)}</code>.</p>
 <h2>Pareto front over every (architecture, variant)</h2>{_table(study.pareto())}
 <h2>Top architectures (by validation accuracy)</h2>{_table(done[:10])}
 {f"<h2>Failures</h2><ul>{failures}</ul>" if failed else ""}
+{_unreadable(study)}
 {_cleaning(study)}
 <p class="note">Candidates are ranked on the validation split; test accuracy is held out and
 shown for reference only. {html.escape(CONVENTIONS)}</p>

@@ -33,12 +33,14 @@ from autosearch.errors import ExportError
 from autosearch.runtime import Runtime, resolve
 from autosearch.train import EpochResult, TrainConfig, evaluate, train
 
-__all__ = ["load_export", "train_export"]
+__all__ = ["load_export", "recipe", "train_export"]
 
 
 def load_export(folder: str | Path) -> ModuleType:
     """The ``model.py`` of an export folder, imported as a module."""
     path = Path(folder) / "model.py"
+    if not Path(folder).is_dir():
+        raise ExportError(f"export folder {folder} does not exist; check the path")
     if not path.is_file():
         raise ExportError(
             f"{folder} is not an export folder: it has no model.py (write one with "
@@ -48,8 +50,66 @@ def load_export(folder: str | Path) -> ModuleType:
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses and pickling look modules up by name
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        del sys.modules[spec.name]
+        raise ExportError(
+            f"{path} failed to load: {type(exc).__name__}: {exc}; export the trial again "
+            "(autosearch export) if the file was edited"
+        ) from None
     return module
+
+
+def recipe(folder: str | Path) -> tuple[str | None, int, TrainConfig]:
+    """How the export's trial was trained, as its arch.json records it: the data spec
+    (None where unknown or given as arrays), the seed, and the TrainConfig (the
+    candidate's own hyperparameters included). Older exports record none of it: then
+    digits-sized defaults."""
+    card_path = Path(folder) / "arch.json"
+    if not Path(folder).is_dir():
+        raise ExportError(f"export folder {folder} does not exist; check the path")
+    if not card_path.is_file():
+        return None, 0, TrainConfig()
+    try:
+        training = json.loads(card_path.read_text()).get("training") or {}
+        config = TrainConfig(**training["train"]) if "train" in training else TrainConfig()
+    except (OSError, ValueError, TypeError) as exc:
+        raise ExportError(f"{card_path} cannot be read ({exc}); export the trial again") from None
+    data = training.get("data")
+    return (
+        (None if not data or str(data).startswith("arrays:") else data),
+        int(training.get("seed", 0)),
+        config,
+    )
+
+
+def _check_fits(
+    exported: ModuleType, data: Dataset, folder: str | Path, trained_on: str | None
+) -> None:
+    """Refuse an export that cannot be trained afresh on ``data``, saying why."""
+    hint = f"; it was trained on {trained_on!r}: pass --data {trained_on}" if trained_on else ""
+    if getattr(exported, "PROGRAM", None):
+        raise ExportError(
+            f"{folder} holds a channel-pruned variant ({exported.PROGRAM}): its structure "
+            "has no source to build afresh. Export the base (--variant base) to train in full"
+        )
+    shape = tuple(exported.INPUT_SHAPE)
+    if tuple(data.input_shape) != shape:
+        raise ExportError(
+            f"the export takes images of shape {shape} (channels, height, width), but the "
+            f"data has {data.input_shape}{hint or '; train it on data of that shape'}"
+        )
+    try:
+        classes = int(exported.build()(torch.zeros(1, *shape)).shape[1])
+    except Exception as exc:
+        raise ExportError(
+            f"{folder}/model.py cannot build its network: {type(exc).__name__}: {exc}"
+        ) from None
+    if classes != data.num_classes:
+        raise ExportError(
+            f"the export has {classes} outputs but the data has {data.num_classes} classes{hint}"
+        )
 
 
 def train_export(
@@ -60,27 +120,13 @@ def train_export(
     seed: int = 0,
     runtime: Runtime | None = None,
     on_epoch: Callable[[EpochResult], None] | None = None,
+    trained_on: str | None = None,
 ) -> dict[str, Any]:
     """Train the export in ``folder`` from scratch on ``data``; see the module docstring.
-    Returns the metrics written to ``metrics.json``."""
+    ``trained_on``: the data spec the export's trial used, named when ``data`` does not
+    fit. Returns the metrics written to ``metrics.json``."""
     exported = load_export(folder)
-    if getattr(exported, "PROGRAM", None):
-        raise ExportError(
-            f"{folder} holds a channel-pruned variant ({exported.PROGRAM}): its structure "
-            "has no source to build afresh. Export the base (--variant base) to train in full"
-        )
-    shape = tuple(exported.INPUT_SHAPE)
-    if tuple(data.input_shape) != shape:
-        raise ExportError(
-            f"the export takes images of shape {shape} (channels, height, width), but the "
-            f"data has {data.input_shape}; train it on data of that shape"
-        )
-    model = exported.build()
-    classes = int(model(torch.zeros(1, *shape)).shape[1])
-    if classes != data.num_classes:
-        raise ExportError(
-            f"the export has {classes} outputs but the data has {data.num_classes} classes"
-        )
+    _check_fits(exported, data, folder, trained_on)
     data = dataclasses.replace(data, mean=tuple(exported.MEAN), std=tuple(exported.STD))
     out = Path(folder) / "full"
     try:

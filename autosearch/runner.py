@@ -1,72 +1,264 @@
-"""One trial, start to end: build → train → measure → evaluate, then its variants."""
+"""One trial, start to end: build → train → variants → cost → score.
+
+The runner knows nothing of storage. The study hands it a :class:`TrialPlan` (what to
+evaluate, and how) and a :class:`TrialContext` (what the trial may ask of its study
+while it runs: record an epoch, whether to stop, the other trials' learning curves, a
+distillation teacher) and gets back one complete :class:`TrialResult`: the base
+network's metrics, every variant's, each with its reward, and which point is best.
+
+A candidate's own training settings (the hyperparameters a
+``HyperparameterSpace`` searches) are applied once, by :attr:`TrialPlan.config`, and
+that config trains the candidate, fine-tunes its variants, and derives them again for
+an export or a rerun.
+"""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import logging
+import os
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import torch
 import torch.nn as nn
 
 from autosearch.architecture import Architecture
 from autosearch.compress import Compression, Derived, VariantSpec, derive
+from autosearch.controller import Outcome
 from autosearch.cost import latency, measure, saved_bytes, sparse_macs
 from autosearch.data import Dataset
-from autosearch.errors import AutosearchError
-from autosearch.runtime import world
+from autosearch.early_stopping import SuccessiveHalving
+from autosearch.errors import AutosearchError, PlatformError
+from autosearch.runtime import broadcast_object, world
+from autosearch.scoring import Reward
 from autosearch.space import SearchSpace
+from autosearch.tabular import Table
 from autosearch.train import EpochResult, TrainConfig, evaluate, train
 
-__all__ = ["TrialResult", "VariantResult", "profile", "run_trial", "run_variants"]
+__all__ = [
+    "TRAIN_STATE",
+    "Interrupted",
+    "TakenOver",
+    "Trained",
+    "TrialContext",
+    "TrialPlan",
+    "TrialResult",
+    "VariantResult",
+    "derive_variant",
+    "profile",
+    "run_trial",
+    "train_candidate",
+]
 
 logger = logging.getLogger(__name__)
 
 LATENCY_BATCH = 32
+TRAIN_STATE = "train.pt"  # the training checkpoint, in an attempt's work folder
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrialPlan:
+    """What one trial evaluates, and how.
+
+    Attributes:
+        space, arch: The candidate.
+        train: The study's training config (see :attr:`config` for what trains).
+        seed: The trial's seed (weights, data order, augmentation, variants).
+        number: The trial's number (Hyperband deals trials to brackets by it).
+        reward: Turns each point's metrics into the scalar controllers maximise.
+        variants: Variants derived and measured besides the base network.
+        compression: How variants are derived.
+        early_stopping: Stops the trial when it falls behind its peers.
+        table: Look the candidate up in this benchmark table instead of training.
+        work: This attempt's folder: training writes its checkpoint there every epoch,
+            and each variant's result once derived; what it already holds (an attempt
+            resumed) is not done again.
+    """
+
+    space: SearchSpace
+    arch: Architecture
+    train: TrainConfig = field(default_factory=TrainConfig)
+    seed: int = 0
+    number: int = 0
+    reward: Reward = field(default_factory=lambda: Reward(kind="accuracy"))
+    variants: tuple[VariantSpec, ...] = ()
+    compression: Compression = field(default_factory=Compression)
+    early_stopping: SuccessiveHalving | None = None
+    table: Table | None = None
+    work: Path | None = None
+
+    @property
+    def config(self) -> TrainConfig:
+        """The study's training config with this candidate's own settings applied
+        (searched hyperparameters): it trains the candidate and fine-tunes its variants."""
+        return dataclasses.replace(self.train, **self.space.train_overrides(self.arch))
+
+
+class TrialContext:
+    """What a running trial may ask of its study; the defaults suit a trial run alone."""
+
+    def epoch_done(self, epoch: EpochResult) -> None:
+        """An epoch finished (its checkpoint is written): record it, show progress."""
+
+    def interrupted(self) -> bool:
+        """Whether the user asked to stop (Ctrl-C, SIGTERM) after this epoch."""
+        return False
+
+    def peers(self) -> Mapping[int, Mapping[int, float]]:
+        """Other trials' validation accuracy by epoch (early stopping compares)."""
+        return {}
+
+    def on_front(self, metrics: Mapping[str, float]) -> bool:
+        """Whether a trained candidate is on the study's accuracy-FLOPs front so far."""
+        return True
+
+    def teacher(self, metrics: Mapping[str, float]) -> nn.Module | None:
+        """The distillation teacher for a candidate (None: it teaches itself)."""
+        return None
+
+    def taken_over(self) -> str | None:
+        """Why this trial is no longer this worker's (another took it over), or None."""
+        return None
+
+
+class Interrupted(Exception):
+    """The user stopped the study after an epoch; the trial resumes from its checkpoint."""
+
+
+class TakenOver(Exception):
+    """Another worker took this trial over (this one was silent too long): drop it."""
+
+
+class _Stopped(Exception):
+    def __init__(self, epoch: int, value: float) -> None:
+        super().__init__(f"stopped after epoch {epoch} at validation accuracy {value:.4f}")
+        self.epoch, self.value = epoch, value
+
+
+@dataclass(frozen=True, kw_only=True)
+class VariantResult:
+    """One measured point of a candidate: ``"base"`` or a variant, with its metrics
+    (reward included), or the reason the variant could not be derived."""
+
+    name: str
+    metrics: dict[str, float]
+    reason: str = ""
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.reason)
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class TrialResult:
-    """A trained candidate and what was measured of it.
+    """A whole trial: the base point first, then each variant's.
 
-    ``metrics`` holds ``accuracy`` (validation, the search signal), ``test_accuracy``
-    (held out, for reports only), the costs of :func:`profile`, ``train_seconds`` and
-    ``world_size`` (DDP processes that trained it).
+    ``status`` is ``"stopped"`` when early stopping ended training (the base point then
+    holds the accuracy reached and the architecture's cost). ``note`` says why no
+    variants were derived, when that was decided.
     """
 
-    model: nn.Module | None
+    status: Literal["complete", "stopped"]
+    points: tuple[VariantResult, ...]
+    model: nn.Module | None = None
+    history: tuple[EpochResult, ...] = ()
+    precision: str = "fp32"
+    resumed_from_epoch: int = 0
+    note: str = ""
+
+    @property
+    def base(self) -> VariantResult:
+        return self.points[0]
+
+    @property
+    def best(self) -> VariantResult:
+        """The point with the highest reward: a candidate is ranked by its best variant."""
+        done = [p for p in self.points if not p.failed]
+        return max(done, key=lambda p: p.metrics["reward"])
+
+    def outcome(self, objectives: tuple[str, ...]) -> Outcome:
+        best = self.best.metrics
+        return Outcome(
+            reward=best["reward"],
+            status=self.status,
+            objectives={o: best[o] for o in objectives if o in best},
+        )
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class Trained:
+    """A trained candidate (before variants): its network, metrics and history."""
+
+    model: nn.Module
     metrics: dict[str, float]
     history: tuple[EpochResult, ...]
-    precision: str = "fp32"
+    precision: str
 
 
 def run_trial(
-    space: SearchSpace,
-    arch: Architecture,
-    data: Dataset,
-    config: TrainConfig,
-    *,
-    seed: int,
-    on_epoch: Callable[[EpochResult], None] | None = None,
-    checkpoint: str | Path | None = None,
+    plan: TrialPlan, data: Dataset | None, context: TrialContext | None = None
 ) -> TrialResult:
-    """Check ``arch``'s budget, build it, train it on ``data`` (with the hyperparameters
-    it carries, if its space searches them) and measure it. Deterministic for a seed
-    on CPU.
+    """Evaluate ``plan``'s candidate: train it (or look it up in the plan's table),
+    derive and measure its variants, and score every point.
+
+    Raises:
+        Interrupted: the context reported a user interrupt after an epoch.
+        Exception: whatever makes the candidate fail (TrialFailed, BudgetError, ...).
+    """
+    context = context or TrialContext()
+    if plan.table is not None:
+        metrics = plan.table.evaluate(plan.space, plan.arch)
+        return TrialResult(status="complete", points=(_scored(plan, "base", metrics),))
+    assert data is not None, "a trained trial needs its data"
+    reported: list[EpochResult] = []
+    try:
+        trained = train_candidate(plan, data, on_epoch=_EpochHook(plan, context, reported))
+    except _Stopped as stop:
+        logger.info("trial %d stopped early after epoch %d", plan.number, stop.epoch)
+        return _stopped(plan, data, stop)
+    if world()[0] != 0:  # under torchrun, rank 0 alone measures, scores and records
+        unscored = VariantResult(name="base", metrics=trained.metrics)
+        return TrialResult(status="complete", points=(unscored,), model=trained.model)
+    resumed = len(trained.history) - len(reported)  # epochs restored from a checkpoint
+    base = _scored(plan, "base", trained.metrics)
+    variants, note = _variants(plan, trained.model, data, base.metrics, context)
+    return TrialResult(
+        status="complete",
+        points=(base, *variants),
+        model=trained.model,
+        history=trained.history,
+        precision=trained.precision,
+        resumed_from_epoch=resumed,
+        note=note,
+    )
+
+
+def train_candidate(
+    plan: TrialPlan, data: Dataset, *, on_epoch: Callable[[EpochResult], None] | None = None
+) -> Trained:
+    """Check the candidate's budget, build it, train it with :attr:`TrialPlan.config`
+    and measure it (validation and test accuracy, costs). Deterministic for a seed on
+    CPU.
 
     The global torch RNG (weight initialisation) is seeded inside a fork, so a trial
     neither depends on nor disturbs the caller's random state.
     """
-    space.check_budget(arch)  # before any training; over budget ends the trial here
-    config = dataclasses.replace(config, **space.train_overrides(arch))
+    plan.space.check_budget(plan.arch)  # before any training: over budget ends it here
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = space.build(arch, input_shape=data.input_shape, num_classes=data.num_classes)
-        result = train(model, data, config, seed=seed, on_epoch=on_epoch, checkpoint=checkpoint)
+        torch.manual_seed(plan.seed)
+        model = plan.space.build(
+            plan.arch, input_shape=data.input_shape, num_classes=data.num_classes
+        )
+        checkpoint = plan.work / TRAIN_STATE if plan.work else None
+        result = train(
+            model, data, plan.config, seed=plan.seed, on_epoch=on_epoch, checkpoint=checkpoint
+        )
     test_accuracy, _ = evaluate(model, data.test, data)
     # Under torchrun only rank 0's result is kept: the other ranks skip the measurement,
     # which would also compete with rank 0's latency timing for the same cores.
@@ -78,23 +270,29 @@ def run_trial(
         "train_seconds": result.seconds,
         "world_size": float(result.world_size),
     }
-    return TrialResult(
-        model=model, metrics=metrics, history=result.history, precision=result.precision
+    return Trained(model=model, metrics=metrics, history=result.history, precision=result.precision)
+
+
+def derive_variant(
+    plan: TrialPlan,
+    spec: VariantSpec | str,
+    parent: nn.Module,
+    data: Dataset,
+    *,
+    teacher: nn.Module | None = None,
+) -> Derived:
+    """Derive variant ``spec`` of the trained ``parent`` as the trial does: with the
+    candidate's own training config and the trial's seed (an export derives it again
+    the same way)."""
+    return derive(
+        spec,
+        parent,
+        data,
+        plan.config,
+        compression=plan.compression,
+        seed=plan.seed,
+        teacher=teacher,
     )
-
-
-@dataclass(frozen=True, kw_only=True, eq=False)
-class VariantResult:
-    """A compressed variant of a trained candidate: its metrics (as a TrialResult's,
-    with ``finetune_seconds``), or the reason it could not be derived."""
-
-    name: str
-    metrics: dict[str, float]
-    reason: str = ""
-
-    @property
-    def failed(self) -> bool:
-        return bool(self.reason)
 
 
 def profile(derived: Derived, data: Dataset) -> dict[str, float]:
@@ -118,44 +316,114 @@ def profile(derived: Derived, data: Dataset) -> dict[str, float]:
     }
 
 
-def run_variants(
+# The steps of a trial ---------------------------------------------------------------
+class _EpochHook:
+    """After each epoch: rank 0 records it and decides whether to go on (user interrupt,
+    early stopping); under torchrun every rank follows rank 0's decision, so all stop at
+    the same epoch."""
+
+    def __init__(self, plan: TrialPlan, context: TrialContext, reported: list[EpochResult]):
+        self.plan, self.context, self.reported = plan, context, reported
+
+    def __call__(self, epoch: EpochResult) -> None:
+        decision = self._decide(epoch) if world()[0] == 0 else None
+        decision = broadcast_object(decision)
+        if decision == "interrupt":
+            raise Interrupted(f"after epoch {epoch.epoch}")
+        if decision == "stop":
+            raise _Stopped(epoch.epoch, epoch.val_accuracy)
+        if decision is not None:
+            raise TakenOver(decision)
+
+    def _decide(self, epoch: EpochResult) -> str | None:
+        lost = self.context.taken_over()  # before writing anything more for this trial
+        if lost is not None:
+            return lost
+        self.reported.append(epoch)
+        self.context.epoch_done(epoch)
+        if self.context.interrupted():  # the epoch's checkpoint is written: stop here
+            return "interrupt"
+        rule = self.plan.early_stopping
+        if rule is not None and rule.should_stop(
+            trial=self.plan.number,
+            epoch=epoch.epoch,
+            epochs=self.plan.config.epochs,
+            value=epoch.val_accuracy,
+            others=self.context.peers(),
+        ):
+            return "stop"
+        return None
+
+
+def _scored(plan: TrialPlan, name: str, metrics: Mapping[str, float]) -> VariantResult:
+    return VariantResult(name=name, metrics={**metrics, "reward": plan.reward(metrics)})
+
+
+def _stopped(plan: TrialPlan, data: Dataset, stop: _Stopped) -> TrialResult:
+    """A trial stopped early: its accuracy so far and its cost (not trained further)."""
+    cost = plan.space.cost(plan.arch, input_shape=data.input_shape, num_classes=data.num_classes)
+    metrics = {
+        "accuracy": stop.value,
+        "flops": float(cost.flops),
+        "macs": float(cost.macs),
+        "params": float(cost.params),
+        "stopped_at_epoch": float(stop.epoch),
+    }
+    return TrialResult(status="stopped", points=(_scored(plan, "base", metrics),))
+
+
+def _variants(
+    plan: TrialPlan,
     model: nn.Module,
-    variants: Sequence[VariantSpec],
     data: Dataset,
-    config: TrainConfig,
-    *,
-    seed: int,
-    compression: Compression | None = None,
-    teacher: nn.Module | None = None,
-) -> list[VariantResult]:
-    """Derive, evaluate (validation and test) and measure each non-base variant of the
-    trained ``model``. A variant that cannot be derived is returned failed with its
-    reason; the others go on."""
-    results = []
-    for spec in variants:
-        if spec.kind == "base":
-            continue
-        start = time.perf_counter()
-        try:
-            derived = derive(
-                spec, model, data, config, compression=compression, seed=seed, teacher=teacher
-            )
-            seconds = time.perf_counter() - start
-            metrics = {
-                "accuracy": evaluate(derived.model, data.val, data)[0],
-                "test_accuracy": evaluate(derived.model, data.test, data)[0],
-                **profile(derived, data),
-                "finetune_seconds": seconds,
-                **{f"detail_{k}": float(v) for k, v in derived.details.items()},
-            }
-        except Exception as exc:  # one variant failing must not lose the others
-            log = logger.info if isinstance(exc, AutosearchError) else logger.warning
-            log("variant %s failed: %s", spec.name, exc, exc_info=True)
-            results.append(VariantResult(name=spec.name, metrics={}, reason=_reason(exc)))
-        else:
-            results.append(VariantResult(name=spec.name, metrics=metrics))
-    return results
+    base: Mapping[str, float],
+    context: TrialContext,
+) -> tuple[list[VariantResult], str]:
+    """Derive, evaluate (validation and test), measure and score each variant. A variant
+    that cannot be derived is returned failed with its reason; the others go on."""
+    wanted = [v for v in plan.variants if v.kind != "base"]
+    if not wanted:
+        return [], ""
+    if plan.compression.only_front and not context.on_front(base):
+        return [], "not on the accuracy-FLOPs front (only_front)"
+    teacher = context.teacher(base) if any(v.kind == "distill" for v in wanted) else None
+    return [_variant(plan, spec, model, data, teacher) for spec in wanted], ""
 
 
-def _reason(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"[:2000]
+def _variant(
+    plan: TrialPlan, spec: VariantSpec, model: nn.Module, data: Dataset, teacher: nn.Module | None
+) -> VariantResult:
+    saved = plan.work / "variants" / f"{spec.name}.json" if plan.work else None
+    if saved is not None and saved.is_file():  # derived by an attempt this one resumes
+        return VariantResult(**json.loads(saved.read_text()))
+    start = time.perf_counter()
+    try:
+        derived = derive_variant(plan, spec, model, data, teacher=teacher)
+        seconds = time.perf_counter() - start
+        metrics = {
+            "accuracy": evaluate(derived.model, data.val, data)[0],
+            "test_accuracy": evaluate(derived.model, data.test, data)[0],
+            **profile(derived, data),
+            "finetune_seconds": seconds,
+            **{f"detail_{k}": float(v) for k, v in derived.details.items()},
+        }
+        result = _scored(plan, spec.name, metrics)
+    except Exception as exc:  # one variant failing must not lose the others
+        log = logger.info if isinstance(exc, AutosearchError) else logger.warning
+        log("variant %s failed: %s", spec.name, exc, exc_info=True)
+        reason = f"{type(exc).__name__}: {exc}"[:2000]
+        result = VariantResult(name=spec.name, metrics={}, reason=reason)
+    if saved is not None:
+        _save_json(saved, dataclasses.asdict(result))
+    return result
+
+
+def _save_json(path: Path, value: object) -> None:
+    """Write a file whole or not at all (temporary name, then renamed)."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(value))
+        tmp.replace(path)
+    except OSError as exc:
+        raise PlatformError(f"cannot write {path}: {exc.strerror or exc}") from None

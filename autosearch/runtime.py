@@ -6,13 +6,14 @@ import contextlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from autosearch.errors import AutosearchError
 
-__all__ = ["Runtime", "autocast", "init_distributed", "resolve", "world"]
+__all__ = ["Runtime", "autocast", "broadcast_object", "init_distributed", "resolve", "world"]
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 
@@ -89,6 +90,16 @@ def init_distributed() -> bool:
             # One thread per process: on a shared CPU, ranks must not oversubscribe cores.
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // dist.get_world_size()))
     return True
+
+
+def broadcast_object(value: Any) -> Any:
+    """Rank 0's ``value`` on every rank of the process group (the value itself when
+    not distributed)."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 @contextlib.contextmanager

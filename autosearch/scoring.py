@@ -6,7 +6,8 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from autosearch.errors import AutosearchError, UnknownNameError
+from autosearch.errors import ConfigError, UnknownNameError
+from autosearch.metrics import METRICS, objective_names
 from autosearch.pareto import Direction, pareto_mask
 
 __all__ = [
@@ -31,64 +32,13 @@ class Objective:
     description: str
 
 
-_OBJECTIVES = {
-    o.name: o
-    for o in (
-        Objective(
-            name="accuracy",
-            direction="maximize",
-            description="validation top-1 accuracy (fraction)",
-        ),
-        Objective(
-            name="flops",
-            direction="minimize",
-            description="FLOPs per image = 2 x MACs of conv/linear layers",
-        ),
-        Objective(
-            name="macs",
-            direction="minimize",
-            description="multiply-accumulates per image of conv/linear layers",
-        ),
-        Objective(name="params", direction="minimize", description="number of parameters"),
-        Objective(
-            name="sparse_macs",
-            direction="minimize",
-            description="MACs x weight density of each conv/linear layer",
-        ),
-        Objective(
-            name="bops",
-            direction="minimize",
-            description="bit-operations = MACs x weight bits x activation bits",
-        ),
-        Objective(name="bytes", direction="minimize", description="size of the saved weights"),
-        Objective(
-            name="latency",
-            direction="minimize",
-            description="median ms per image, batch 1, one CPU thread (measured)",
-        ),
-        Objective(
-            name="latency_batched",
-            direction="minimize",
-            description="median ms per image in batches of 32, one CPU thread (measured)",
-        ),
-        Objective(
-            name="train_seconds",
-            direction="minimize",
-            description="training time in seconds (measured, or from a benchmark table)",
-        ),
-    )
-}
-
-
 def objective(name: str) -> Objective:
-    try:
-        return _OBJECTIVES[name]
-    except KeyError:
-        raise UnknownNameError("objective", name, _OBJECTIVES) from None
-
-
-def objective_names() -> list[str]:
-    return sorted(_OBJECTIVES)
+    """An objective a study may optimise (its direction and meaning come from the metric
+    vocabulary, autosearch.metrics)."""
+    found = METRICS.get(name)
+    if found is None or not found.objective or found.direction is None:
+        raise UnknownNameError("objective", name, objective_names())
+    return Objective(name=name, direction=found.direction, description=found.description)
 
 
 # Rewards ------------------------------------------------------------------------------
@@ -119,6 +69,8 @@ class Reward:
     def __str__(self) -> str:
         if self.kind in ("accuracy", "accuracy-per-gflop"):
             return self.kind
+        if self.target is None:  # not resolved yet
+            return f"{self.kind}@{self.metric}"
         text = f"{self.kind}@{self.metric}={self.target:.6g}"
         return text + (f",w={self.weight:g}" if self.kind == "mnas" else "")
 
@@ -155,26 +107,26 @@ def parse_reward(text: str | Reward) -> Reward:
     for part in filter(None, args.split(",")):
         key, eq, value = part.partition("=")
         if not eq and key.strip() not in COST_METRICS:
-            raise AutosearchError(
+            raise ConfigError(
                 f"reward {text!r}: expected METRIC=TARGET after '@' (e.g. mnas@flops=5e6,w=-0.07)"
             )
         options[key.strip()] = value.strip()
     weight = options.pop("w", None)
     metric = next(iter(options), "flops")
     if len(options) > 1 or (options and metric not in COST_METRICS):
-        raise AutosearchError(
+        raise ConfigError(
             f"reward {text!r}: give one cost target among {', '.join(COST_METRICS)}, "
             "e.g. mnas@flops=5e6"
         )
     if kind in ("accuracy", "accuracy-per-gflop") and (options or weight):
-        raise AutosearchError(f"reward {kind!r} takes no options, got {text!r}")
+        raise ConfigError(f"reward {kind!r} takes no options, got {text!r}")
     try:
         target = float(options[metric]) if options.get(metric) else None
         w = float(weight) if weight is not None else MNAS_WEIGHT
     except ValueError:
-        raise AutosearchError(f"reward {text!r}: target and w must be numbers") from None
+        raise ConfigError(f"reward {text!r}: target and w must be numbers") from None
     if target is not None and not target > 0:
-        raise AutosearchError(f"reward {text!r}: the target must be positive")
+        raise ConfigError(f"reward {text!r}: the target must be positive")
     return Reward(kind=kind, metric=metric, target=target, weight=w)
 
 
@@ -184,7 +136,7 @@ def resolve_reward(text: str | Reward, default_target: Callable[[str], float | N
     if parsed.kind in ("mnas", "hard") and parsed.target is None:
         target = default_target(parsed.metric)
         if target is None:
-            raise AutosearchError(
+            raise ConfigError(
                 f"reward {str(text)!r} needs a target for {parsed.metric}, e.g. "
                 f"{parsed.kind}@{parsed.metric}=...; none can be derived from the space"
             )
@@ -196,7 +148,7 @@ def reward(name: str | Reward, metrics: Mapping[str, float]) -> float:
     """The scalar reward ``name`` of a candidate's metrics (higher is better)."""
     parsed = parse_reward(name)
     if parsed.kind in ("mnas", "hard") and parsed.target is None:
-        raise AutosearchError(f"reward {str(name)!r} has no target; use resolve_reward")
+        raise ConfigError(f"reward {str(name)!r} has no target; use resolve_reward")
     return parsed(metrics)
 
 

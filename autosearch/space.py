@@ -12,6 +12,7 @@ import abc
 import dataclasses
 import functools
 import importlib
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, cast
@@ -22,7 +23,14 @@ import torch.nn as nn
 
 from autosearch.architecture import Architecture, Gene
 from autosearch.cost import Cost, measure
-from autosearch.errors import BudgetError, InvalidArchitectureError, UnknownNameError, suggest
+from autosearch.errors import (
+    BudgetError,
+    ConfigError,
+    InvalidArchitectureError,
+    UnknownNameError,
+    require,
+    suggest,
+)
 
 __all__ = ["Categorical", "Domain", "IntRange", "NetworkSpec", "SearchSpace"]
 
@@ -40,11 +48,11 @@ class Categorical:
     def __post_init__(self) -> None:
         object.__setattr__(self, "choices", tuple(self.choices))
         if not self.choices:
-            raise ValueError("a Categorical domain needs at least one choice")
+            raise ConfigError("a Categorical domain needs at least one choice")
         if self.default is None:
             object.__setattr__(self, "default", self.choices[0])
         elif self.default not in self.choices:
-            raise ValueError(f"default {self.default!r} is not one of {self.choices}")
+            raise ConfigError(f"default {self.default!r} is not one of {self.choices}")
 
     def values(self) -> tuple[Gene, ...]:
         return self.choices
@@ -76,13 +84,13 @@ class IntRange:
 
     def __post_init__(self) -> None:
         if self.high < self.low or self.step < 1 or (self.high - self.low) % self.step:
-            raise ValueError(
+            raise ConfigError(
                 f"IntRange({self.low}, {self.high}, step={self.step}) is empty or off-grid"
             )
         if self.default is None:
             object.__setattr__(self, "default", self.low)
         elif not self.contains(self.default):
-            raise ValueError(f"default {self.default!r} is not in {self.describe()}")
+            raise ConfigError(f"default {self.default!r} is not in {self.describe()}")
 
     def values(self) -> tuple[int, ...]:
         return tuple(range(self.low, self.high + 1, self.step))
@@ -158,7 +166,15 @@ class SearchSpace(abc.ABC):
     def __post_init__(self) -> None:
         object.__setattr__(self, "budget_input", tuple(self.budget_input))
         if len(self.budget_input) != 3 or min(self.budget_input) < 1:
-            raise ValueError(f"budget_input must be (C, H, W), got {self.budget_input}")
+            raise ConfigError(f"budget_input must be (C, H, W), got {self.budget_input}")
+        for name in ("max_flops", "max_params"):
+            value = getattr(self, name)
+            require(
+                value is None or (math.isfinite(value) and value > 0),
+                f"{type(self).__name__} {name}",
+                value,
+                "None (no budget) or a number > 0",
+            )
 
     # What a space writes ---------------------------------------------------------------
     @abc.abstractmethod

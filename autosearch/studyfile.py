@@ -2,13 +2,85 @@
 
 from __future__ import annotations
 
+import dataclasses
 import runpy
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from autosearch.compress import Compression
+from autosearch.controller import Controller
+from autosearch.early_stopping import SuccessiveHalving
 from autosearch.errors import StudyFileError
-from autosearch.study import StudySpec
+from autosearch.space import SearchSpace
+from autosearch.study import Study, create_study
+from autosearch.tabular import Table
+from autosearch.train import TrainConfig
 
-__all__ = ["load_spec"]
+__all__ = ["StudySpec", "load_spec"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class StudySpec:
+    """A study's whole definition, as a study file declares it; its fields (but
+    ``n_trials``) are the arguments of :func:`autosearch.create_study`.
+
+    ``autosearch run FILE`` finds the one StudySpec in FILE, creates (or resumes) the
+    study and runs it until ``n_trials`` trials have finished.
+
+    Attributes:
+        name: Study name, unique in its storage.
+        controller: A controller instance (which carries its space), or a registered
+            controller name together with ``space``.
+        space: The search space (or a registered space's name, for its default
+            configuration); optional when ``controller`` is an instance.
+        data: A dataset spec (``"digits"``, ``"fashion-mnist"``, ``"cifar10:PATH"``,
+            ``"folder:PATH"``...) or ``(images, labels)`` arrays; see autosearch.data.
+        objectives: Objective names (autosearch.metrics), the first usually ``"accuracy"``.
+        reward: The scalar single-objective controllers maximise, computed for each
+            variant (a candidate's is its best variant's): ``"mnas"`` (default:
+            ``accuracy × (flops / target) ** -0.07``, the target being the space's
+            ``max_flops``, else its median FLOPs), ``"mnas@latency=2.5,w=-0.07"``,
+            ``"hard@macs=2e6"``, ``"accuracy"`` (see autosearch.scoring).
+        variants: Variants measured for each candidate: ``"base"``,
+            ``"prune-l1@0.5"``, ``"prune-channels@0.5"``, ``"int8"``, ``"qat-int8"``,
+            ``"distill"`` (see autosearch.compress).
+        compression: How variants are derived (fine-tuning epochs, distillation,
+            calibration, ``only_front``).
+        train: How every candidate is trained (a candidate's searched hyperparameters
+            override it, for training, its variants and its export alike).
+        storage: Storage URL; default ``sqlite:///runs/NAME/study.db``.
+        artifacts: Folder for trained weights and checkpoints; default ``artifacts/``
+            beside a file storage.
+        seed: Seed of the data split and of every trial's training.
+        table: Evaluate architectures by looking them up in this benchmark table
+            instead of training them (``data`` and ``train`` are then unused).
+        early_stopping: Stop unpromising trials early (SuccessiveHalving, Hyperband),
+            judged on validation accuracy after each epoch against the other trials.
+        n_trials: How many trials ``autosearch run`` runs the study to.
+    """
+
+    name: str
+    controller: Controller | str
+    space: SearchSpace | None = None
+    data: str = "digits"
+    objectives: tuple[str, ...] = ("accuracy", "flops")
+    reward: str = "mnas"
+    variants: tuple[str, ...] = ("base",)
+    compression: Compression = field(default_factory=Compression)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    storage: str | None = None
+    artifacts: str | None = None
+    seed: int = 0
+    table: Table | None = None
+    early_stopping: SuccessiveHalving | None = None
+    n_trials: int = 10
+
+    def create(self, *, storage: str | None = None, load_if_exists: bool = True) -> Study:
+        options = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        del options["name"], options["n_trials"]
+        options["storage"] = storage or self.storage
+        return create_study(self.name, **options, load_if_exists=load_if_exists)
+
 
 _EXAMPLE = (
     "study = autosearch.StudySpec(name='my-study', "
@@ -23,10 +95,15 @@ def load_spec(path: str | Path) -> StudySpec:
         raise StudyFileError(f"study file {path} does not exist (ready studies are in studies/)")
     try:
         namespace = runpy.run_path(str(path))
+    except SystemExit as exc:  # exit() in a study file must not end the command quietly
+        raise StudyFileError(
+            f"study file {path} exited while it was read (SystemExit({exc.code!r})): a study "
+            "file declares a StudySpec; put work to run under `if __name__ == '__main__':`"
+        ) from None
     except Exception as exc:
         raise StudyFileError(
             f"study file {path} failed to run: {type(exc).__name__}: {exc}"
-        ) from exc
+        ) from None
     specs = {name: v for name, v in namespace.items() if isinstance(v, StudySpec)}
     if not specs:
         raise StudyFileError(f"study file {path} defines no study; add a line such as {_EXAMPLE}")

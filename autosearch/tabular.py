@@ -34,8 +34,8 @@ class Table:
         path: CSV or JSON file.
         key: Column with the architecture string.
         accuracy: Validation-accuracy column (the search signal).
-        test_accuracy: Test-accuracy column, reported only; None if absent.
-        train_time: Training-time column in seconds; None if absent.
+        test_accuracy: Test-accuracy column, reported only (read when present).
+        train_time: Training-time column in seconds (read when present).
         percent: Whether accuracies are percentages; None decides from the values
             (any value above 1 means percent).
         input_shape, num_classes: What FLOPs and parameters are counted at.
@@ -82,9 +82,9 @@ class Table:
             "macs": float(cost.macs),
             "params": float(cost.params),
         }
-        if self.test_accuracy:
+        if self.test_accuracy and self.test_accuracy in row:
             metrics["test_accuracy"] = row[self.test_accuracy] / scale
-        if self.train_time:
+        if self.train_time and self.train_time in row:
             metrics["train_seconds"] = row[self.train_time]
         return metrics
 
@@ -112,8 +112,10 @@ def _load(table: Table) -> dict[str, dict[str, float]]:
     raw = _read(path)
     if not raw:
         raise DataError(f"benchmark table {path} has no rows")
-    columns = [c for c in (table.accuracy, table.test_accuracy, table.train_time) if c]
     found = sorted(set(raw[0]) - {"\0key"})
+    # Test accuracy and training time are optional: read when the table has them.
+    optional = [c for c in (table.test_accuracy, table.train_time) if c and c in raw[0]]
+    columns = [table.accuracy, *optional]
     for column in [table.key, *columns] if "\0key" not in raw[0] else columns:
         if column not in raw[0]:
             raise DataError(

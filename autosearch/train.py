@@ -14,24 +14,31 @@ only its share; its batches are augmented the same way once they reach the devic
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import dataclasses
+import io
+import logging
 import math
+import numbers
+import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.utils.data import DataLoader, DistributedSampler
 
+from autosearch._feed import Batch, epoch_batches
 from autosearch.data import Dataset, FileSplit, Split
-from autosearch.errors import TrialFailed
+from autosearch.errors import PlatformError, TrialFailed, require
 from autosearch.runtime import PRECISIONS, Runtime, autocast, resolve
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "Criterion",
@@ -91,22 +98,38 @@ class TrainConfig:
     auto_batch_size: bool = False
 
     def __post_init__(self) -> None:
-        if self.epochs < 1 or self.batch_size < 1:
-            raise ValueError(
-                f"epochs and batch_size must be >= 1, got {self.epochs}, {self.batch_size}"
-            )
-        if self.optimizer not in _OPTIMIZERS:
-            raise ValueError(
-                f"optimizer must be one of {sorted(_OPTIMIZERS)}, got {self.optimizer!r}"
-            )
-        if self.schedule not in _SCHEDULES:
-            raise ValueError(f"schedule must be one of {sorted(_SCHEDULES)}, got {self.schedule!r}")
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
-        if not self.lr > 0:
-            raise ValueError(f"lr must be positive, got {self.lr}")
-        if self.grad_clip is not None and not self.grad_clip > 0:
-            raise ValueError(f"grad_clip must be positive or None, got {self.grad_clip}")
+        for name, ok, expected in _CHECKS:
+            value = getattr(self, name)
+            require(ok(value), f"TrainConfig {name}", value, expected)
+
+
+def _count(least: int) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, numbers.Integral) and not isinstance(v, bool) and int(v) >= least
+
+
+def _finite(low: float, high: float = math.inf) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, numbers.Real) and math.isfinite(v) and low <= float(v) < high
+
+
+# (field, check, what is expected): every TrainConfig is checked when it is made.
+_CHECKS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
+    ("epochs", _count(1), "an integer >= 1"),
+    ("batch_size", _count(1), "an integer >= 1"),
+    ("optimizer", lambda v: v in _OPTIMIZERS, "'sgd' or 'adamw'"),
+    ("lr", lambda v: _finite(0)(v) and v > 0, "a finite number > 0, e.g. 0.05"),
+    ("weight_decay", _finite(0), "a finite number >= 0"),
+    ("label_smoothing", _finite(0, 1), "a number in [0, 1)"),
+    ("schedule", lambda v: v in _SCHEDULES, "'cosine' or 'onecycle'"),
+    ("grad_clip", lambda v: v is None or (_finite(0)(v) and v > 0), "None or a number > 0"),
+    ("crop_padding", _count(0), "an integer >= 0 (0: no random crops)"),
+    ("cutout", _count(0), "an integer >= 0 (0: no cutout)"),
+    ("precision", lambda v: v in PRECISIONS, f"one of {', '.join(PRECISIONS)}"),
+    (
+        "device",
+        lambda v: isinstance(v, str) and bool(v),
+        "'auto', 'cpu', 'cuda', 'cuda:1' or 'mps'",
+    ),
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -205,62 +228,67 @@ def _train(
     runtime: Runtime,
     criterion: Criterion | None = None,
 ) -> TrainResult:
-    device = runtime.device
-    memory = torch.channels_last if config.channels_last else torch.contiguous_format
-    model.to(device)
-    if config.channels_last:  # supported by Module.to, though missing from its type stubs
-        model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
-    net: nn.Module = model
-    if runtime.distributed:
-        ids = [device.index] if device.type == "cuda" else None
-        net = nn.parallel.DistributedDataParallel(model, device_ids=ids)
-    if config.compile:
-        net = torch.compile(net)  # type: ignore[assignment]
-    # Data order and augmentation draw from a CPU generator: the same on every device
-    # and every rank, so DDP ranks agree on each global batch.
-    generator = torch.Generator().manual_seed(seed)
-    if isinstance(data.train, FileSplit):
-        loader, sampler = data.train.loader(
-            math.ceil(config.batch_size / runtime.world_size),  # each rank reads its share
-            seed=seed,
-            rank=runtime.rank,
-            world_size=runtime.world_size,
-            pin_memory=device.type == "cuda",
-        )
-        steps_per_epoch = len(loader)
-    else:
-        store = _resident(data.train.x.nbytes, device)
-        train_x, train_y = data.train.x.to(store), data.train.y.to(store)
-        if store != device and device.type == "cuda":
-            train_x, train_y = train_x.pin_memory(), train_y.pin_memory()
-        steps_per_epoch = math.ceil(len(data.train) / config.batch_size)
-    optimizer = _OPTIMIZERS[config.optimizer](list(model.parameters()), config)
-    schedule = _SCHEDULES[config.schedule](optimizer, config, config.epochs * steps_per_epoch)
-    scaler = torch.amp.GradScaler(device.type, enabled=runtime.precision == "fp16")
-    history: list[EpochResult] = []
+    loop = _prepare(model, data, config, seed, runtime, criterion)
     state_path = Path(checkpoint) if checkpoint else None
-    first = 1
+    first, history = 1, list[EpochResult]()
     if state_path is not None and state_path.is_file():
-        first, history = _restore(state_path, model, optimizer, schedule, scaler, generator)
+        first, history = _restore(state_path, loop)
     for epoch in range(first, config.epochs + 1):
         start = time.perf_counter()
-        model.train()
-        if isinstance(data.train, FileSplit):
-            batches = _streamed_epoch(loader, sampler, epoch, data, config, seed, runtime)
-        else:
-            batches = _memory_epoch(train_x, train_y, data, config, generator, runtime)
-        total_loss = torch.zeros((), device=device)
-        seen = torch.zeros((), device=device)
-        for step, (x, y, share) in enumerate(batches):
+        train_loss = loop.epoch(epoch)
+        val_accuracy, val_loss = evaluate(model, data.val, data)
+        result = EpochResult(
+            epoch=epoch,
+            train_loss=train_loss,
+            val_accuracy=val_accuracy,
+            val_loss=val_loss,
+            seconds=time.perf_counter() - start,
+        )
+        history.append(result)
+        if state_path is not None and runtime.rank == 0:
+            _save(state_path, epoch, history, loop)
+        if on_epoch is not None:
+            on_epoch(result)
+    return TrainResult(
+        history=tuple(history), precision=runtime.precision, world_size=runtime.world_size
+    )
+
+
+@dataclass(kw_only=True, eq=False)
+class _Loop:
+    """What one training run steps, built once: the model (and ``net``, the model as
+    stepped: DDP-wrapped and/or compiled), optimizer, schedule, loss scaler, the data
+    order's generator, and where each epoch's batches come from."""
+
+    model: nn.Module
+    net: nn.Module
+    config: TrainConfig
+    runtime: Runtime
+    optimizer: torch.optim.Optimizer
+    schedule: Any
+    scaler: torch.amp.GradScaler
+    generator: torch.Generator
+    batches: Callable[[int], Iterator[Batch]]
+    criterion: Criterion | None
+
+    def epoch(self, epoch: int) -> float:
+        """Train one epoch; the mean training loss over every rank's samples."""
+        config, runtime = self.config, self.runtime
+        memory = torch.channels_last if config.channels_last else torch.contiguous_format
+        self.model.train()
+        total_loss = torch.zeros((), device=runtime.device)
+        seen = torch.zeros((), device=runtime.device)
+        for step, (x, y, share) in enumerate(self.batches(epoch)):
             with autocast(runtime):
-                logits = net(x.contiguous(memory_format=memory))
-                if criterion is None:
+                logits = self.net(x.contiguous(memory_format=memory))
+                if self.criterion is None:
                     loss = F.cross_entropy(logits, y, label_smoothing=config.label_smoothing)
                 else:
-                    loss = criterion(logits, x, y)
-            optimizer.zero_grad(set_to_none=True)
-            _step(loss * share if share != 1.0 else loss, model, optimizer, scaler, config)
-            schedule.step()
+                    loss = self.criterion(logits, x, y)
+            self.optimizer.zero_grad(set_to_none=True)
+            weighted = loss * share if share != 1.0 else loss
+            _step(weighted, self.model, self.optimizer, self.scaler, config)
+            self.schedule.step()
             total_loss += loss.detach().float() * len(y)  # this rank's samples
             seen += len(y)
             # A non-finite loss poisons every later step: stop now, with where and why.
@@ -275,83 +303,44 @@ def _train(
         train_loss = total_loss.item() / seen.item()
         if not math.isfinite(train_loss):
             raise TrialFailed(f"loss became {train_loss} in epoch {epoch}; lower the learning rate")
-        val_accuracy, val_loss = evaluate(model, data.val, data)
-        result = EpochResult(
-            epoch=epoch,
-            train_loss=train_loss,
-            val_accuracy=val_accuracy,
-            val_loss=val_loss,
-            seconds=time.perf_counter() - start,
-        )
-        history.append(result)
-        if state_path is not None and runtime.rank == 0:
-            _save(state_path, epoch, history, model, optimizer, schedule, scaler, generator)
-        if on_epoch is not None:
-            on_epoch(result)
-    return TrainResult(
-        history=tuple(history), precision=runtime.precision, world_size=runtime.world_size
-    )
+        return train_loss
 
 
-Batch = tuple[torch.Tensor, torch.Tensor, float]  # (normalised images, labels, loss weight)
-
-
-def _memory_epoch(
-    images: torch.Tensor,
-    labels: torch.Tensor,
-    data: Dataset,
-    config: TrainConfig,
-    generator: torch.Generator,
-    runtime: Runtime,
-) -> Iterator[Batch]:
-    """One epoch over images in memory: the global batch is drawn and augmented alike on
-    every rank, then each rank keeps its share."""
-    order = torch.randperm(len(labels), generator=generator)
-    for batch in order.split(config.batch_size):
-        index = batch.to(images.device)
-        x = images[index].to(runtime.device, non_blocking=True)
-        y = labels[index].to(runtime.device, non_blocking=True)
-        x = _cutout(data.normalize(_augment(x, config, generator)), config.cutout, generator)
-        if not runtime.distributed:
-            yield x, y, 1.0
-            continue
-        x, y = x[runtime.rank :: runtime.world_size], y[runtime.rank :: runtime.world_size]
-        # DDP averages gradients over ranks; weighting each rank's mean by its share
-        # makes that the global batch's mean even when shares are uneven.
-        yield x, y, len(y) * runtime.world_size / len(batch)
-
-
-def _streamed_epoch(
-    loader: DataLoader,
-    sampler: DistributedSampler[int],
-    epoch: int,
+def _prepare(
+    model: nn.Module,
     data: Dataset,
     config: TrainConfig,
     seed: int,
     runtime: Runtime,
-) -> Iterator[Batch]:
-    """One epoch over this rank's share of a streamed split. Each batch's augmentation
-    draws from a generator seeded by (seed, epoch, step, rank): no state to carry, so a
-    resumed run augments exactly as an uninterrupted one, and ranks draw differently."""
-    sampler.set_epoch(epoch)
-    for step, (x, y) in enumerate(loader):
-        entropy = np.random.SeedSequence([seed, epoch, step, runtime.rank])
-        generator = torch.Generator().manual_seed(int(entropy.generate_state(1)[0]))
-        x = x.to(runtime.device, non_blocking=True)
-        y = y.to(runtime.device, non_blocking=True)
-        x = _cutout(data.normalize(_augment(x, config, generator)), config.cutout, generator)
-        yield x, y, 1.0  # the sampler gives every rank equally many samples
-
-
-def _resident(nbytes: int, device: torch.device, free: int | None = None) -> torch.device:
-    """Where in-memory training images live: on the training device, unless it is a GPU
-    on which they would take more than half of the free memory (``free``: bytes, read
-    from the GPU when not given); then in CPU memory, copied a batch at a time."""
-    if device.type != "cuda":
-        return device
-    if free is None:
-        free = torch.cuda.mem_get_info(device)[0]
-    return device if nbytes <= free // 2 else torch.device("cpu")
+    criterion: Criterion | None,
+) -> _Loop:
+    device = runtime.device
+    model.to(device)
+    if config.channels_last:  # supported by Module.to, though missing from its type stubs
+        model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+    net: nn.Module = model
+    if runtime.distributed:
+        ids = [device.index] if device.type == "cuda" else None
+        net = nn.parallel.DistributedDataParallel(model, device_ids=ids)
+    if config.compile:
+        net = torch.compile(net)  # type: ignore[assignment]
+    # Data order and augmentation draw from a CPU generator: the same on every device
+    # and every rank, so DDP ranks agree on each global batch.
+    generator = torch.Generator().manual_seed(seed)
+    batches, steps_per_epoch = epoch_batches(data, config, seed, runtime, generator)
+    optimizer = _OPTIMIZERS[config.optimizer](list(model.parameters()), config)
+    return _Loop(
+        model=model,
+        net=net,
+        config=config,
+        runtime=runtime,
+        optimizer=optimizer,
+        schedule=_SCHEDULES[config.schedule](optimizer, config, config.epochs * steps_per_epoch),
+        scaler=torch.amp.GradScaler(device.type, enabled=runtime.precision == "fp16"),
+        generator=generator,
+        batches=batches,
+        criterion=criterion,
+    )
 
 
 def _step(
@@ -421,49 +410,68 @@ def _finite_everywhere(loss: torch.Tensor, runtime: Runtime) -> bool:
     return bool(finite.item())
 
 
-def _save(
-    path: Path,
-    epoch: int,
-    history: list[EpochResult],
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    schedule: Any,
-    scaler: torch.amp.GradScaler,
-    generator: torch.Generator,
-) -> None:
+def _save(path: Path, epoch: int, history: list[EpochResult], loop: _Loop) -> None:
+    """Write the run's state after ``epoch``: to a temporary file of this process, then
+    renamed, so a crash mid-write leaves the previous checkpoint whole. A file that
+    cannot be written is the platform's failure (a read-only or full disk), not the
+    candidate's."""
     state = {
         "epoch": epoch,
         "history": [vars(e) for e in history],
-        "model": model.state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "schedule": schedule.state_dict(),
-        "scaler": scaler.state_dict(),
-        "generator": generator.get_state(),
+        "model": loop.model.state_dict(),
+        "optimizer": loop.optimizer.state_dict(),
+        "schedule": loop.schedule.state_dict(),
+        "scaler": loop.scaler.state_dict(),
+        "generator": loop.generator.get_state(),
         "torch_rng": torch.get_rng_state(),
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    torch.save(state, tmp)
-    tmp.replace(path)  # atomic: a crash mid-write leaves the previous checkpoint
+    # Serialised in memory, then written by Python: a failed write then says why (torch's
+    # own writer reports a full disk as "unexpected pos").
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_bytes(buffer.getbuffer())
+        tmp.replace(path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise PlatformError(f"cannot write checkpoint {path}: {exc.strerror or exc}") from None
 
 
-def _restore(
-    path: Path,
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    schedule: Any,
-    scaler: torch.amp.GradScaler,
-    generator: torch.Generator,
-) -> tuple[int, list[EpochResult]]:
-    # weights_only: a checkpoint holds tensors and plain values, never arbitrary objects.
-    state = torch.load(path, weights_only=True, map_location="cpu")
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    schedule.load_state_dict(state["schedule"])
-    scaler.load_state_dict(state["scaler"])
-    generator.set_state(state["generator"])
-    torch.set_rng_state(state["torch_rng"])
-    return int(state["epoch"]) + 1, [EpochResult(**e) for e in state["history"]]
+def _restore(path: Path, loop: _Loop) -> tuple[int, list[EpochResult]]:
+    """Resume from the checkpoint at ``path``: (next epoch, history so far). One that
+    cannot be read (corrupt, truncated, or holding anything but tensors and plain
+    values) is moved aside and the run starts from scratch."""
+    fresh = (copy.deepcopy(loop.model.state_dict()), copy.deepcopy(loop.optimizer.state_dict()))
+    try:
+        # weights_only: a checkpoint holds tensors and plain values, never objects.
+        state = torch.load(path, weights_only=True, map_location="cpu")
+        loop.model.load_state_dict(state["model"])
+        loop.optimizer.load_state_dict(state["optimizer"])
+        loop.schedule.load_state_dict(state["schedule"])
+        loop.scaler.load_state_dict(state["scaler"])
+        loop.generator.set_state(state["generator"])
+        torch.set_rng_state(state["torch_rng"])
+        return int(state["epoch"]) + 1, [EpochResult(**e) for e in state["history"]]
+    except Exception as exc:
+        loop.model.load_state_dict(fresh[0])
+        loop.optimizer.load_state_dict(fresh[1])
+        aside = path.with_name(f"{path.name}.unreadable")
+        try:
+            path.replace(aside)
+        except OSError as err:
+            raise PlatformError(
+                f"checkpoint {path} cannot be read and cannot be moved aside: {err.strerror}"
+            ) from None
+        logger.warning(
+            "checkpoint %s cannot be read (%s); moved to %s, training from scratch",
+            path,
+            type(exc).__name__,
+            aside,
+        )
+        return 1, []
 
 
 @torch.no_grad()
@@ -482,35 +490,3 @@ def evaluate(
         loss += float(F.cross_entropy(logits, y, reduction="sum"))
     model.train(was_training)
     return correct / len(split), loss / len(split)
-
-
-def _augment(x: torch.Tensor, config: TrainConfig, generator: torch.Generator) -> torch.Tensor:
-    """Batched random crop (with zero padding) and horizontal flip on uint8 images."""
-    n, c, h, w = x.shape
-    if config.crop_padding:
-        p = config.crop_padding
-        padded = F.pad(x, (p, p, p, p))
-        top = torch.randint(0, 2 * p + 1, (n, 1, 1, 1), generator=generator).to(x.device)
-        left = torch.randint(0, 2 * p + 1, (n, 1, 1, 1), generator=generator).to(x.device)
-        rows = top + torch.arange(h, device=x.device).view(1, 1, h, 1)
-        cols = left + torch.arange(w, device=x.device).view(1, 1, 1, w)
-        batch = torch.arange(n, device=x.device).view(n, 1, 1, 1)
-        x = padded[batch, torch.arange(c, device=x.device).view(1, c, 1, 1), rows, cols]
-    if config.flip:
-        flip = (torch.rand(n, generator=generator) < 0.5).to(x.device)
-        x = torch.where(flip.view(-1, 1, 1, 1), x.flip(3), x)
-    return x
-
-
-def _cutout(x: torch.Tensor, size: int, generator: torch.Generator) -> torch.Tensor:
-    """Zero a ``size``-sided square at a random centre of each normalised image (DeVries
-    & Taylor 2017); the square may hang over the border."""
-    if not size:
-        return x
-    n, _, h, w = x.shape
-    cy = torch.randint(0, h, (n, 1, 1), generator=generator).to(x.device)
-    cx = torch.randint(0, w, (n, 1, 1), generator=generator).to(x.device)
-    rows = torch.arange(h, device=x.device).view(1, h, 1)
-    cols = torch.arange(w, device=x.device).view(1, 1, w)
-    hole = ((rows - cy).abs() <= size // 2) & ((cols - cx).abs() <= size // 2)
-    return x * (~hole).unsqueeze(1)

@@ -7,15 +7,18 @@
    the workers, bound the first ratio; the one-thread baseline shows how the workers
    themselves scale.
 2. storage: overhead per trial of the study machinery on each storage (SQLite, journal
-   file, PostgreSQL when reachable): asking, claiming, heartbeats, storing attributes,
+   file, PostgreSQL when reachable): asking, claiming, heartbeats, storing the result,
    controller state, with an evaluator that trains nothing.
+3. duplicates: superseded (duplicate) claims in 10 runs of optimize(8, n_workers=4) on
+   the tests' tiny space (target: at most 1 in all 10 runs).
 
-    python benchmarks/scaleout.py [--trials 12] [--epochs 4]
+    python benchmarks/scaleout.py [--trials 12] [--epochs 4] [--only duplicates]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -23,6 +26,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 # This folder holds controllers.py (the controller benchmark), which would shadow the
@@ -34,11 +38,18 @@ import torch
 
 import autosearch
 from autosearch import TrainConfig
+from autosearch.runner import TrialPlan, TrialResult, VariantResult
+from autosearch.study import loop
 from controllers import RandomSearch
 from search_spaces import ResNetSpace
 
 SPACE = ResNetSpace(
     min_stages=2, max_stages=2, depths=(1, 2), widths=(16, 32), stem_widths=(16,), blocks=("basic",)
+)
+# The tests' tiny space: few enough architectures that parallel workers drawing the
+# same one at once is a real risk.
+TINY = ResNetSpace(
+    min_stages=2, max_stages=2, depths=(1, 2), widths=(4, 8), stem_widths=(4, 8), blocks=("basic",)
 )
 PG = "postgresql://postgres@127.0.0.1:5432"
 
@@ -87,6 +98,50 @@ def bench_workers(trials: int, epochs: int) -> dict[str, float]:
     }
 
 
+@contextlib.contextmanager
+def _no_training(metrics: dict[str, float]) -> Iterator[None]:
+    """Trials that train nothing: the study's own machinery (claim, store, tell) alone."""
+
+    def evaluate(plan: TrialPlan, data: object, context: object = None) -> TrialResult:
+        point = VariantResult(name="base", metrics={**metrics, "reward": plan.reward(metrics)})
+        return TrialResult(status="complete", points=(point,))
+
+    real = loop.run_trial
+    loop.run_trial = evaluate  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        loop.run_trial = real
+
+
+def bench_duplicates(runs: int, trials: int, workers: int) -> dict[str, object]:
+    """How often parallel workers claim an architecture another worker holds (the later
+    claim is superseded as a duplicate): ``runs`` studies of ``trials`` trials on
+    ``workers`` processes, each worker's controller on its own random stream."""
+    superseded = []
+    for run in range(runs):
+        with tempfile.TemporaryDirectory() as tmp:
+            study = autosearch.create_study(
+                f"dup{run}",
+                controller=RandomSearch(TINY, seed=run),
+                storage=f"sqlite:///{tmp}/s.db",
+                artifacts=f"{tmp}/artifacts",
+                train=TrainConfig(epochs=1, batch_size=128, lr=0.1),
+            )
+            records = study.optimize(trials, n_workers=workers)
+            assert len(records) == trials and study.count("complete") == trials
+            trials_all = study.optuna_study.get_trials(deepcopy=False)
+            superseded.append(sum("superseded" in t.user_attrs for t in trials_all))
+    return {
+        "runs": runs,
+        "trials": trials,
+        "workers": workers,
+        "space_size": TINY.size(),
+        "superseded_per_run": superseded,
+        "superseded_total": sum(superseded),
+    }
+
+
 def _postgres() -> tuple[str, str] | None:
     try:
         import psycopg
@@ -121,10 +176,9 @@ def bench_storage(trials: int) -> dict[str, dict[str, float]]:
                 storage=url,
                 train=TrainConfig(epochs=1),
             )
-            metrics = {"accuracy": 0.5, "flops": 1e6, "macs": 5e5, "params": 1e4}
-            study._evaluate = lambda arch, trial_id, seed, m=metrics: (dict(m), None)  # type: ignore[method-assign]
             start = time.perf_counter()
-            study.optimize(trials)
+            with _no_training({"accuracy": 0.5, "flops": 1e6, "macs": 5e5, "params": 1e4}):
+                study.optimize(trials)
             seconds = time.perf_counter() - start
             out[kind] = {"trials": trials, "ms_per_trial": 1000 * seconds / trials}
         if pg:
@@ -139,16 +193,19 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=12)
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--storage-trials", type=int, default=60)
-    parser.add_argument("--only", nargs="*", choices=["workers", "storage"])
+    parser.add_argument("--duplicate-runs", type=int, default=10)
+    parser.add_argument("--only", nargs="*", choices=["workers", "storage", "duplicates"])
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     logging.getLogger("autosearch").setLevel(logging.ERROR)
-    chosen = args.only or ["workers", "storage"]
+    chosen = args.only or ["workers", "storage", "duplicates"]
     result: dict[str, object] = {"device": "cpu", "cpus": os.cpu_count()}
     if "workers" in chosen:
         result["workers"] = bench_workers(args.trials, args.epochs)
     if "storage" in chosen:
         result["storage"] = bench_storage(args.storage_trials)
+    if "duplicates" in chosen:
+        result["duplicates"] = bench_duplicates(args.duplicate_runs, trials=8, workers=4)
     print(json.dumps(result, indent=2))
 
 

@@ -36,9 +36,9 @@ import torch
 import torch.nn.functional as F
 
 from autosearch import TrainConfig, create_study
-from autosearch.data import load_data
+from autosearch.data import augment, load_data
 from autosearch.early_stopping import SuccessiveHalving
-from autosearch.train import _augment, evaluate, train
+from autosearch.train import evaluate, train
 from controllers import RandomSearch
 from search_spaces import ResNetSpace
 
@@ -124,7 +124,14 @@ def bench_pipeline(data, repeats: int) -> dict[str, float]:
         g = torch.Generator().manual_seed(0)
         start = time.perf_counter()
         for idx in torch.randperm(len(data.train), generator=g).split(128):
-            data.normalize(_augment(data.train.x[idx], config, g))
+            data.normalize(
+                augment(
+                    data.train.x[idx],
+                    crop_padding=config.crop_padding,
+                    flip=config.flip,
+                    generator=g,
+                )
+            )
         batched.append(time.perf_counter() - start)
         start = time.perf_counter()
         for _x, _y in torch.utils.data.DataLoader(

@@ -1,7 +1,7 @@
 """Controller plugins. Importing this package registers every controller in it."""
 
 from controllers.evolution import RegularizedEvolution
-from controllers.optuna_samplers import GP, NSGA2, TPE, OptunaController
+from controllers.optuna_samplers import GP, NSGA2, TPE, OptunaController, register_sampler
 from controllers.random_search import RandomSearch
 from controllers.reinforce import Reinforce
 
@@ -13,4 +13,5 @@ __all__ = [
     "RandomSearch",
     "RegularizedEvolution",
     "Reinforce",
+    "register_sampler",
 ]

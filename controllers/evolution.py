@@ -10,7 +10,7 @@ import numpy as np
 
 from autosearch.architecture import Architecture
 from autosearch.controller import Controller, Outcome
-from autosearch.errors import AutosearchError
+from autosearch.errors import AutosearchError, ConfigError
 from autosearch.pareto import Direction, crowding_distance, nondominated_ranks
 from autosearch.registry import register_controller
 from autosearch.space import SearchSpace
@@ -51,7 +51,7 @@ class RegularizedEvolution(Controller):
     ) -> None:
         super().__init__(space)
         if population < 2 or not 1 <= sample <= population:
-            raise ValueError(
+            raise ConfigError(
                 f"need population >= 2 and 1 <= sample <= population, got "
                 f"population={population}, sample={sample}"
             )
@@ -127,6 +127,9 @@ class RegularizedEvolution(Controller):
         self._population.append((arch.to_json(), float(outcome.reward), values))
         if len(self._population) > self.population_size:
             self._population.popleft()  # aging: the oldest dies, however good
+
+    def reseed(self, stream: int) -> None:
+        self._rng = np.random.default_rng([stream, self.seed or 0])
 
     def state_dict(self) -> dict[str, Any]:
         return {

@@ -3,23 +3,22 @@
 from __future__ import annotations
 
 import hashlib
-import importlib
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar
 
 import optuna
-from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 from optuna.storages import InMemoryStorage
 from optuna.trial import TrialState, create_trial
 
-from autosearch.architecture import Architecture, Gene
+from autosearch.architecture import Architecture
 from autosearch.controller import Controller, Outcome
-from autosearch.errors import AutosearchError, UnknownNameError
+from autosearch.distributions import distributions, suggest
+from autosearch.errors import AutosearchError, ConfigError, UnknownNameError
 from autosearch.pareto import Direction
-from autosearch.registry import register_controller
-from autosearch.space import Categorical, Domain, IntRange, SearchSpace
+from autosearch.registry import register_controller, resolve_loaded
+from autosearch.space import SearchSpace
 
-__all__ = ["GP", "NSGA2", "TPE", "OptunaController"]
+__all__ = ["GP", "NSGA2", "TPE", "OptunaController", "register_sampler"]
 
 _SAMPLERS: dict[str, Callable[..., optuna.samplers.BaseSampler]] = {
     # Constant liar: pending asks count as bad results, so parallel workers spread out.
@@ -32,34 +31,34 @@ _SAMPLERS: dict[str, Callable[..., optuna.samplers.BaseSampler]] = {
 }
 
 
+def register_sampler(name: str, factory: Callable[..., optuna.samplers.BaseSampler]) -> None:
+    """Make an Optuna sampler known by ``name`` to ``OptunaController(sampler=name)``;
+    ``factory(seed=..., **options)`` makes one. A study stores the name, so the code that
+    opens the study registers it again (as it imports its own spaces and controllers)."""
+    if name in _SAMPLERS and _SAMPLERS[name] is not factory:
+        raise ConfigError(f"sampler name {name!r} is already registered")
+    _SAMPLERS[name] = lambda seed, **options: factory(seed=seed, **options)
+
+
 def _sampler_factory(name: str) -> Callable[..., optuna.samplers.BaseSampler]:
-    """A sampler by name, or any Optuna sampler class by its dotted path."""
+    """A registered sampler, or an Optuna sampler class by its dotted path: Optuna's own,
+    or one whose module the caller's code has imported (a stored study never makes
+    autosearch import a module)."""
     if name in _SAMPLERS:
         return _SAMPLERS[name]
-    module, _, attr = name.rpartition(".")
-    try:
-        cls: Any = getattr(importlib.import_module(module), attr, None) if module else None
-    except ImportError:
-        cls = None
+    if "." not in name and ":" not in name:
+        raise UnknownNameError("Optuna sampler", name, _SAMPLERS)
+    cls: Any = resolve_loaded(
+        name,
+        what="Optuna sampler",
+        trusted=("optuna",),
+        how="Register the sampler in the code that opens the study "
+        "(controllers.register_sampler('name', MySampler)), or import its module first.",
+    )
     if not (isinstance(cls, type) and issubclass(cls, optuna.samplers.BaseSampler)):
-        kind = "Optuna sampler (a name or a dotted sampler class path)"
-        raise UnknownNameError(kind, name, _SAMPLERS)
+        raise ConfigError(f"{name!r} is not an Optuna sampler class")
     make: Callable[..., optuna.samplers.BaseSampler] = cls  # every sampler takes seed=
     return lambda seed, **options: make(seed=seed, **options)
-
-
-def _distribution(domain: Domain) -> BaseDistribution:
-    if isinstance(domain, IntRange):
-        return IntDistribution(domain.low, domain.high, step=domain.step)
-    assert isinstance(domain, Categorical)
-    return CategoricalDistribution(domain.choices)
-
-
-def _suggest(trial: optuna.Trial, gene: str, domain: Domain) -> Gene:
-    if isinstance(domain, IntRange):
-        return trial.suggest_int(gene, domain.low, domain.high, step=domain.step)
-    assert isinstance(domain, Categorical)
-    return cast(Gene, trial.suggest_categorical(gene, domain.choices))
 
 
 @register_controller("optuna")
@@ -76,9 +75,11 @@ class OptunaController(Controller):
     Args:
         space: The search space.
         sampler: ``"tpe"`` (multivariate, constant liar), ``"nsga2"``, ``"gp"``,
-            ``"random"``, or the dotted path of any Optuna sampler class that takes
-            ``seed=`` (``"optuna.samplers.QMCSampler"``). A name, not an instance, so
-            that a stored study can rebuild its controller.
+            ``"random"``, a name given to :func:`register_sampler`, or the dotted
+            path of an Optuna sampler class that takes ``seed=``
+            (``"optuna.samplers.QMCSampler"``; another package's only once its module
+            is imported). A name, not an instance, so that a stored study can rebuild
+            its controller; opening a study never imports a module it names.
         seed: Seed of the derived sampler seeds.
         objectives: ``{name: "maximize" | "minimize"}`` to optimise the study's
             objectives directly (multi-objective samplers); None maximises the reward.
@@ -105,7 +106,8 @@ class OptunaController(Controller):
         self.objectives = dict(objectives) if objectives else None
         self.options = dict(options or {})
         self.max_tries = max_tries
-        self._distributions = {g: _distribution(d) for g, d in space.domains().items()}
+        self._distributions = distributions(space)
+        self._stream: int | None = None  # a parallel worker's own stream (reseed)
         self._reset()
 
     def _reset(self) -> None:
@@ -123,17 +125,21 @@ class OptunaController(Controller):
 
     def _new_sampler(self, index: int) -> optuna.samplers.BaseSampler:
         seed = None
-        if self.seed is not None:
-            digest = hashlib.sha256(f"{self.seed}:{index}".encode()).digest()
+        if self.seed is not None or self._stream is not None:
+            stream = "" if self._stream is None else f"{self._stream}:"
+            digest = hashlib.sha256(f"{stream}{self.seed}:{index}".encode()).digest()
             seed = int.from_bytes(digest[:4], "little")
         return self._factory(seed, **self.options)
+
+    def reseed(self, stream: int) -> None:
+        self._stream = stream
 
     def ask(self) -> Architecture:
         for _ in range(self.max_tries):
             self._study.sampler = self._new_sampler(self._asks)
             self._asks += 1
             trial = self._study.ask()
-            genes = {gene: _suggest(trial, gene, d) for gene, d in self.space.domains().items()}
+            genes = {gene: suggest(trial, gene, d) for gene, d in self.space.domains().items()}
             arch = self.space.make(genes)
             if arch.arch_id in self._pending:
                 self._study.tell(trial, state=TrialState.FAIL)  # a twin is being evaluated
@@ -196,6 +202,7 @@ class OptunaController(Controller):
         ]
         return {
             "seed": self.seed,  # the sampler seeds derive from it
+            "stream": self._stream,
             "asks": self._asks,
             "trials": trials,
             "pending": dict(self._pending),
@@ -208,6 +215,7 @@ class OptunaController(Controller):
         for t in state["trials"]:
             self._add(t["params"], t["values"], TrialState[t["state"]])
         self._asks = int(state["asks"])
+        self._stream = state.get("stream")
         self._pending = {k: int(v) for k, v in state["pending"].items()}
         self._known = {k: (list(v) if v is not None else None) for k, v in state["known"].items()}
 

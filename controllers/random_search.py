@@ -50,6 +50,9 @@ class RandomSearch(Controller):
     def tell(self, arch: Architecture, outcome: Outcome) -> None:
         self._seen.add(arch.arch_id)
 
+    def reseed(self, stream: int) -> None:
+        self._rng = np.random.default_rng([stream, self.seed or 0])
+
     def state_dict(self) -> dict[str, Any]:
         return {"rng": self._rng.bit_generator.state, "seen": sorted(self._seen)}
 

@@ -197,6 +197,11 @@ class Reinforce(Controller):
         self._seen = set(state["seen"])
         self._updates = int(state["updates"])
 
+    def reseed(self, stream: int) -> None:
+        self._generator.manual_seed(
+            int(np.random.SeedSequence([stream, self.seed or 0]).generate_state(1)[0])
+        )
+
     def config(self) -> dict[str, Any]:
         return {
             "seed": self.seed,

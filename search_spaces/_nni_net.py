@@ -69,7 +69,13 @@ def _parameters(factory: Any) -> Mapping[str, inspect.Parameter] | None:
 @functools.lru_cache(maxsize=8)
 def model_space(factory: str, kwargs_json: str) -> Any:
     """The NNI model space, built once per (factory, kwargs)."""
-    import nni.nas.nn.pytorch  # noqa: F401  (NNI must be importable: a clear error otherwise)
+    try:
+        import nni.nas.nn.pytorch  # noqa: F401
+    except ImportError:
+        raise ImportError(
+            "this network is an NNI 3 model space's, so it needs NNI: pip install nni "
+            "pytorch-lightning"
+        ) from None
 
     return import_factory(factory)(**json.loads(kwargs_json))
 

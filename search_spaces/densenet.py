@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from autosearch.architecture import Architecture, Gene
 from autosearch.cost import Cost, Tally
-from autosearch.errors import InvalidArchitectureError
+from autosearch.errors import ConfigError, InvalidArchitectureError
 from autosearch.registry import register_space
 from autosearch.space import Categorical, Domain, IntRange, NetworkSpec, SearchSpace
 from search_spaces._stem import STEMS, choose_stem, tally_stem
@@ -80,15 +80,15 @@ class DenseNetSpace(SearchSpace):
         for name in ("growths", "layers", "stem_widths", "bottlenecks", "compressions"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
             if not getattr(self, name):
-                raise ValueError(f"DenseNetSpace {name} must not be empty")
+                raise ConfigError(f"DenseNetSpace {name} must not be empty")
         if not 1 <= self.min_blocks <= self.max_blocks:
-            raise ValueError(
+            raise ConfigError(
                 f"need 1 <= min_blocks <= max_blocks, got {self.min_blocks}, {self.max_blocks}"
             )
         if any(not 0 < c <= 1 for c in self.compressions):
-            raise ValueError(f"compressions must be in (0, 1], got {self.compressions}")
+            raise ConfigError(f"compressions must be in (0, 1], got {self.compressions}")
         if self.stem not in STEMS:
-            raise ValueError(f"stem must be 'auto', 'cifar' or 'imagenet', got {self.stem!r}")
+            raise ConfigError(f"stem must be 'auto', 'cifar' or 'imagenet', got {self.stem!r}")
 
     def domains(self) -> Mapping[str, Domain]:
         genes: dict[str, Domain] = {

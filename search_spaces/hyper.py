@@ -8,6 +8,7 @@ from typing import Any, cast
 
 from autosearch.architecture import Architecture, Gene
 from autosearch.cost import Cost
+from autosearch.errors import ConfigError
 from autosearch.registry import register_space, spaces
 from autosearch.space import Categorical, Domain, NetworkSpec, SearchSpace
 from search_spaces.resnet import ResNetSpace
@@ -52,7 +53,9 @@ class HyperparameterSpace(SearchSpace):
             inner = spaces.get(inner["name"])(**inner["config"])
             object.__setattr__(self, "space", inner)
         if not isinstance(inner, SearchSpace) or isinstance(inner, HyperparameterSpace):
-            raise ValueError("HyperparameterSpace wraps one architecture space, e.g. ResNetSpace()")
+            raise ConfigError(
+                "HyperparameterSpace wraps one architecture space, e.g. ResNetSpace()"
+            )
         for field, _ in _FIELDS.values():
             object.__setattr__(self, field, tuple(getattr(self, field)))
         if self.max_flops is None and self.max_params is None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from autosearch.architecture import Architecture, Gene
 from autosearch.cost import Cost, Tally
+from autosearch.errors import ConfigError
 from autosearch.registry import register_space
 from autosearch.space import Categorical, Domain, IntRange, NetworkSpec, SearchSpace
 
@@ -112,17 +113,17 @@ class MobileNetSpace(SearchSpace):
         for name in names:
             object.__setattr__(self, name, tuple(getattr(self, name)))
             if not getattr(self, name):
-                raise ValueError(f"MobileNetSpace {name} must not be empty")
+                raise ConfigError(f"MobileNetSpace {name} must not be empty")
         if not 1 <= self.min_stages <= self.max_stages:
-            raise ValueError(
+            raise ConfigError(
                 f"need 1 <= min_stages <= max_stages, got {self.min_stages}, {self.max_stages}"
             )
         if set(self.activations) - {"relu", "relu6", "hswish"}:
-            raise ValueError(f"activations must be among relu, relu6, hswish: {self.activations}")
+            raise ConfigError(f"activations must be among relu, relu6, hswish: {self.activations}")
         if set(self.block_types) - {"ir", "ds"}:
-            raise ValueError(f"block_types must be among 'ir', 'ds': {self.block_types}")
+            raise ConfigError(f"block_types must be among 'ir', 'ds': {self.block_types}")
         if any(k % 2 == 0 for k in self.kernels):
-            raise ValueError(f"kernels must be odd, got {self.kernels}")
+            raise ConfigError(f"kernels must be odd, got {self.kernels}")
 
     def domains(self) -> Mapping[str, Domain]:
         genes: dict[str, Domain] = {

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from autosearch.architecture import Architecture
 from autosearch.cost import Cost, Tally
-from autosearch.errors import InvalidArchitectureError
+from autosearch.errors import ConfigError, InvalidArchitectureError
 from autosearch.registry import register_space
 from autosearch.space import Categorical, Domain, NetworkSpec, SearchSpace
 
@@ -54,9 +54,9 @@ class NB201Space(SearchSpace):
         object.__setattr__(self, "operations", tuple(self.operations))
         unknown = set(self.operations) - set(OPERATIONS)
         if unknown or not self.operations:
-            raise ValueError(f"operations must be among {OPERATIONS}, got {self.operations}")
+            raise ConfigError(f"operations must be among {OPERATIONS}, got {self.operations}")
         if self.channels < 1 or self.cells < 1:
-            raise ValueError("channels and cells must be positive")
+            raise ConfigError("channels and cells must be positive")
 
     def domains(self) -> Mapping[str, Domain]:
         default = "nor_conv_3x3" if "nor_conv_3x3" in self.operations else None

@@ -25,8 +25,8 @@ from typing import Any, ClassVar
 import torch
 
 from autosearch.architecture import Architecture
-from autosearch.errors import InvalidArchitectureError
-from autosearch.registry import register_space
+from autosearch.errors import ConfigError, InvalidArchitectureError
+from autosearch.registry import register_space, resolve_loaded
 from autosearch.space import Categorical, Domain, NetworkSpec, SearchSpace
 from search_spaces import _nni_net
 
@@ -60,21 +60,50 @@ def from_nni(model_space: Any, **kwargs: Any) -> NNISpace:
     ``num_classes`` / ``num_labels`` and ``in_channels``.
     """
     _require_nni()
+    if not isinstance(model_space, type) and hasattr(model_space, "trace_kwargs"):  # an instance
+        model_space, kwargs = model_space.trace_symbol, _init_kwargs(model_space, kwargs)
     if isinstance(model_space, str):
         path = model_space
     else:
-        module, name = getattr(model_space, "__module__", None), model_space.__qualname__
-        if not module or "<locals>" in name:
-            raise ValueError(
-                f"{model_space!r} cannot be imported by name (defined inside a function?); "
-                "define it at module level so stored studies can rebuild it"
+        module = getattr(model_space, "__module__", None)
+        name = getattr(model_space, "__qualname__", None)
+        if not module or not name or "<locals>" in name:
+            raise ConfigError(
+                f"from_nni takes an NNI ModelSpace class (from_nni(NasBench201)), an instance "
+                f"(from_nni(NasBench201())), or an import path ('package.module:Name'), "
+                f"defined at module level so stored studies can rebuild it; got {model_space!r}"
             )
         path = f"{module}:{name}"
     try:
         json.dumps(kwargs)
     except TypeError as exc:
-        raise ValueError(f"from_nni keyword arguments must be JSON values: {exc}") from None
+        raise ConfigError(f"from_nni keyword arguments must be JSON values: {exc}") from None
     return NNISpace(factory=path, kwargs=kwargs)
+
+
+def _factory(path: str) -> Any:
+    """The stored model-space factory, resolved without importing a module the study
+    names: NNI's own (its hub), ours, or one the caller's code has imported."""
+    return resolve_loaded(
+        path,
+        what="NNI model space",
+        trusted=("nni", "search_spaces"),
+        how="Import the module that defines it before opening the study.",
+    )
+
+
+def _init_kwargs(instance: Any, extra: Mapping[str, Any]) -> dict[str, Any]:
+    """The keyword arguments an NNI model space instance was made with (NNI traces
+    them), positional ones named after the class's parameters, then ``extra``."""
+    params = _nni_net._parameters(instance.trace_symbol)
+    args = list(getattr(instance, "trace_args", ()) or ())
+    if args and params is None:
+        raise ConfigError(
+            f"{type(instance).__name__}(...) was made with positional arguments autosearch "
+            "cannot name; pass its class and keyword arguments: from_nni(Cls, name=value)"
+        )
+    names = [n for n in (params or {}) if n != "self"]
+    return {**dict(zip(names, args, strict=False)), **instance.trace_kwargs, **extra}
 
 
 @register_space("nni")
@@ -103,7 +132,7 @@ class NNISpace(SearchSpace):
     def _space(self) -> Any:
         """The NNI model space, at the budget's channels and classes."""
         _require_nni()
-        factory = _nni_net.import_factory(self.factory)
+        factory = _factory(self.factory)
         channels, _, _ = self.budget_input
         kwargs = _nni_net.space_kwargs(factory, self.kwargs, channels, self.budget_classes)
         return _nni_net.model_space(self.factory, json.dumps(kwargs, sort_keys=True))
@@ -115,14 +144,14 @@ class NNISpace(SearchSpace):
         domains: dict[str, Domain] = {}
         for label, mutable in self._space.simplify().items():
             if not isinstance(mutable, NNICategorical):
-                raise ValueError(
+                raise ConfigError(
                     f"NNI mutable {label!r} is a {type(mutable).__name__}; autosearch searches "
                     "categorical choices (LayerChoice, InputChoice, nni.choice, Repeat): "
                     "discretise it with nni.choice"
                 )
             values = list(mutable.values)
             if not all(isinstance(v, int | float | str | bool) for v in values):
-                raise ValueError(
+                raise ConfigError(
                     f"NNI mutable {label!r} chooses among {values!r}; autosearch genes must be "
                     "numbers, strings or booleans"
                 )
@@ -136,7 +165,7 @@ class NNISpace(SearchSpace):
         self, arch: Architecture, *, input_shape: Sequence[int], num_classes: int
     ) -> NetworkSpec:
         self.validate(arch)
-        factory = _nni_net.import_factory(self.factory)
+        factory = _factory(self.factory)
         kwargs = _nni_net.space_kwargs(factory, self.kwargs, int(input_shape[0]), num_classes)
         return NetworkSpec(
             module="search_spaces._nni_net",
@@ -151,9 +180,19 @@ class NNISpace(SearchSpace):
             with torch.no_grad():
                 spec.build().eval()(torch.zeros(1, *input_shape))
         except Exception as exc:
+            params = _nni_net._parameters(_factory(self.factory)) or {}
+            takes = any(name in params for name in _nni_net._CHANNEL_ARGS)
+            why = (
+                ""
+                if takes
+                else (
+                    f" ({self.factory} takes no in_channels argument, so it is built for "
+                    "3-channel images: give it RGB data, or use a space that takes in_channels)"
+                )
+            )
             raise InvalidArchitectureError(
-                f"{self.describe(arch)} does not take images of shape {tuple(input_shape)}: "
-                f"{type(exc).__name__}: {exc}"
+                f"{self.describe(arch)} does not take images of shape {tuple(input_shape)}"
+                f"{why}: {type(exc).__name__}: {exc}"
             ) from None
 
     def describe(self, arch: Architecture) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 
 from autosearch.architecture import Architecture, Gene
 from autosearch.cost import Cost, Tally
+from autosearch.errors import ConfigError
 from autosearch.registry import register_space
 from autosearch.space import Categorical, Domain, IntRange, NetworkSpec, SearchSpace
 from search_spaces._stem import STEMS, choose_stem, tally_stem
@@ -93,19 +94,19 @@ class ResNetSpace(SearchSpace):
         for name in ("depths", "widths", "stem_widths", "strides", "blocks", "shortcuts"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
             if not getattr(self, name):
-                raise ValueError(f"ResNetSpace {name} must not be empty")
+                raise ConfigError(f"ResNetSpace {name} must not be empty")
         if not 1 <= self.min_stages <= self.max_stages:
-            raise ValueError(
+            raise ConfigError(
                 f"need 1 <= min_stages <= max_stages, got {self.min_stages}, {self.max_stages}"
             )
         if self.stem not in STEMS:
-            raise ValueError(f"stem must be 'auto', 'cifar' or 'imagenet', got {self.stem!r}")
+            raise ConfigError(f"stem must be 'auto', 'cifar' or 'imagenet', got {self.stem!r}")
         if set(self.blocks) - set(_EXPANSION):
-            raise ValueError(f"blocks must be among 'basic', 'bottleneck', got {self.blocks}")
+            raise ConfigError(f"blocks must be among 'basic', 'bottleneck', got {self.blocks}")
         if set(self.shortcuts) - {"projection", "pad"}:
-            raise ValueError(f"shortcuts must be among 'projection', 'pad', got {self.shortcuts}")
+            raise ConfigError(f"shortcuts must be among 'projection', 'pad', got {self.shortcuts}")
         if min(self.depths + self.widths + self.stem_widths + self.strides) < 1:
-            raise ValueError("depths, widths and strides must be positive")
+            raise ConfigError("depths, widths and strides must be positive")
 
     def domains(self) -> Mapping[str, Domain]:
         genes: dict[str, Domain] = {

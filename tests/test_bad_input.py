@@ -8,11 +8,16 @@ import hashlib
 from pathlib import Path
 
 import numpy as np
+import optuna
 import pytest
 
 import autosearch
+import autosearch.report
+import autosearch.retrain
+import autosearch.studyfile
 from autosearch import (
     AutosearchError,
+    ConfigError,
     DataError,
     ExportError,
     StorageError,
@@ -110,7 +115,7 @@ CASES = {
     ),
     "duplicate objectives": (
         lambda s, t: _create(s, objectives=("accuracy", "accuracy")),
-        StudyError,
+        ConfigError,
         "distinct",
     ),
     # study files
@@ -221,8 +226,12 @@ CASES = {
         "already exists",
     ),
     "a trial that does not exist": (lambda s, t: s.rerun(99), StudyError, "no trial number 99"),
-    "negative trial budget": (lambda s, t: s.optimize(-1), StudyError, "n_trials must be >= 0"),
-    "no workers": (lambda s, t: s.optimize(1, n_workers=0), StudyError, "n_workers must be"),
+    "negative trial budget": (
+        lambda s, t: s.optimize(-1),
+        ConfigError,
+        "n_trials must be an integer >= 0, got -1",
+    ),
+    "no workers": (lambda s, t: s.optimize(1, n_workers=0), ConfigError, "n_workers must be"),
     "a variant never measured": (
         lambda s, t: s.best(variant="int8"),
         StudyError,
@@ -235,18 +244,14 @@ CASES = {
     ),
     "a training config that cannot train": (
         lambda s, t: TrainConfig(epochs=0),
-        ValueError,
-        "epochs and batch_size must be >= 1",
+        ConfigError,
+        "TrainConfig epochs=0 cannot be used: expected an integer >= 1",
     ),
 }
 
 
 @pytest.mark.parametrize("kind", list(CASES))
 def test_bad_input_is_refused_clearly_and_changes_nothing_stored(kind, stored, tmp_path):
-    import autosearch.report
-    import autosearch.retrain
-    import autosearch.studyfile
-
     study, fingerprint = stored
     action, error, message = CASES[kind]
     before = fingerprint()
@@ -256,7 +261,7 @@ def test_bad_input_is_refused_clearly_and_changes_nothing_stored(kind, stored, t
     # New files may appear only outside the stored study (a test's own inputs).
     assert {k: v for k, v in after.items() if k in before} == before
     assert not any(k.endswith((".db", ".safetensors", ".pt")) for k in set(after) - set(before))
-    assert autosearch.study.optuna.get_all_study_names(study.storage_url) == ["kept"]
+    assert optuna.get_all_study_names(study.storage_url) == ["kept"]
     assert [r.trial for r in study.records()] == [0]
 
 
@@ -268,7 +273,7 @@ def test_bad_environment_settings_are_named(monkeypatch, tiny_space, tmp_path):
     from autosearch.data import memory_budget
 
     monkeypatch.setenv("AUTOSEARCH_HEARTBEAT_INTERVAL", "soon")
-    with pytest.raises(StudyError, match="AUTOSEARCH_HEARTBEAT_INTERVAL='soon'"):
+    with pytest.raises(ConfigError, match="AUTOSEARCH_HEARTBEAT_INTERVAL='soon'"):
         autosearch.create_study(
             "env", controller=RandomSearch(tiny_space, seed=0), storage=f"sqlite:///{tmp_path}/e.db"
         )

@@ -94,7 +94,7 @@ def test_optuna_cli_reads_the_study_unchanged(study_file, tmp_path):
         capture_output=True,
         text=True,
         check=True,
-        timeout=120,
+        timeout=1800,
         cwd=tmp_path,
     )
     trials = json.loads(result.stdout)
@@ -126,7 +126,8 @@ def test_missing_study_file_and_unknown_study(tmp_path, monkeypatch, capsys):
     assert main(["run", "nope.py"]) == 2
     assert "does not exist" in capsys.readouterr().err
     assert main(["status", "--study", "nothing-here"]) == 2
-    assert "no study named 'nothing-here'" in capsys.readouterr().err
+    assert "runs/nothing-here/study.db does not exist" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()  # reading a study creates nothing
 
 
 def test_the_default_study_file_defines_digits_quick():

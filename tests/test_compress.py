@@ -21,6 +21,7 @@ from autosearch.data import load_data
 from autosearch.pareto import pareto_mask
 from autosearch.runner import profile
 from autosearch.scoring import parse_reward, resolve_reward, reward
+from autosearch.study.records import result_facts
 from autosearch.train import evaluate, train
 from controllers import RandomSearch
 from search_spaces import DenseNetSpace, MobileNetSpace, ResNetSpace
@@ -326,9 +327,9 @@ def test_only_front_skips_dominated_candidates(tmp_path):
         compression=Compression(finetune_epochs=1, only_front=True),
     )
     study.optimize(4)
-    trials = study.optuna_study.trials
-    skipped = [t.number for t in trials if "variants_skipped" in t.user_attrs]
-    derived = [t.number for t in trials if "variants" in t.user_attrs]
+    facts = {t.number: result_facts(t) for t in study.optuna_study.trials}
+    skipped = [n for n, f in facts.items() if "only_front" in f["note"]]
+    derived = sorted({r.trial for r in study.records() if not r.is_base})
     assert 0 in derived and set(skipped) | set(derived) == {0, 1, 2, 3}
     bases = study.records(variants=False)
     for number in skipped:  # dominated by an earlier trial when it finished

@@ -275,3 +275,38 @@ def test_folders_stream_only_past_the_memory_budget(digits_folder, tmp_path, mon
         memory_budget()
     with pytest.raises(DataError, match="only image folders"):
         load_data("digits", stream=True)
+
+
+@pytest.mark.parametrize(
+    ("labels", "match"),
+    [
+        ("stray", r"labels of arrays must be 0..K-1 .* run 0..99 with only 11 distinct"),
+        ("one class", "has one class .*needs at least two"),
+        ("empty", "has no images"),
+    ],
+)
+def test_labels_that_do_not_make_a_classification_problem_are_refused(labels, match):
+    rng = np.random.default_rng(0)
+    images = rng.random((300, 8, 8))
+    y = {
+        "stray": np.where(np.arange(300) < 5, 99, rng.integers(0, 10, 300)),
+        "one class": np.zeros(300, dtype=int),
+        "empty": np.zeros(0, dtype=int),
+    }[labels]
+    x = images[: len(y)]
+    with pytest.raises(DataError, match=match):
+        load_data((x, y))
+    if labels == "stray":  # a class count given on purpose is honoured
+        assert load_data((x, y), num_classes=100).num_classes == 100
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_folder_with_one_class_is_refused(tmp_path, stream):
+    from PIL import Image
+
+    folder = tmp_path / "only-cats" / "cat"
+    folder.mkdir(parents=True)
+    for i in range(20):
+        Image.fromarray(np.full((8, 8), i * 10, np.uint8)).save(folder / f"{i}.png")
+    with pytest.raises(DataError, match="needs at least two"):
+        load_data(f"folder:{tmp_path / 'only-cats'}", stream=stream)

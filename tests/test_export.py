@@ -8,7 +8,9 @@ import textwrap
 import pytest
 import torch
 
+import autosearch
 from autosearch import ExportError
+from autosearch.registry import spaces
 
 # Run in a fresh interpreter where autosearch, its plugins and its libraries cannot be
 # imported: model.py must need nothing but torch.
@@ -55,7 +57,7 @@ def test_export_round_trip_in_a_process_without_autosearch(make_study, digits, t
 
     images = digits.test.x[:32]
     torch.save(images, out / "images.pt")
-    subprocess.run([sys.executable, "-c", _ONLY_TORCH], cwd=out, check=True, timeout=120)
+    subprocess.run([sys.executable, "-c", _ONLY_TORCH], cwd=out, check=True, timeout=1800)
     exported = torch.load(out / "logits.pt", weights_only=True)
 
     model = study.load_model(record)
@@ -70,18 +72,18 @@ def test_export_round_trip_in_a_process_without_autosearch(make_study, digits, t
 def test_the_blocker_really_blocks(tmp_path):
     probe = "import sys\n" + _ONLY_TORCH.split("import torch")[0] + "import autosearch\n"
     result = subprocess.run(
-        [sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=1800
     )
     assert result.returncode != 0 and "blocked for the test: autosearch" in result.stderr
 
 
 def test_export_of_a_failed_trial_is_refused(make_study, monkeypatch, tmp_path):
-    from autosearch import study as study_module
+    from autosearch import runner
 
     def broken(*args, **kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(study_module, "run_trial", broken)
+    monkeypatch.setattr(runner, "train_candidate", broken)
     study = make_study()
     (record,) = study.optimize(1)
     with pytest.raises(ExportError, match="trial 0 is failed"):
@@ -177,7 +179,7 @@ def test_a_variant_exports_and_runs_with_torch_alone(make_study, digits, tmp_pat
     assert (out / program).is_file() and (out / "model.onnx").is_file()
 
     torch.save(digits.val.x, out / "images.pt")
-    subprocess.run([sys.executable, "-c", _VARIANTS], cwd=out, check=True, timeout=300)
+    subprocess.run([sys.executable, "-c", _VARIANTS], cwd=out, check=True, timeout=1800)
     logits = torch.load(out / "logits.pt", weights_only=True)
     accuracy = float((logits.argmax(1) == digits.val.y).float().mean())
     # The files alone classify as the variant did when measured (the int8 program is the
@@ -211,6 +213,23 @@ def test_autosearch_train_trains_an_export_in_full(make_study, digits, tmp_path,
     assert again["val_accuracy"] == metrics["val_accuracy"]
 
 
+def test_autosearch_train_starts_from_the_trials_own_recipe(make_study, tmp_path, capsys):
+    from autosearch.cli import main
+
+    study = make_study(train=autosearch.TrainConfig(epochs=2, batch_size=96, lr=0.07))
+    study.optimize(1)
+    out = study.export(study.best(), tmp_path / "best")
+    card = json.loads((out / "arch.json").read_text())
+    assert card["training"]["data"] == "digits" and card["training"]["train"]["batch_size"] == 96
+    assert main(["train", str(out), "--json"]) == 0  # no --data, no recipe given
+    metrics = json.loads(capsys.readouterr().out)
+    assert metrics["data"] == "digits" and metrics["epochs"] == 2
+    recipe = metrics["train_config"]
+    assert (recipe["batch_size"], recipe["lr"]) == (96, 0.07)
+    assert main(["train", str(out), "--lr", "0.01", "--json"]) == 0  # told otherwise
+    assert json.loads(capsys.readouterr().out)["train_config"]["lr"] == 0.01
+
+
 def test_autosearch_train_refuses_data_of_another_shape(make_study, tmp_path, capsys):
     import numpy as np
 
@@ -230,9 +249,12 @@ def test_autosearch_train_refuses_data_of_another_shape(make_study, tmp_path, ca
                 folder / str(label) / f"{i}.png"
             )
     assert main(["train", str(out), "--data", f"folder:{folder}", "--epochs", "1"]) == 2
-    assert "takes images of shape (1, 8, 8)" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "takes images of shape (1, 8, 8)" in err and "pass --data digits" in err
     assert main(["train", str(tmp_path), "--epochs", "1"]) == 2
     assert "has no model.py" in capsys.readouterr().err
+    assert main(["train", str(tmp_path / "nowhere"), "--epochs", "1"]) == 2
+    assert "nowhere does not exist" in capsys.readouterr().err
 
 
 @pytest.mark.slow
@@ -249,9 +271,74 @@ def test_autosearch_train_runs_two_ddp_processes(make_study, tmp_path):
         env={**os.environ, "OMP_NUM_THREADS": "1"},
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=1800,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.count("trained ") == 1  # rank 0 alone reports
     metrics = json.loads((out / "full" / "metrics.json").read_text())
     assert metrics["world_size"] == 2 and metrics["epochs"] == 2
+
+
+_LOAD_AND_RUN = textwrap.dedent(
+    """
+    import sys
+    BLOCKED = set(sys.argv[1].split(","))
+
+    class Block:
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in BLOCKED:
+                raise ImportError("blocked for the test: " + name)
+
+    sys.meta_path.insert(0, Block())
+    import torch
+    import model
+
+    images = torch.load("images.pt", weights_only=True)
+    with torch.no_grad():
+        torch.save(model.load()(model.preprocess(images)), "logits.pt")
+    """
+)
+_NOT_NEEDED = "autosearch,controllers,safetensors,optuna,sklearn"
+
+
+@pytest.mark.parametrize("kind", sorted(spaces.names()))
+def test_every_space_kinds_export_loads_and_runs_in_a_fresh_process(kind, tmp_path):
+    from autosearch.export import write_export
+
+    space = spaces.get(kind).example()
+    shape, classes = (3, 32, 32), 10
+    arch = space.default()
+    torch.manual_seed(0)
+    net = space.build(arch, input_shape=shape, num_classes=classes).eval()
+    images = torch.randint(0, 256, (4, *shape), dtype=torch.uint8)
+    mean, std = (0.5, 0.5, 0.5), (0.25, 0.25, 0.25)
+    normalized = (images.float() / 255 - torch.tensor(mean).view(1, 3, 1, 1)) / 0.25
+    out = write_export(
+        tmp_path / kind,
+        arch=arch,
+        spec=space.network(arch, input_shape=shape, num_classes=classes),
+        model=net,
+        description=space.describe(arch),
+        input_shape=shape,
+        mean=mean,
+        std=std,
+        metrics={},
+        provenance={"test": kind},
+        samples=normalized,
+    )
+    torch.save(images, out / "images.pt")
+    # An NNI space's network is NNI's, rebuilt by its factory's module (here one of
+    # search_spaces, which needs autosearch), so it needs those; every other export
+    # needs torch alone.
+    blocked = "-" if kind == "nni" else _NOT_NEEDED + ",search_spaces"
+    run = [sys.executable, "-c", _LOAD_AND_RUN, blocked]
+    subprocess.run(run, cwd=out, check=True, timeout=1800)
+    with torch.no_grad():
+        expected = net(normalized)
+    torch.testing.assert_close(torch.load(out / "logits.pt"), expected, rtol=0, atol=1e-5)
+    if kind == "nni":  # without NNI the export says what it needs, in one line
+        missing = subprocess.run(
+            [*run[:-1], blocked + ",nni"], cwd=out, capture_output=True, text=True, timeout=1800
+        )
+        last = missing.stderr.strip().splitlines()[-1]
+        assert missing.returncode != 0 and "needs NNI: pip install nni" in last

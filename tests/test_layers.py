@@ -11,41 +11,61 @@ ROOT = Path(__file__).resolve().parents[1]
 RANKS = {
     "errors": 0,
     "_version": 0,
-    "cost": 0,
-    "pareto": 0,  # counting FLOPs needs only torch; spaces use it for budgets
+    "_torch_build": 0,
+    "_logs": 0,  # stdlib only: the set-up runs it before anything is installed
+    "cost": 0,  # counting FLOPs needs only torch; spaces use it for budgets
+    "pareto": 1,
     "architecture": 1,
+    "_provenance": 1,
+    "metrics": 2,  # the metric vocabulary: names, units, directions, titles, formats
     "space": 2,
     "controller": 3,
+    "distributions": 3,  # gene domains as Optuna distributions (study and samplers)
     "registry": 4,
     # the shared training stack and measurement
     "data": 5,
     "scoring": 5,
     "_storage": 5,
     "_heartbeat": 5,  # trial heartbeats on any Optuna storage
-    "_provenance": 1,
     "tabular": 5,
     "early_stopping": 5,
-    "train": 6,
     "runtime": 5,
-    "compress": 7,  # derives variants with the trainer
-    "runner": 8,
-    "export": 8,
-    "retrain": 8,  # trains an export folder in full with the shared stack
-    "study": 9,
-    "plots": 10,
-    "studyfile": 10,
-    "report": 11,
-    "cli": 12,
-    "testing": 12,
+    "_feed": 6,  # each epoch's batches, augmented on the device, each rank its share
+    "train": 7,
+    "compress": 8,  # derives variants with the trainer
+    "runner": 9,  # a whole trial: train, variants, costs, rewards
+    "export": 9,
+    "retrain": 9,  # trains an export folder in full with the shared stack
+    "study": 10,
+    "plots": 11,
+    "studyfile": 11,
+    "report": 12,
+    "cli": 13,
+    "testing": 13,
 }
-CORE_FOR_PLUGINS = {"architecture", "space", "controller", "registry", "errors", "cost", "pareto"}
+CORE_FOR_PLUGINS = {
+    "architecture",
+    "space",
+    "controller",
+    "registry",
+    "errors",
+    "cost",
+    "pareto",
+    "distributions",
+}
 NO_OPTUNA = {"data", "cost", "train", "compress", "runner", "architecture", "space", "controller"}
 
 
-def _imports(path: Path) -> set[str]:
-    """Dotted names a file imports anywhere (lazy imports inside functions count)."""
+def _imports(path: Path, *, runtime: bool = False) -> set[str]:
+    """Dotted names a file imports anywhere (lazy imports inside functions count);
+    ``runtime``: not those only for type checkers (``if TYPE_CHECKING:``)."""
+    tree = ast.parse(path.read_text())
+    if runtime:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+                node.body = []
     names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -102,3 +122,37 @@ def test_the_checker_catches_a_violation(tmp_path):
     bad.write_text("from autosearch.study import Study\nimport optuna\n")
     deps = _autosearch_deps(bad)
     assert deps == {"study"} and RANKS["study"] > RANKS["train"]
+
+
+# Inside the study package: the facade at the top, the definition and codec at the bottom.
+STUDY_RANKS = {
+    "definition": 0,
+    "records": 1,
+    "artifacts": 1,
+    "results": 2,
+    "claims": 2,
+    "replay": 2,
+    "loop": 3,
+    "workers": 4,
+    "rebuild": 4,
+    "progress": 4,
+    "study": 5,
+}
+
+
+def test_the_study_package_is_layered_too():
+    folder = ROOT / "autosearch" / "study"
+    assert {p.stem for p in folder.glob("*.py")} - {"__init__"} == set(STUDY_RANKS)
+    bad = []
+    for path in folder.glob("*.py"):
+        if path.stem == "__init__":
+            continue
+        deps = {
+            n.split(".")[2]
+            for n in _imports(path, runtime=True)
+            if n.startswith("autosearch.study.") and n.split(".")[2] in STUDY_RANKS
+        }
+        for dep in deps - {path.stem}:
+            if STUDY_RANKS[dep] >= STUDY_RANKS[path.stem]:
+                bad.append(f"study/{path.stem} imports study/{dep}")
+    assert not bad, "\n".join(bad)

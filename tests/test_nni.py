@@ -14,6 +14,7 @@ pytest.importorskip("nni", reason="NNI is an optional extra: pip install 'autose
 
 import autosearch
 from autosearch.cost import measure
+from autosearch.errors import ConfigError, InvalidArchitectureError
 from autosearch.registry import spaces
 from search_spaces import NNISpace, from_nni
 
@@ -129,3 +130,20 @@ def test_the_small_cnn_written_both_ways_builds_the_same_networks():
         assert (a.macs, a.params) == (b.macs, b.params), genes
         # Same parameter shapes in the same order: the same network.
         assert [p.shape for p in ours.parameters()] == [p.shape for p in theirs.parameters()]
+
+
+def test_from_nni_takes_an_instance_as_nni_users_write_it():
+    from nni.nas.hub.pytorch import NasBench201
+
+    assert from_nni(NasBench201()) == from_nni(NasBench201)
+    assert from_nni(NasBench201(stem_out_channels=8)).kwargs == {"stem_out_channels": 8}
+    with pytest.raises(ConfigError, match=r"takes an NNI ModelSpace class .* an instance"):
+        from_nni(42)
+
+
+def test_a_space_without_in_channels_says_it_wants_rgb_images():
+    from nni.nas.hub.pytorch import NasBench201
+
+    space = from_nni(NasBench201)
+    with pytest.raises(InvalidArchitectureError, match="takes no in_channels argument"):
+        space.check_input(space.default(), (1, 8, 8))

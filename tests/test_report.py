@@ -88,7 +88,7 @@ def test_the_report_draws_its_plots_in_headless_chromium(report, tmp_path):
         [*common, "--dump-dom", path.as_uri()],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=1800,
         check=True,
     ).stdout
     # Plotly drew every figure (an SVG root per plot) and a marker per 2-D point.
@@ -100,7 +100,7 @@ def test_the_report_draws_its_plots_in_headless_chromium(report, tmp_path):
     subprocess.run(
         [*common, f"--screenshot={shot}", path.as_uri()],
         capture_output=True,
-        timeout=120,
+        timeout=1800,
         check=True,
     )
     from PIL import Image

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 import torch
@@ -142,15 +140,14 @@ def test_budget_is_met_by_sampling_and_mutation_and_explained_when_impossible():
         impossible.sample(rng)
 
 
-def test_budget_check_is_fast():
-    # The target is < 50 ms per architecture; analytic models take well under 1 ms.
-    # This only guards against falling back to building networks (a ~100 ms path).
+def test_budget_checks_use_the_analytic_cost_models():
+    # Budget checks stay fast (benchmarks/spaces.py measures it: about 0.3 ms per
+    # architecture) because they never build a network: every built-in space has an
+    # analytic cost model for every architecture. Assert that, not a time.
     space = ResNetSpace()
-    archs = [space.sample(np.random.default_rng(i)) for i in range(20)]
-    start = time.perf_counter()
-    for arch in archs:
-        space.cost_model(arch, CIFAR, 10)
-    assert (time.perf_counter() - start) / len(archs) < 0.05
+    for i in range(20):
+        arch = space.canonicalize(space.sample(np.random.default_rng(i)))
+        assert space.cost_model(arch, CIFAR, 10) is not None
 
 
 def test_inactive_genes_are_reset_so_equal_networks_share_an_id():
@@ -222,7 +219,8 @@ def test_hyperparameters_ride_along_and_the_trainer_applies_them(digits, monkeyp
 
     monkeypatch.setattr(runner, "train", spy)
     with pytest.raises(RuntimeError):
-        runner.run_trial(space, arch, digits, TrainConfig(lr=0.01, batch_size=32), seed=0)
+        plan = runner.TrialPlan(space=space, arch=arch, train=TrainConfig(lr=0.01, batch_size=32))
+        runner.train_candidate(plan, digits)
     assert (seen[0].lr, seen[0].batch_size, seen[0].optimizer) == (0.2, 100, "adamw")
     assert seen[0].weight_decay == TrainConfig().weight_decay  # not searched: the study's
     assert space.describe(arch).endswith("adamw") or "adamw" in space.describe(arch)

@@ -9,13 +9,14 @@ import pytest
 
 import autosearch
 from autosearch import (
+    ConfigError,
     Controller,
     Outcome,
     StorageError,
     StudyError,
     UnknownNameError,
+    runner,
 )
-from autosearch import study as study_module
 from controllers import RandomSearch
 from search_spaces import ResNetSpace
 
@@ -69,13 +70,13 @@ def test_resume_continues_without_retraining_and_matches_an_uninterrupted_run(
     make_study, tmp_path, monkeypatch
 ):
     trained = []
-    real = study_module.run_trial
+    real = runner.train_candidate
 
-    def counting(space, arch, *args, **kwargs):
-        trained.append(arch)
-        return real(space, arch, *args, **kwargs)
+    def counting(plan, *args, **kwargs):
+        trained.append(plan.arch)
+        return real(plan, *args, **kwargs)
 
-    monkeypatch.setattr(study_module, "run_trial", counting)
+    monkeypatch.setattr(runner, "train_candidate", counting)
     first = make_study("resume")
     first.optimize(2)
     url = f"sqlite:///{tmp_path}/resume.db"
@@ -135,7 +136,7 @@ def test_an_evaluated_architecture_is_never_trained_twice(make_study, tiny_space
 
 
 def test_a_failing_trial_is_stored_with_its_reason_and_the_study_goes_on(make_study, monkeypatch):
-    real = study_module.run_trial
+    real = runner.train_candidate
     calls = []
 
     def flaky(*args, **kwargs):
@@ -144,7 +145,7 @@ def test_a_failing_trial_is_stored_with_its_reason_and_the_study_goes_on(make_st
             raise RuntimeError("CUDA out of memory (simulated)")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(study_module, "run_trial", flaky)
+    monkeypatch.setattr(runner, "train_candidate", flaky)
     study = make_study()
     records = study.optimize(2)
     assert [r.state for r in records] == ["failed", "complete"]
@@ -159,7 +160,7 @@ def test_failures_in_a_row_stop_the_study_with_the_last_reason(make_study, monke
     def broken(*args, **kwargs):
         raise ValueError("labels out of range")
 
-    monkeypatch.setattr(study_module, "run_trial", broken)
+    monkeypatch.setattr(runner, "train_candidate", broken)
     study = make_study()
     with pytest.raises(StudyError, match="3 trials failed in a row.*labels out of range"):
         study.optimize(10, max_failures_in_a_row=3)
@@ -221,7 +222,7 @@ def test_unusable_storage_urls_say_what_works(url, match, tiny_space):
 def test_sqlite_file_that_is_not_a_database(tmp_path, tiny_space):
     junk = tmp_path / "junk.db"
     junk.write_bytes(b"this is not sqlite" * 100)
-    with pytest.raises(StorageError, match="cannot open storage"):
+    with pytest.raises(StorageError, match="junk.db is damaged or not a SQLite database"):
         autosearch.create_study(
             "x", controller=RandomSearch(tiny_space), storage=f"sqlite:///{junk}"
         )
@@ -229,7 +230,7 @@ def test_sqlite_file_that_is_not_a_database(tmp_path, tiny_space):
 
 
 def test_controller_by_name_needs_a_space(tmp_path, tiny_space):
-    with pytest.raises(StudyError, match="needs space="):
+    with pytest.raises(ConfigError, match="needs space="):
         autosearch.create_study("x", controller="random", storage=f"sqlite:///{tmp_path}/x.db")
     study = autosearch.create_study(
         "x", controller="random", space=tiny_space, seed=3, storage=f"sqlite:///{tmp_path}/x.db"
@@ -260,3 +261,54 @@ def test_continuing_with_another_controller_is_recorded(make_study, tmp_path, ti
     again = autosearch.load_study("switch", storage=f"sqlite:///{tmp_path}/switch.db")
     assert isinstance(again.controller, RegularizedEvolution)
     assert len(again.controller.state_dict()["population"]) == 3  # all results replayed
+
+
+def test_every_process_scores_with_the_stored_reward(make_study, tmp_path, monkeypatch):
+    import autosearch.study.definition
+
+    # A default target with more digits than the stored form keeps (6 significant).
+    monkeypatch.setattr(autosearch.study.definition, "_default_target", lambda *a: 1234567.891)
+    study = make_study("same-reward")
+    (record,) = study.optimize(1)
+    again = autosearch.load_study("same-reward", storage=f"sqlite:///{tmp_path}/same-reward.db")
+    assert study.reward_name == "mnas@flops=1.23457e+06,w=-0.07"
+    assert again.reward == study.reward
+    assert again.reward(record.metrics) == record.metrics["reward"]
+
+
+def _script(tmp_path, body: str) -> str:
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(
+        f"""
+        import autosearch
+        from autosearch import TrainConfig
+        from controllers import RandomSearch
+        from search_spaces import ResNetSpace
+        space = ResNetSpace(min_stages=2, max_stages=2, depths=(1,), widths=(4,),
+                            stem_widths=(4, 8), blocks=("basic",))
+        study = autosearch.create_study(
+            "p", controller=RandomSearch(space, seed=0), storage="sqlite:///{tmp_path}/p.db",
+            train=TrainConfig(epochs=2, batch_size=128, lr=0.1))
+        {body}
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=1800
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stderr
+
+
+def test_a_python_study_logs_each_trial_where_no_bar_is_shown(tmp_path):
+    err = _script(tmp_path, "study.optimize(2)")  # standard error is not a terminal here
+    assert "trial 0 complete:" in err and "trial 1 complete:" in err and "val acc" in err
+    assert "epoch/s" not in err
+
+
+def test_a_python_study_draws_trial_and_epoch_bars_when_asked(tmp_path):
+    err = _script(tmp_path, "study.optimize(2, show_progress_bar=True)")
+    assert "2/2" in err and ("trial/s" in err or "s/trial" in err)
+    assert "epoch" in err

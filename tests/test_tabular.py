@@ -53,10 +53,10 @@ def nb201_table(tmp_path):
 
 
 def test_a_tabular_study_looks_results_up_instead_of_training(nb201_table, tmp_path, monkeypatch):
-    from autosearch import study as study_module
+    from autosearch import runner
 
     path, rows = nb201_table
-    monkeypatch.setattr(study_module, "run_trial", lambda *a, **k: pytest.fail("trained"))
+    monkeypatch.setattr(runner, "train_candidate", lambda *a, **k: pytest.fail("trained"))
     space = NB201Space()
     study = autosearch.create_study(
         "tab",
@@ -187,3 +187,26 @@ def test_percent_auto_detection_can_be_overridden(tmp_path):
     assert fraction.evaluate(space, space.default())["accuracy"] == 0.5
     assert percent.evaluate(space, space.default())["accuracy"] == 0.005
     assert fraction.rows()[space.to_string(space.default())] == {"val_accuracy": 0.5}
+
+
+def test_optional_columns_may_be_absent_and_the_cli_names_columns(tmp_path, monkeypatch, capsys):
+    space = NB201Space()
+    rng = __import__("numpy").random.default_rng(0)
+    path = tmp_path / "own.csv"
+    with path.open("w", newline="") as f:  # only the two required columns, named our way
+        writer = csv.writer(f)
+        writer.writerow(["cell", "val_acc"])
+        cells = {space.to_string(space.sample(rng)) for _ in range(400)}
+        for cell in sorted(cells):
+            writer.writerow([cell, f"{rng.uniform(50, 90):.2f}"])
+    table = Table(path=str(path), key="cell", accuracy="val_acc")
+    found = table.evaluate(space, space.from_string(next(iter(table.rows()))))
+    assert 0.5 <= found["accuracy"] <= 0.9 and "test_accuracy" not in found
+    monkeypatch.chdir(tmp_path)
+    argv = ["search", "own", "--space", "nb201", "--table", str(path), "--n-trials", "5"]
+    assert main([*argv, "--table-columns", "key=cell,accuracy=val_acc"]) == 0
+    assert "Pareto front" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as refused:  # argparse refuses the option itself
+        main([*argv, "--table-columns", "kee=cell"])
+    assert refused.value.code == 2
+    assert "NAME among key, accuracy, test_accuracy, train_time" in capsys.readouterr().err

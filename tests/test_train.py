@@ -5,7 +5,8 @@ import torch
 import torch.nn as nn
 
 from autosearch import TrainConfig, TrialFailed
-from autosearch.train import _augment, evaluate, train
+from autosearch.data import augment
+from autosearch.train import evaluate, train
 
 
 def _model(tiny_space, digits, seed=0):
@@ -66,14 +67,14 @@ def test_nan_loss_fails_the_trial_with_a_reason(digits):
 def test_augmentation_crops_and_flips_per_sample():
     x = torch.arange(2 * 1 * 4 * 4, dtype=torch.uint8).view(2, 1, 4, 4)
     g = torch.Generator().manual_seed(0)
-    out = _augment(x, TrainConfig(crop_padding=1), g)
+    out = augment(x, crop_padding=1, flip=False, generator=g)
     assert out.shape == x.shape and out.dtype == torch.uint8
     # each output is a window of the zero-padded input
     padded = torch.nn.functional.pad(x, (1, 1, 1, 1))
     for i in range(2):
         windows = [padded[i, :, r : r + 4, c : c + 4] for r in range(3) for c in range(3)]
         assert any(torch.equal(out[i], w) for w in windows)
-    flipped = _augment(x, TrainConfig(flip=True), torch.Generator().manual_seed(1))
+    flipped = augment(x, crop_padding=0, flip=True, generator=torch.Generator().manual_seed(1))
     assert all(
         torch.equal(f, o) or torch.equal(f, o.flip(2)) for f, o in zip(flipped, x, strict=True)
     )

@@ -33,7 +33,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from autosearch.data import Dataset
-from autosearch.errors import AutosearchError, UnknownNameError
+from autosearch.errors import AutosearchError, ConfigError, UnknownNameError
 from autosearch.runtime import resolve
 from autosearch.train import Criterion, TrainConfig, train
 
@@ -87,16 +87,16 @@ class Compression:
 
     def __post_init__(self) -> None:
         if self.finetune_epochs < 1 or self.calibration_images < 1:
-            raise ValueError(
+            raise ConfigError(
                 "finetune_epochs and calibration_images must be >= 1, got "
                 f"{self.finetune_epochs}, {self.calibration_images}"
             )
         if not 0.0 <= self.alpha <= 1.0 or not self.temperature > 0:
-            raise ValueError(
+            raise ConfigError(
                 f"alpha must be in [0, 1] and temperature > 0, got {self.alpha}, {self.temperature}"
             )
         if not self.finetune_lr_scale > 0:
-            raise ValueError(f"finetune_lr_scale must be > 0, got {self.finetune_lr_scale}")
+            raise ConfigError(f"finetune_lr_scale must be > 0, got {self.finetune_lr_scale}")
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)

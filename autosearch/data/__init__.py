@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from sklearn.model_selection import train_test_split
 
+from autosearch.data._augment import augment, cutout
 from autosearch.data._cache import load_cached, source_hash, store
 from autosearch.data._clean import CleaningReport, drop_duplicates, drop_leaks, image_keys
 from autosearch.data._readers import DEFAULT_PATHS, READERS, Raw
@@ -48,6 +49,8 @@ __all__ = [
     "Dataset",
     "FileSplit",
     "Split",
+    "augment",
+    "cutout",
     "dataset_names",
     "load_data",
     "memory_budget",
@@ -259,7 +262,7 @@ def _prepare(
         read=len(raw.labels) + (len(raw.test_labels) if raw.test_labels is not None else 0),
         unreadable=list(raw.problems),
     )
-    classes = num_classes or int(raw.labels.max()) + 1
+    classes = _class_count(name, raw, num_classes)
 
     def clean(images: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         images, usable = _to_uint8(images, report)
@@ -307,12 +310,47 @@ def _prepare(
     )
 
 
+def _class_count(name: str, raw: Raw, given: int | None) -> int:
+    """How many classes ``raw`` has: as given, else from its class names, else from its
+    labels, which must then be 0..K-1 with every class present (a stray label must not
+    silently make a K-way problem a 100-way one)."""
+    labels = np.concatenate([raw.labels, raw.test_labels if raw.test_labels is not None else []])
+    if not len(raw.labels):
+        raise DataError(f"{name} has no images: give it at least two classes of images")
+    if given is not None:
+        return given
+    found = np.unique(labels).astype(np.int64)
+    count = len(raw.classes) if raw.classes else int(found.max()) + 1
+    if count < 2 or len(found) < 2:
+        what = f"class names {raw.classes}" if raw.classes else f"labels {found.tolist()}"
+        raise DataError(
+            f"{name} has one class ({what}); classification needs at least two: add images "
+            "of another class (an image folder has one sub-folder per class)"
+        )
+    if raw.classes is None and (found.min() < 0 or len(found) < count):
+        stray = [int(v) for v in found if v < 0 or v >= len(found)]
+        rare = {v: int((labels == v).sum()) for v in stray[:5]}
+        raise DataError(
+            f"labels of {name} must be 0..K-1 with every class present, but they run "
+            f"{int(found.min())}..{int(found.max())} with only {len(found)} distinct values "
+            f"(samples per suspicious label: {rare}); relabel them "
+            "(numpy.unique(labels, return_inverse=True)), or give the class count "
+            "(load_data(..., num_classes=K))"
+        )
+    return count
+
+
 def _prepare_streamed(
     name: str, scan: Scan, seed: int, val_fraction: float, test_fraction: float
 ) -> Dataset:
     """A scanned folder cleaned and split like an in-memory dataset, its splits left as
     files (their per-image pixel sums give the train split's statistics)."""
     report = CleaningReport(read=len(scan.files), unreadable=list(scan.problems))
+    if len(scan.classes) < 2:
+        raise DataError(
+            f"{name} has {len(scan.classes)} class folder(s) {list(scan.classes)}; "
+            "classification needs at least two: add a sub-folder of images per class"
+        )
     labels = np.asarray(scan.labels, dtype=np.int64)
     keys = np.asarray(scan.keys)
     keep = drop_duplicates(keys, labels, report)

@@ -183,3 +183,21 @@ class ControllerContract:
         again = type(controller)(space, **config)
         assert again.config() == controller.config()
         assert self._run(again, 4) == self._run(make_controller(3), 4)
+
+    def test_reseeded_workers_propose_differently(
+        self, space: SearchSpace, make_controller: Callable[[int], Controller]
+    ) -> None:
+        """Parallel workers load the same state, then each takes a stream of its own:
+        their next proposals must differ, and a stream's must be repeatable."""
+        state = json.loads(json.dumps(make_controller(4).state_dict()))
+        workers = []
+        for stream in (1, 2, 1):
+            worker = make_controller(4)
+            worker.load_state_dict(state)
+            worker.reseed(stream)
+            workers.append([worker.ask() for _ in range(3)])
+        assert workers[0] != workers[1]
+        assert workers[0] == workers[2]
+        resumed = make_controller(4)
+        resumed.load_state_dict(json.loads(json.dumps(worker.state_dict())))
+        assert resumed.ask() == worker.ask()  # the stream travels in the state

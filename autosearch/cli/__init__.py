@@ -1,0 +1,42 @@
+"""The ``autosearch`` command line: ``main`` reads the options (autosearch.cli.parser),
+runs the command (autosearch.cli.commands) and prints any error in one line."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+import optuna
+
+from autosearch.cli.parser import build_parser
+from autosearch.errors import AutosearchError
+from autosearch.study.loop import PLATFORM_FAILURES, platform_error
+
+__all__ = ["main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    args.argv = argv
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    # Trial lines (INFO) show where no progress bar does; -v adds the detail (DEBUG).
+    logging.getLogger("autosearch").setLevel(logging.DEBUG if args.verbose else logging.INFO)
+    optuna.logging.set_verbosity(optuna.logging.INFO if args.verbose else optuna.logging.WARNING)
+    try:
+        return int(args.func(args))
+    except AutosearchError as exc:
+        print(f"autosearch: error: {exc}", file=sys.stderr)
+        return 2
+    except PLATFORM_FAILURES as exc:  # the storage failed while the command used it
+        print(f"autosearch: error: {platform_error(exc, _storage_of(args))}", file=sys.stderr)
+        return 2
+
+
+def _storage_of(args: argparse.Namespace) -> str:
+    return str(getattr(args, "storage", None) or getattr(args, "study_file", None) or "?")

@@ -1,0 +1,340 @@
+"""What each ``autosearch`` command does (the options are in autosearch.cli.parser).
+
+Commands print tables and lines for people (``--json`` for programs); errors are raised
+as AutosearchError, which ``main`` prints in one line with exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch.distributed as dist
+from tqdm import tqdm
+
+from autosearch._heartbeat import worker_id
+from autosearch.data import load_data
+from autosearch.errors import ExportError, StudyError
+from autosearch.metrics import metric
+from autosearch.registry import controllers, spaces
+from autosearch.report import write_report
+from autosearch.runtime import init_distributed, world
+from autosearch.scoring import objective
+from autosearch.study import Record, Study, Table, create_study, default_storage, load_study
+from autosearch.study.workers import start_worker
+from autosearch.studyfile import load_spec
+from autosearch.train import EpochResult, TrainConfig
+
+__all__ = [
+    "cmd_export",
+    "cmd_report",
+    "cmd_rerun",
+    "cmd_run",
+    "cmd_search",
+    "cmd_status",
+    "cmd_train",
+    "cmd_worker",
+]
+
+
+_COLUMNS = ("accuracy", "test_accuracy", "flops", "params", "latency", "bytes")
+
+
+def _table(records: Sequence[Record]) -> str:
+    """A plain-text table of records, in the units of autosearch.metrics (FLOPs are
+    2 × MACs per image; latency ms per image at batch 1 on one CPU thread)."""
+    rows = [("trial", "architecture", "variant", *(metric(n).header for n in _COLUMNS))]
+    for r in records:
+        cells = (metric(n).cell(r.metrics) for n in _COLUMNS)
+        rows.append((str(r.trial), r.description, r.variant, *cells))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(
+            cell.ljust(w) if i == 1 else cell.rjust(w)
+            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        )
+        for row in rows
+    )
+
+
+def _open(args: argparse.Namespace) -> Study:
+    """The study named by a study file or by --study (and --storage), opened to read:
+    nothing in its storage is created or changed."""
+    if args.study_file:
+        spec = load_spec(args.study_file)
+        url = args.storage or spec.storage or default_storage(spec.name)
+        return load_study(spec.name, storage=url, read_only=True)
+    if not args.study:
+        raise StudyError("name the study: a study file (studies/digits_quick.py) or --study NAME")
+    url = args.storage or default_storage(args.study)
+    return load_study(args.study, storage=url, read_only=True)
+
+
+def _out_dir(args: argparse.Namespace, name: str) -> Path:
+    """Where the report and the export go; refused before any training if not writable."""
+    out = Path(args.out) if args.out else Path("runs") / name
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=out).close()
+    except OSError as exc:
+        raise ExportError(
+            f"cannot write the report and export to {out} ({exc.strerror or exc}); choose "
+            "a writable folder with --out"
+        ) from None
+    return out
+
+
+def _run_to_budget(
+    study: Study, total: int, out: Path, *, show_progress_bar: bool | None = None
+) -> int:
+    """Run the study until ``total`` trials have finished; write the report and export."""
+    finished = study.count("complete", "failed")
+    remaining = max(total - finished, 0)
+    print(
+        f"study {study.name}: {finished} of {total} trials done, running {remaining} "
+        f"({study.storage_url})"
+    )
+    study.optimize(remaining, show_progress_bar=show_progress_bar)
+    report = write_report(study, out / "report.html")
+    if not study.count("complete"):
+        print(
+            f"no complete trial yet; report: {report}. Run trials with "
+            f"`autosearch run FILE --n-trials N` (N > {finished})"
+        )
+        return 1
+    best = study.best()
+    print("\nPareto front (validation accuracy against FLOPs = 2 x MACs per image):")
+    print(_table(study.pareto()))
+    test = best.metrics.get("test_accuracy")
+    print(
+        f"\nbest: trial {best.trial}, {best.description}: val {best.metrics['accuracy']:.4f}"
+        + (f", test {test:.4f}" if test is not None else "")
+    )
+    print(f"storage: {study.storage_url}\nreport:  {report}")
+    if study.table is None:
+        print(f"export:  {study.export(best, out / 'best')}/")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    if args.nproc_per_node > 1 and "LOCAL_RANK" not in os.environ:
+        return _torchrun(args.nproc_per_node, args.argv)
+    spec = load_spec(args.study_file)
+    url = args.storage or spec.storage or default_storage(spec.name)
+    total = args.n_trials if args.n_trials is not None else spec.n_trials
+    if not total:  # nothing to run: report on the stored study, create none
+        study = load_study(spec.name, storage=url, read_only=True)
+        return _run_to_budget(study, 0, _out_dir(args, spec.name))
+    out = _out_dir(args, spec.name)
+    if not init_distributed():
+        return _run_to_budget(spec.create(storage=url), total, out)
+    # Under torchrun: rank 0 creates (or opens) the study before the others open it.
+    rank, _ = world()
+    try:
+        if rank == 0:
+            study = spec.create(storage=url)
+        dist.barrier()
+        if rank != 0:
+            load_study(spec.name, storage=url).optimize(0)  # follow rank 0 to the end
+            return 0
+        return _run_to_budget(study, total, out)
+    finally:
+        dist.destroy_process_group()
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    out = _out_dir(args, args.name)
+    budget = {
+        k: v
+        for k, v in (("max_flops", args.max_flops), ("max_params", args.max_params))
+        if v is not None
+    }
+    space = spaces.get(args.space)(**budget)
+    objectives = tuple(args.objectives.split(","))
+    controller_cls = controllers.get(args.controller)
+    options: dict[str, object] = {"seed": args.seed}
+    if getattr(controller_cls, "multi_objective", False):  # NSGA-II: the study's objectives
+        options["objectives"] = {o: objective(o).direction for o in objectives}
+    controller = controller_cls(space, **options)
+    table = Table(path=args.table, **args.table_columns) if args.table else None
+    study = create_study(
+        args.name,
+        controller=controller,
+        data=args.data,
+        objectives=objectives,
+        reward=args.reward,
+        variants=tuple(v for v in args.variants.split(",") if v),
+        train=TrainConfig(epochs=args.epochs),
+        storage=args.storage,
+        seed=args.seed,
+        table=table,
+        load_if_exists=True,
+    )
+    return _run_to_budget(study, args.n_trials, out)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    study = _open(args)
+    records = study.records(variants=False)
+    counts = {s: sum(r.state == s for r in records) for s in ("complete", "failed", "running")}
+    if args.json:
+        front = [
+            {"trial": r.trial, "variant": r.variant, "description": r.description, **r.metrics}
+            for r in study.pareto()
+        ]
+        status = {
+            "study": study.name,
+            "storage": study.storage_url,
+            "space": study.space.name,
+            "controller": study.controller.name,
+            "objectives": list(study.objectives),
+            "trials": counts,
+            "pareto": front,
+            "unreadable": study.unreadable,
+        }
+        print(json.dumps(status, indent=2))
+        return 0
+    print(
+        f"study {study.name} ({study.storage_url}): space {study.space.name}, controller "
+        f"{study.controller.name}, objectives {', '.join(study.objectives)}"
+    )
+    print(", ".join(f"{n} {s}" for s, n in counts.items()))
+    for reason in study.unreadable.values():
+        print(f"left out, unreadable: {reason}")
+    if counts["complete"]:
+        print(
+            "\nPareto front over every (architecture, variant) (FLOPs = 2 x MACs per "
+            "image; latency: ms per image, batch 1, one CPU thread):\n" + _table(study.pareto())
+        )
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    study = _open(args)
+    path = write_report(
+        study, Path(args.out) if args.out else Path("runs") / study.name / "report.html"
+    )
+    print(json.dumps({"report": str(path), "bytes": path.stat().st_size}) if args.json else path)
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    study = _open(args)
+    if args.trial is not None:
+        record = study.record(args.trial, args.variant or "base")
+    else:
+        record = study.best(max_flops=args.max_flops, variant=args.variant)
+    out = study.export(record, Path(args.out) if args.out else Path("runs") / study.name / "export")
+    card = json.loads((out / "arch.json").read_text())
+    if args.json:
+        print(
+            json.dumps(
+                {"folder": str(out), "files": sorted(p.name for p in out.iterdir()), **card},
+                indent=2,
+            )
+        )
+        return 0
+    print(
+        f"exported trial {record.trial} ({record.description}), variant {record.variant}, "
+        f"to {out}/: {', '.join(sorted(p.name for p in out.iterdir()))}\n"
+        f"ONNX checked in onnxruntime: largest |difference| from torch "
+        f"{card['onnx']['max_abs_diff']:.2g} on {card['onnx']['checked_images']} images"
+    )
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    """Train an export folder from scratch with the shared stack."""
+    from autosearch.retrain import recipe, train_export
+
+    if args.nproc_per_node > 1 and "LOCAL_RANK" not in os.environ:
+        return _torchrun(args.nproc_per_node, args.argv)
+    trained_on, seed, config = recipe(args.export_dir)
+    given = {name: getattr(args, name) for name in _TRAIN_OPTIONS}
+    config = dataclasses.replace(config, **{k: v for k, v in given.items() if v is not None})
+    seed = args.seed if args.seed is not None else seed
+    spec = args.data or trained_on or "digits"
+    distributed = init_distributed()
+    try:
+        data = load_data(spec, seed=seed)
+        rank, _ = world()
+        bars: list[tqdm] = []  # opened with the first epoch, after the export is checked
+
+        def progress(epoch: EpochResult) -> None:
+            if not bars:
+                bars.append(tqdm(total=config.epochs, unit="epoch", disable=rank != 0 or args.json))
+            bars[0].set_postfix_str(f"loss {epoch.train_loss:.3f} val {epoch.val_accuracy:.4f}")
+            bars[0].update()
+
+        try:
+            metrics = train_export(
+                args.export_dir, data, config, seed=seed, on_epoch=progress, trained_on=trained_on
+            )
+        finally:
+            for bar in bars:
+                bar.close()
+        if rank == 0:
+            if args.json:
+                print(json.dumps(metrics, indent=2))
+            else:
+                print(
+                    f"trained {args.export_dir} for {metrics['epochs']} epochs on {spec}: "
+                    f"val {metrics['val_accuracy']:.4f}, test {metrics['test_accuracy']:.4f} "
+                    f"({metrics['seconds']:.1f} s, {metrics['world_size']} process(es), "
+                    f"{metrics['precision']})\nweights and metrics: "
+                    f"{Path(args.export_dir) / 'full'}/"
+                )
+        return 0
+    finally:
+        if distributed:
+            dist.destroy_process_group()
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    """Join a stored study and run trials until ``--n-trials`` are done (or Ctrl-C)."""
+    study = load_study(args.study, storage=args.storage)
+    start_worker(study, worker_id())  # its controller on a random stream of its own
+    print(f"worker joined study {study.name} ({study.storage_url}); {args.n_trials} trials")
+    records = study.optimize(args.n_trials, max_failures_in_a_row=args.max_failures)
+    print(f"worker finished {len(records)} trials: {[r.trial for r in records]}")
+    return 0
+
+
+def cmd_rerun(args: argparse.Namespace) -> int:
+    """Retrain a stored trial with its seed and compare with what was stored."""
+    study = _open(args)
+    outcome = study.rerun(args.trial)
+    if args.json:
+        print(json.dumps(outcome, indent=2))
+    else:
+        stored, again = outcome["stored"], outcome["rerun"]
+        verdict = "reproduced exactly" if outcome["identical"] else "NOT reproduced"
+        print(
+            f"trial {args.trial} ({outcome['description']}), seed {outcome['seed']}: "
+            f"stored val {stored['accuracy']:.6f} test {stored['test_accuracy']:.6f}; "
+            f"rerun val {again['accuracy']:.6f} test {again['test_accuracy']:.6f}: {verdict}"
+        )
+        if outcome["data_hash"]["stored"] != outcome["data_hash"]["now"]:
+            print(f"the data differs from the stored data: {outcome['data_hash']}")
+        for key, change in outcome["provenance_changed"].items():
+            print(f"{key} changed since the trial ran: {change['stored']} -> {change['now']}")
+    return 0 if outcome["identical"] else 1
+
+
+_TRAIN_OPTIONS = ("epochs", "batch_size", "lr", "precision", "crop_padding", "flip")
+
+
+def _torchrun(nproc: int, argv: list[str]) -> int:
+    """The same command line again, as ``nproc`` processes under torchrun (which sets
+    LOCAL_RANK, so the processes do not relaunch)."""
+    torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
+    command = [torchrun, "--standalone", f"--nproc-per-node={nproc}", "-m", "autosearch.cli"]
+    return subprocess.call([*command, *argv])

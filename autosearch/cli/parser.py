@@ -1,0 +1,198 @@
+"""The ``autosearch`` command line's commands and options, and their checks: a count
+or a budget out of range is refused by the parser, in one line (exit status 2)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+from autosearch.cli import commands
+from autosearch.registry import controllers, spaces
+
+__all__ = ["build_parser"]
+
+DESCRIPTION = "Neural architecture search with every candidate trained for real."
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in one line, like every other autosearch error (exit status 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _integer(least: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        if not text.lstrip("-").isdigit() or int(text) < least:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {least}, got {text!r}")
+        return int(text)
+
+    return parse
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a number > 0 (e.g. 5e6), got {text!r}")
+    return value
+
+
+_TABLE_COLUMNS = ("key", "accuracy", "test_accuracy", "train_time")
+
+
+def _columns(text: str) -> dict[str, str]:
+    """``key=arch,accuracy=val_acc`` → Table column names."""
+    pairs = [part.partition("=") for part in text.split(",") if part]
+    names = {name.strip(): column.strip() for name, eq, column in pairs if eq and column}
+    if len(names) != len(pairs) or set(names) - set(_TABLE_COLUMNS):
+        raise argparse.ArgumentTypeError(
+            f"expected NAME=COLUMN pairs, NAME among {', '.join(_TABLE_COLUMNS)}; got {text!r}"
+        )
+    return names
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="autosearch",
+        description="Neural architecture search with every candidate trained for real.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log each trial")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for add in (_add_run, _add_search, _add_reading, _add_worker, _add_train):
+        add(sub)
+    return parser
+
+
+Subparsers = Any  # argparse's _SubParsersAction: private, so not named in signatures
+STORAGE_HELP = "storage URL (default sqlite:///runs/NAME/study.db)"
+JSON_HELP = "machine-readable output"
+
+
+def _add_run(sub: Subparsers) -> None:
+    run = sub.add_parser("run", help="run a study file until its trial budget is spent")
+    run.add_argument("study_file")
+    run.add_argument(
+        "--n-trials", type=_integer(0), help="total trials (default: the file's n_trials)"
+    )
+    run.add_argument(
+        "--storage", help="storage URL (default: the file's, or sqlite:///runs/NAME/study.db)"
+    )
+    run.add_argument("--out", help="folder for report.html and best/ (default runs/NAME)")
+    run.add_argument(
+        "--nproc-per-node",
+        type=_integer(1),
+        default=1,
+        help="train each trial with N DDP processes (torchrun; gloo on CPU)",
+    )
+    run.set_defaults(func=commands.cmd_run)
+
+
+def _add_search(sub: Subparsers) -> None:
+    search = sub.add_parser("search", help="search a registered space with a registered controller")
+    add = search.add_argument
+    add("name", help="study name")
+    add("--space", required=True, help=f"one of: {', '.join(spaces.names())}")
+    add("--controller", default="random", help=f"one of: {', '.join(controllers.names())}")
+    add("--n-trials", type=_integer(0), default=10, help="total trials")
+    add("--data", default="digits", help="dataset (default digits)")
+    add("--epochs", type=int, default=10, help="training epochs per trial")
+    add("--table", help="evaluate by looking up this benchmark table (CSV/JSON)")
+    add(
+        "--table-columns",
+        type=_columns,
+        default={},
+        help="the table's column names, e.g. key=arch,accuracy=val_acc,test_accuracy=test_acc,"
+        "train_time=seconds (defaults: arch, val_accuracy, test_accuracy, train_time)",
+    )
+    add("--objectives", default="accuracy,flops", help="comma-separated")
+    add(
+        "--variants",
+        default="base",
+        help="comma-separated variants measured per candidate, e.g. base,prune-channels@0.5,int8",
+    )
+    add("--reward", default="mnas", help="mnas (default), mnas@flops=5e6, hard@macs=2e6, accuracy")
+    add("--max-flops", type=_positive, help="budget: FLOPs (2 x MACs) at 3x32x32")
+    add("--max-params", type=_positive, help="budget: parameters")
+    add("--seed", type=_integer(0), default=0)
+    add("--storage", help=STORAGE_HELP)
+    add("--out", help="folder for report.html and best/ (default runs/NAME)")
+    search.set_defaults(func=commands.cmd_search)
+
+
+def _reading(
+    sub: Subparsers, name: str, help: str, func: Callable[[argparse.Namespace], int]
+) -> argparse.ArgumentParser:
+    """A command that reads a stored study, named by a study file or --study."""
+    p: argparse.ArgumentParser = sub.add_parser(name, help=help)
+    p.add_argument("study_file", nargs="?", help="a study file naming the study")
+    p.add_argument("--study", help="study name (instead of a study file)")
+    p.add_argument("--storage", help=STORAGE_HELP)
+    p.set_defaults(func=func)
+    return p
+
+
+def _add_reading(sub: Subparsers) -> None:
+    status = _reading(sub, "status", "trial counts and the Pareto front", commands.cmd_status)
+    status.add_argument("--json", action="store_true", help=JSON_HELP)
+    report = _reading(sub, "report", "write the HTML report (works offline)", commands.cmd_report)
+    report.add_argument("--out", help="HTML path (default runs/NAME/report.html)")
+    report.add_argument("--json", action="store_true", help=JSON_HELP)
+    export = _reading(
+        sub, "export", "export a trained architecture (model.py + weights)", commands.cmd_export
+    )
+    which = export.add_mutually_exclusive_group()
+    which.add_argument("--trial", type=_integer(0), help="trial number")
+    which.add_argument("--best", action="store_true", help="the most accurate trial (default)")
+    export.add_argument("--max-flops", type=_positive, help="with --best: FLOPs budget (2 x MACs)")
+    export.add_argument(
+        "--variant",
+        help="a measured variant (base, int8, prune-channels@0.5, ...; default base), "
+        "derived again from the trial's weights",
+    )
+    export.add_argument("--out", help="export folder (default runs/NAME/export)")
+    export.add_argument("--json", action="store_true", help=JSON_HELP)
+    rerun = _reading(
+        sub,
+        "rerun",
+        "retrain a trial with its seed; compare with the stored result",
+        commands.cmd_rerun,
+    )
+    rerun.add_argument("--trial", type=_integer(0), required=True, help="trial number")
+    rerun.add_argument("--json", action="store_true", help=JSON_HELP)
+
+
+def _add_worker(sub: Subparsers) -> None:
+    worker = sub.add_parser("worker", help="join a stored study from any machine and run trials")
+    worker.add_argument("--study", required=True, help="study name")
+    worker.add_argument("--storage", required=True, help="storage URL the study lives in")
+    worker.add_argument("--n-trials", type=_integer(0), default=10, help="trials this worker runs")
+    worker.add_argument(
+        "--max-failures",
+        type=_integer(1),
+        default=10,
+        help="stop after this many failures in a row",
+    )
+    worker.set_defaults(func=commands.cmd_worker)
+
+
+def _add_train(sub: Subparsers) -> None:
+    full = sub.add_parser("train", help="train an export folder from scratch, in full")
+    add = full.add_argument
+    add("export_dir", help="a folder written by `autosearch export`")
+    recipe = " (default: the export's trial's)"
+    add("--data", help="dataset spec" + recipe)
+    add("--epochs", type=int, help="epochs" + recipe)
+    add("--batch-size", type=int, help="images per step" + recipe)
+    add("--lr", type=float, help="peak learning rate" + recipe)
+    add("--precision", help="auto, fp32, bf16 or fp16" + recipe)
+    add("--crop-padding", type=int, help="random-crop padding, 0: off" + recipe)
+    add("--flip", action=argparse.BooleanOptionalAction, help="random horizontal flips" + recipe)
+    add("--seed", type=_integer(0), help="seed of the split and training" + recipe)
+    add("--nproc-per-node", type=_integer(1), default=1, help="train with N processes (DDP)")
+    add("--json", action="store_true", help="print the metrics as JSON")
+    full.set_defaults(func=commands.cmd_train)

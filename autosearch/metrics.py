@@ -1,0 +1,193 @@
+"""The metric vocabulary: every number a trial records, said once.
+
+Scoring (objective directions), plots (axis titles), the report and CLI tables
+(column headers and formats) and export READMEs all read this table, so a metric is
+named, scaled and explained the same way everywhere. Cost conventions: FLOPs = 2 × MACs
+of conv/linear layers for one image (see autosearch.cost).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from autosearch.errors import UnknownNameError
+from autosearch.pareto import Direction
+
+__all__ = ["METRICS", "Metric", "metric", "objective_names"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Metric:
+    """One recorded number.
+
+    Attributes:
+        name: The key in a record's ``metrics``.
+        title: What it is, in words (axis titles, export READMEs).
+        header: Short column header of tables, in the shown unit.
+        scale: Shown value = value / scale (FLOPs in millions: ``MFLOPs``).
+        format: Format spec of the shown value.
+        direction: Which way is better (None: neither; a count or a setting).
+        objective: Whether a study may optimise it.
+        log: Drawn on a log axis (costs spanning decades).
+        description: One line for ``--help`` and docs.
+    """
+
+    name: str
+    title: str
+    header: str
+    scale: float = 1.0
+    format: str = ".4g"
+    direction: Direction | None = None
+    objective: bool = False
+    log: bool = False
+    description: str = ""
+
+    def cell(self, metrics: Mapping[str, float]) -> str:
+        """This metric of ``metrics`` as a table cell ("–" when not measured)."""
+        value = metrics.get(self.name)
+        if value is None or not math.isfinite(value):
+            return "–"
+        return f"{value / self.scale:{self.format}}"
+
+    @property
+    def axis_title(self) -> str:
+        return f"{self.title} (log scale)" if self.log else self.title
+
+
+def _cost(name: str, title: str, header: str, scale: float, fmt: str, description: str) -> Metric:
+    return Metric(
+        name=name,
+        title=title,
+        header=header,
+        scale=scale,
+        format=fmt,
+        direction="minimize",
+        objective=True,
+        log=True,
+        description=description,
+    )
+
+
+METRICS: dict[str, Metric] = {
+    m.name: m
+    for m in (
+        Metric(
+            name="accuracy",
+            title="validation accuracy",
+            header="val acc",
+            format=".4f",
+            direction="maximize",
+            objective=True,
+            description="validation top-1 accuracy (fraction); the search signal",
+        ),
+        Metric(
+            name="test_accuracy",
+            title="test accuracy (held out of the search)",
+            header="test acc",
+            format=".4f",
+            direction="maximize",
+            description="test top-1 accuracy (fraction); reported, never searched on",
+        ),
+        _cost(
+            "flops",
+            "FLOPs per image (2 × MACs)",
+            "MFLOPs",
+            1e6,
+            ".3f",
+            "FLOPs per image = 2 x MACs of conv/linear layers",
+        ),
+        _cost(
+            "macs",
+            "MACs per image",
+            "MMACs",
+            1e6,
+            ".3f",
+            "multiply-accumulates per image of conv/linear layers",
+        ),
+        _cost(
+            "sparse_macs",
+            "sparse-effective MACs per image",
+            "sparse MMACs",
+            1e6,
+            ".3f",
+            "MACs x weight density of each conv/linear layer",
+        ),
+        _cost("params", "parameters", "k params", 1e3, ".1f", "number of parameters"),
+        _cost(
+            "bops",
+            "bit-operations (MACs × weight bits × activation bits)",
+            "GBOPs",
+            1e9,
+            ".3f",
+            "bit-operations = MACs x weight bits x activation bits",
+        ),
+        _cost("bytes", "saved weights, bytes", "kB", 1e3, ".1f", "size of the saved weights"),
+        _cost(
+            "latency",
+            "latency, ms per image (batch 1, one CPU thread)",
+            "latency ms",
+            1.0,
+            ".3f",
+            "median ms per image, batch 1, one CPU thread (measured)",
+        ),
+        _cost(
+            "latency_batched",
+            "ms per image (batch 32, one CPU thread)",
+            "ms/img (b32)",
+            1.0,
+            ".4f",
+            "median ms per image in batches of 32, one CPU thread (measured)",
+        ),
+        _cost(
+            "train_seconds",
+            "training time, seconds",
+            "train s",
+            1.0,
+            ".1f",
+            "training time in seconds (measured, or from a benchmark table)",
+        ),
+        Metric(
+            name="reward",
+            title="reward (the scalar single-objective controllers maximise)",
+            header="reward",
+            format=".4f",
+            direction="maximize",
+            description="the study's reward of this point",
+        ),
+        Metric(
+            name="finetune_seconds",
+            title="seconds deriving the variant",
+            header="derive s",
+            format=".1f",
+            description="time to derive (and fine-tune) a variant",
+        ),
+        Metric(
+            name="world_size",
+            title="training processes (DDP)",
+            header="procs",
+            format=".0f",
+            description="processes that trained the candidate",
+        ),
+        Metric(
+            name="stopped_at_epoch",
+            title="stopped early after epoch",
+            header="stopped at",
+            format=".0f",
+            description="the epoch after which early stopping ended it",
+        ),
+    )
+}
+
+
+def metric(name: str) -> Metric:
+    """The metric called ``name`` (UnknownNameError with suggestions otherwise)."""
+    try:
+        return METRICS[name]
+    except KeyError:
+        raise UnknownNameError("metric", name, METRICS) from None
+
+
+def objective_names() -> list[str]:
+    return sorted(name for name, m in METRICS.items() if m.objective)

@@ -1,0 +1,118 @@
+"""Weights and checkpoints: where a study keeps the tensors its storage points at.
+
+A trained candidate's weights are an Optuna artifact (safetensors) of its trial, in a
+folder every worker reaches; its trial's result names the artifact.
+
+Until its trial is COMPLETE, each attempt at an architecture keeps its work in a folder
+of its own, ``checkpoints/ARCH_ID/TRIAL/``: the training checkpoint of every epoch and
+each variant derived so far (runner.TrialPlan.work). Only that attempt writes there.
+An attempt that resumes a trial cut short (a dead or stalled worker, Ctrl-C, an I/O
+fault) starts from a copy of the most recent attempt's folder, so nothing done is done
+again, and a stalled worker that wakes up never overwrites its successor's files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+from functools import cached_property
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+from optuna.artifacts import FileSystemArtifactStore, download_artifact, upload_artifact
+from optuna.storages import BaseStorage
+from safetensors.torch import load_file, save_file
+
+from autosearch._storage import local_path
+from autosearch.architecture import Architecture
+from autosearch.errors import ExportError, PlatformError
+from autosearch.runner import TRAIN_STATE
+
+__all__ = ["Artifacts", "default_folder"]
+
+
+def default_folder(storage_url: str, study: str) -> Path:
+    """``artifacts/`` beside a file storage, else ``runs/STUDY/artifacts``."""
+    path = local_path(storage_url)
+    return (path.parent if path else Path("runs") / study) / "artifacts"
+
+
+class Artifacts:
+    """One study's weights and checkpoints under ``folder``."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = Path(folder)
+
+    def attempt(self, arch: Architecture, number: int) -> Path:
+        """The folder of trial ``number``'s attempt at ``arch``."""
+        return self.folder / "checkpoints" / arch.arch_id / str(number)
+
+    def start_attempt(self, arch: Architecture, number: int) -> Path:
+        """Create trial ``number``'s folder for ``arch``, seeded with the work of the
+        most recent earlier attempt that left a training checkpoint."""
+        work = self.attempt(arch, number)
+        try:
+            work.mkdir(parents=True, exist_ok=True)
+            earlier = [p for p in work.parent.iterdir() if p.name.isdigit() and p != work]
+            done = [p for p in earlier if (p / TRAIN_STATE).is_file()]
+            legacy = work.parent.with_suffix(".pt")  # the layout before attempt folders
+            if done:
+                shutil.copytree(max(done, key=lambda p: int(p.name)), work, dirs_exist_ok=True)
+            elif legacy.is_file() and not (work / TRAIN_STATE).exists():
+                shutil.copy2(legacy, work / TRAIN_STATE)
+        except OSError as exc:
+            raise PlatformError(
+                f"cannot prepare checkpoint folder {work}: {exc.strerror or exc}"
+            ) from None
+        return work
+
+    def finish(self, arch: Architecture) -> None:
+        """``arch``'s trial is COMPLETE (or ended for good): its attempts' work goes."""
+        shutil.rmtree(self.folder / "checkpoints" / arch.arch_id, ignore_errors=True)
+        (self.folder / "checkpoints" / f"{arch.arch_id}.pt").unlink(missing_ok=True)
+
+    def drop_attempt(self, arch: Architecture, number: int) -> None:
+        """Remove an attempt that another worker took over (its successor has a copy)."""
+        shutil.rmtree(self.attempt(arch, number), ignore_errors=True)
+        with contextlib.suppress(OSError):
+            self.attempt(arch, number).parent.rmdir()  # gone when it was the last
+
+    def save_weights(self, storage: BaseStorage, trial_id: int, model: nn.Module) -> str:
+        """Upload ``model``'s weights as an artifact of the trial; the artifact id."""
+        state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "model.safetensors"
+            save_file(state, str(path))
+            try:
+                return upload_artifact(
+                    artifact_store=self._store,
+                    file_path=str(path),
+                    study_or_trial=storage.get_trial(trial_id),
+                    storage=storage,
+                )
+            except OSError as exc:
+                raise PlatformError(
+                    f"cannot store the weights in {self.folder}: {exc.strerror or exc}"
+                ) from None
+
+    def load_weights(self, artifact_id: str, *, trial: int) -> dict[str, torch.Tensor]:
+        """The weights of artifact ``artifact_id`` (trial ``trial``'s, for errors)."""
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "model.safetensors"
+            try:
+                download_artifact(
+                    artifact_store=self._store, file_path=str(path), artifact_id=artifact_id
+                )
+            except Exception as exc:
+                raise ExportError(
+                    f"the weights of trial {trial} are missing from {self.folder} "
+                    f"({type(exc).__name__}); was the artifacts folder moved or deleted?"
+                ) from None
+            return load_file(str(path))
+
+    @cached_property
+    def _store(self) -> FileSystemArtifactStore:  # created on first use
+        self.folder.mkdir(parents=True, exist_ok=True)
+        return FileSystemArtifactStore(str(self.folder))

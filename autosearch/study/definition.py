@@ -1,0 +1,350 @@
+"""A study's definition: what is searched, on what data, measured and scored how.
+
+:class:`StudyDefinition` is typed and frozen. It is written to storage as JSON once,
+when the study is created (a study user attribute), and read back once, when it is
+opened; nothing else parses it. Continuing a stored study checks that the new
+definition measures the same thing (:meth:`StudyDefinition.check_continues`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import optuna
+from optuna.storages import BaseStorage
+
+from autosearch._version import __version__
+from autosearch.architecture import Architecture
+from autosearch.compress import Compression, VariantSpec, parse_variants
+from autosearch.controller import Controller
+from autosearch.data import Dataset
+from autosearch.early_stopping import SuccessiveHalving, from_dict
+from autosearch.errors import ConfigError, StorageError, StudyError, suggest
+from autosearch.pareto import Direction
+from autosearch.registry import controllers, spaces
+from autosearch.scoring import Reward, objective, parse_reward, resolve_reward
+from autosearch.space import SearchSpace
+from autosearch.tabular import Table
+from autosearch.train import TrainConfig
+
+__all__ = [
+    "Component",
+    "StudyDefinition",
+    "read_definition",
+    "resolve_components",
+    "store_definition",
+    "trial_seed",
+    "write_definition",
+]
+
+logger = logging.getLogger(__name__)
+
+FORMAT = 1
+_ATTR = "autosearch"  # the study user attribute that holds the definition
+# What must match for a stored study to be continued: its results would not be
+# comparable otherwise. (The controller and compression settings may change.)
+_COMPARED = ("space", "objectives", "data", "reward", "train", "seed", "table", "variants")
+_FLOAT_BUDGET = {"flops": "max_flops", "params": "max_params"}
+_TARGET_SAMPLES = 64
+
+
+@dataclass(frozen=True, kw_only=True)
+class Component:
+    """A registered space or controller: its name and constructor configuration."""
+
+    name: str
+    config: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, thing: SearchSpace | Controller) -> Component:
+        return cls(name=thing.name, config=thing.config())
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "config": json.loads(json.dumps(dict(self.config)))}
+
+
+@dataclass(frozen=True, kw_only=True)
+class StudyDefinition:
+    """Everything a study's results depend on, and how its trials are run.
+
+    ``reward`` is resolved (its cost target filled in), so every trial of the study,
+    on any worker, scores with the same numbers.
+    """
+
+    space: Component
+    controller: Component
+    data: str
+    objectives: tuple[str, ...]
+    reward: Reward
+    variants: tuple[VariantSpec, ...]
+    compression: Compression = field(default_factory=Compression)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    seed: int = 0
+    artifacts: str | None = None
+    table: Table | None = None
+    early_stopping: SuccessiveHalving | None = None
+    data_report: Mapping[str, Any] | None = None
+    created_by: str = f"autosearch {__version__}"
+
+    @property
+    def directions(self) -> list[Direction]:
+        return [objective(o).direction for o in self.objectives]
+
+    def build_space(self) -> SearchSpace:
+        space = spaces.get(self.space.name)(**self.space.config)
+        space.domains()  # a space that cannot be rebuilt (a stored name refused) fails here
+        return space
+
+    def build_controller(self, space: SearchSpace) -> Controller:
+        return controllers.get(self.controller.name)(space, **self.controller.config)
+
+    # JSON, once each way --------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "space": self.space.to_json(),
+            "controller": self.controller.to_json(),
+            "data": self.data,
+            "objectives": list(self.objectives),
+            "reward": str(self.reward),
+            "variants": [v.name for v in self.variants],
+            "compression": dataclasses.asdict(self.compression),
+            "train": dataclasses.asdict(self.train),
+            "seed": self.seed,
+            "artifacts": self.artifacts,
+            "table": json.loads(json.dumps(dataclasses.asdict(self.table))) if self.table else None,
+            "early_stopping": self.early_stopping.to_dict() if self.early_stopping else None,
+            "data_report": dict(self.data_report) if self.data_report else None,
+            "created_by": self.created_by,
+        }
+
+    @classmethod
+    def from_json(cls, stored: Mapping[str, Any], *, where: str) -> StudyDefinition:
+        """Read a stored definition; ``where`` names the study in errors."""
+        if not isinstance(stored, Mapping) or int(stored.get("format", 0)) > FORMAT:
+            raise StudyError(
+                f"{where} was stored by {_get(stored, 'created_by')}, which this autosearch "
+                f"({__version__}) cannot read; upgrade autosearch"
+            )
+        try:
+            return cls(
+                space=Component(**stored["space"]),
+                controller=Component(**stored["controller"]),
+                data=str(stored["data"]),
+                objectives=tuple(stored["objectives"]),
+                reward=parse_reward(stored["reward"]),
+                variants=parse_variants(stored.get("variants") or ["base"]),
+                compression=Compression(**(stored.get("compression") or {})),
+                train=TrainConfig(**stored["train"]),
+                seed=int(stored["seed"]),
+                artifacts=stored.get("artifacts"),
+                table=Table(**stored["table"]) if stored.get("table") else None,
+                early_stopping=from_dict(stored.get("early_stopping")),
+                data_report=stored.get("data_report"),
+                created_by=str(stored.get("created_by", "")),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StudyError(
+                f"{where}: its stored definition cannot be read ({type(exc).__name__}: {exc}); "
+                f"it was written by {_get(stored, 'created_by')}"
+            ) from None
+
+    # Continuing -------------------------------------------------------------------------
+    def check_continues(self, stored: StudyDefinition, name: str) -> None:
+        """Refuse to continue ``stored`` with a definition that measures differently."""
+        mine, theirs = self.to_json(), stored.to_json()
+        differs = [k for k in _COMPARED if _canonical(mine[k]) != _canonical(theirs[k])]
+        if differs:
+            lines = "; ".join(f"{k}: stored {theirs[k]!r}, given {mine[k]!r}" for k in differs)
+            raise StudyError(
+                f"study {name!r} is stored with a different definition ({lines}). Its results "
+                "would not be comparable: use a new study name, or autosearch.load_study to "
+                "continue it as stored"
+            )
+
+    @classmethod
+    def define(
+        cls,
+        *,
+        space: SearchSpace,
+        controller: Controller,
+        data: str,
+        objectives: Sequence[str],
+        reward: str,
+        variants: Sequence[str],
+        compression: Compression | None,
+        train: TrainConfig | None,
+        seed: int,
+        artifacts: str | None,
+        table: Table | None,
+        early_stopping: SuccessiveHalving | None,
+    ) -> StudyDefinition:
+        """Check a new study's settings, before any data is read or anything stored. Its
+        reward's target is filled in by :meth:`with_data`."""
+        objectives = tuple(objectives)
+        for name in objectives:
+            objective(name)  # unknown names raise with suggestions
+        if len(set(objectives)) != len(objectives) or not objectives:
+            raise ConfigError(f"objectives must be distinct and non-empty, got {objectives}")
+        specs = parse_variants(variants)
+        if table is not None and len(specs) > 1:
+            raise ConfigError(
+                "a table study looks results up instead of training, so it has no models to "
+                "compress; use variants=('base',)"
+            )
+        wanted = getattr(controller, "objectives", None) or {}
+        if set(wanted) - set(objectives):
+            raise ConfigError(
+                f"controller {controller.name!r} optimises {sorted(wanted)} but the study "
+                f"measures {list(objectives)}; add them to objectives= or give the controller "
+                "a subset"
+            )
+        return cls(
+            space=Component.of(space),
+            controller=Component.of(controller),
+            data=data,
+            objectives=objectives,
+            reward=parse_reward(reward),
+            variants=specs,
+            compression=compression or Compression(),
+            train=train or TrainConfig(),
+            seed=seed,
+            artifacts=artifacts,
+            table=table,
+            early_stopping=early_stopping,
+        )
+
+    def with_data(self, space: SearchSpace, data: Dataset | None) -> StudyDefinition:
+        """The definition with its data's cleaning report, and the reward's cost target
+        filled in (when not given) for the data's input shape (for a table study, the
+        space's budget input)."""
+        shape = data.input_shape if data else space.budget_input
+        classes = data.num_classes if data else space.budget_classes
+        reward = resolve_reward(
+            self.reward, lambda metric: _default_target(space, metric, shape, classes)
+        )
+        # As stored (6 significant digits): every process scores with the same target.
+        reward = parse_reward(str(reward))
+        report = data.report.to_dict() if data else None
+        return dataclasses.replace(self, reward=reward, data_report=report)
+
+
+def read_definition(storage: BaseStorage, name: str, url: str) -> tuple[int, StudyDefinition]:
+    """The id and definition of study ``name`` in ``storage`` (at ``url``, for errors)."""
+    try:
+        study_id = storage.get_study_id_from_name(name)
+    except KeyError:
+        names = [s.study_name for s in storage.get_all_studies()]
+        close = suggest(name, names)
+        hint = f" Did you mean {' or '.join(map(repr, close))}?" if close else ""
+        raise StorageError(
+            f"no study named {name!r} in {url}.{hint} Studies there: {', '.join(names) or '(none)'}"
+        ) from None
+    stored = storage.get_study_user_attrs(study_id).get(_ATTR)
+    if not isinstance(stored, dict):
+        raise StudyError(f"study {name!r} in {url} was not created by autosearch (no definition)")
+    return study_id, StudyDefinition.from_json(stored, where=f"study {name!r} in {url}")
+
+
+def write_definition(storage: BaseStorage, study_id: int, definition: StudyDefinition) -> None:
+    storage.set_study_user_attr(study_id, _ATTR, definition.to_json())
+
+
+def store_definition(
+    storage: BaseStorage,
+    name: str,
+    url: str,
+    definition: StudyDefinition,
+    *,
+    load_if_exists: bool,
+) -> StudyDefinition:
+    """Create study ``name`` with ``definition``; or, with ``load_if_exists``, continue
+    the stored one if it measures the same: the definition the study then runs with."""
+    if name not in {s.study_name for s in storage.get_all_studies()}:
+        created = optuna.create_study(
+            storage=storage, study_name=name, directions=definition.directions
+        )
+        created.set_metric_names(list(definition.objectives))  # optuna-dashboard shows them
+        write_definition(storage, storage.get_study_id_from_name(name), definition)
+        return definition
+    if not load_if_exists:
+        raise StudyError(
+            f"study {name!r} already exists in {url}; pass load_if_exists=True to continue "
+            "it, load it with autosearch.load_study, or choose another name"
+        )
+    study_id, stored = read_definition(storage, name, url)
+    definition.check_continues(stored, name)
+    if stored.controller != definition.controller:
+        # Continuing with another controller is allowed; record it, so that load_study
+        # rebuilds the controller that ran last.
+        logger.info("study %s continues with controller %s", name, definition.controller.name)
+        stored = dataclasses.replace(stored, controller=definition.controller)
+        write_definition(storage, study_id, stored)
+    return stored
+
+
+def trial_seed(study_seed: int, arch: Architecture) -> int:
+    """A trial's seed depends only on the study seed and the architecture, so a
+    retrained architecture repeats its result whatever order trials ran in."""
+    digest = hashlib.sha256(f"{study_seed}:{arch.arch_id}".encode()).digest()
+    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+
+
+def resolve_components(
+    space: SearchSpace | str | None, controller: Controller | str, seed: int
+) -> tuple[SearchSpace, Controller]:
+    """The study's space and controller from what ``create_study`` was given: instances,
+    or registered names (a controller by name needs the space)."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ConfigError(f"seed={seed!r} cannot be used: expected an integer >= 0")
+    if isinstance(space, str):  # a registered space name, with its default configuration
+        space = spaces.get(space)()
+    if isinstance(controller, str):
+        if space is None:
+            raise ConfigError(
+                f"controller {controller!r} is given by name, so the study needs space=...; "
+                "or pass a controller instance, e.g. RandomSearch(ResNetSpace(), seed=0)"
+            )
+        return space, controllers.get(controller)(space, seed=seed)
+    if not isinstance(controller, Controller):
+        raise ConfigError(
+            f"controller must be a Controller or a registered name, got {type(controller).__name__}"
+        )
+    if space is not None and Component.of(space) != Component.of(controller.space):
+        raise ConfigError("space= differs from the controller's own space; pass one of them")
+    return controller.space, controller
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True)
+
+
+def _get(stored: Any, key: str) -> str:
+    return str(stored.get(key, "an unknown version")) if isinstance(stored, Mapping) else "?"
+
+
+def _default_target(
+    space: SearchSpace, metric: str, shape: tuple[int, int, int], classes: int
+) -> float | None:
+    """A reward's cost target when none is given: the space's budget for that metric,
+    else the median over architectures drawn from the space (seeded: the same study
+    definition always gets the same target). None for measured-only costs."""
+    budget = getattr(space, _FLOAT_BUDGET.get(metric, ""), None)
+    if budget is not None:
+        return float(budget)
+    if metric not in ("flops", "macs", "params", "sparse_macs"):
+        return None  # latency, bytes, bops: measured after training, not known ahead
+    rng = np.random.default_rng(0)
+    costs = []
+    for _ in range(_TARGET_SAMPLES):
+        cost = space.cost(space.sample(rng), input_shape=shape, num_classes=classes)
+        costs.append(cost.params if metric == "params" else cost.flops)
+    value = float(np.median(costs))
+    return value / 2 if metric in ("macs", "sparse_macs") else value

@@ -1,0 +1,376 @@
+"""The search loop of one worker: claim → run → store → tell, trial after trial.
+
+The runner evaluates a whole trial (autosearch.runner); this loop only claims an
+architecture, hands the runner a plan and a context that answers from storage, writes
+the result (one write) and tells the controller. A trial that fails is stored with
+its reason and the search goes on; ``max_failures_in_a_row`` failures in a row stop
+it, since that points at the setup rather than at the architectures.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import sqlalchemy.exc
+import torch.nn as nn
+from optuna.exceptions import StorageInternalError, UpdateFinishedTrialError
+from optuna.trial import FrozenTrial, TrialState
+
+from autosearch._heartbeat import beating, worker_id
+from autosearch._provenance import provenance
+from autosearch.architecture import Architecture
+from autosearch.controller import Outcome
+from autosearch.errors import AutosearchError, ConfigError, ExportError, PlatformError, StudyError
+from autosearch.pareto import pareto_mask
+from autosearch.runner import Interrupted, TakenOver, TrialContext, TrialResult, run_trial
+from autosearch.runtime import broadcast_object, world
+from autosearch.study import records
+from autosearch.study.claims import Claim
+from autosearch.study.definition import trial_seed
+from autosearch.study.records import ARCH_ID, FINISHED, RESULT, VALUES_FROM, Record
+from autosearch.train import EpochResult
+
+if TYPE_CHECKING:
+    from autosearch.study.study import Study
+
+__all__ = [
+    "DROPPED",
+    "PLATFORM_FAILURES",
+    "EpochCallback",
+    "SearchLoop",
+    "TrialCallback",
+    "check_run",
+    "on_front",
+    "platform_error",
+    "teacher",
+]
+
+logger = logging.getLogger(__name__)
+
+_MAX_DUPLICATE_ASKS = 1000
+_MAX_DROPPED = 10
+DROPPED = "dropped"  # run_one's answer for a trial another worker took over
+
+# Failures of the platform, not of the candidate: the storage, or a file the study writes
+# (checkpoints, weights, variant results) on a read-only, full or vanished disk.
+PLATFORM_FAILURES = (PlatformError, OSError, StorageInternalError, sqlalchemy.exc.SQLAlchemyError)
+
+
+def platform_error(exc: BaseException, storage: str) -> PlatformError:
+    """A platform failure as one line that names what failed."""
+    if isinstance(exc, PlatformError):
+        return exc
+    if isinstance(exc, OSError) and exc.filename:
+        return PlatformError(f"cannot use {exc.filename}: {exc.strerror or exc}")
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return PlatformError(f"storage {storage} failed: {type(exc).__name__}: {first}"[:500])
+
+
+TrialCallback = Callable[["Study", Record], None]
+EpochCallback = Callable[[int, EpochResult], None]
+
+
+class SearchLoop:
+    """Runs trials of ``study`` in this process until told how many, or interrupted."""
+
+    def __init__(
+        self,
+        study: Study,
+        *,
+        callbacks: list[TrialCallback],
+        epoch_callbacks: list[EpochCallback],
+        max_failures_in_a_row: int,
+    ) -> None:
+        self.study = study
+        self.callbacks, self.epoch_callbacks = callbacks, epoch_callbacks
+        self.max_failures = max_failures_in_a_row
+        self.interrupted = False
+
+    def run(self, n_trials: int) -> list[Record]:
+        done: list[Record] = []
+        failures = dropped = 0
+        while len(done) < n_trials and not self.interrupted:
+            record = self.run_one()
+            if record is None:  # interrupted: the trial resumes next time
+                break
+            if record == DROPPED:  # another worker took it over while this one stalled
+                dropped += 1
+                if dropped >= _MAX_DROPPED:
+                    raise StudyError(
+                        f"{dropped} trials in a row were taken over by other workers while "
+                        "this one ran them: is this worker stalling (swapping, paused)? Raise "
+                        "AUTOSEARCH_HEARTBEAT_GRACE if its pauses are expected"
+                    )
+                continue
+            assert isinstance(record, Record)
+            done.append(record)
+            dropped = 0
+            failures = failures + 1 if record.state == "failed" else 0
+            for callback in self.callbacks:
+                callback(self.study, record)
+            if failures >= self.max_failures:
+                raise StudyError(
+                    f"{failures} trials failed in a row in study {self.study.name!r}; the last "
+                    f"said: {record.reason}. Fix the setup (data, training config) before resuming"
+                )
+        return done
+
+    def run_one(self) -> Record | str | None:
+        """Claim and run one trial: its record; None when interrupted; DROPPED when
+        another worker took it over.
+
+        Raises:
+            PlatformError: storage, artifact or checkpoint I/O failed; the trial stays
+                resumable and nothing was told to the controller.
+        """
+        study = self.study
+        try:
+            claim = study.claims.claim(self._propose, self._attrs)
+        except PLATFORM_FAILURES as exc:
+            raise platform_error(exc, study.storage_url) from None
+        with beating(study.storage, claim.trial_id, study.heartbeat_interval):
+            return self._run_claimed(claim)
+
+    def _run_claimed(self, claim: Claim) -> Record | str | None:
+        study = self.study
+        plan = study.plan(claim.arch, number=claim.number)
+        logger.debug("trial %d: %s", claim.number, study.space.describe(claim.arch))
+        try:
+            if plan.work is not None:
+                study.artifacts.start_attempt(claim.arch, claim.number)
+            if world()[1] > 1:  # the other ranks train it too
+                broadcast_object({"arch": claim.arch.to_json(), "number": claim.number})
+            result = run_trial(plan, study.training_data, StudyContext(self, claim))
+            outcome = self._store(claim, result)
+        except (TakenOver, UpdateFinishedTrialError) as exc:
+            logger.warning(
+                "trial %d was taken over by another worker (%s); dropping it", claim.number, exc
+            )
+            study.artifacts.drop_attempt(claim.arch, claim.number)
+            return DROPPED
+        except (Interrupted, KeyboardInterrupt) as exc:
+            study.claims.supersede(
+                claim.trial_id, f"interrupted by the user ({exc}); it resumes from its checkpoint"
+            )
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            return None
+        except PLATFORM_FAILURES as exc:
+            raise self._release(claim, platform_error(exc, study.storage_url)) from None
+        except Exception as exc:  # the candidate's own failure ends this trial only
+            logger.warning(
+                "trial %d failed", claim.number, exc_info=not isinstance(exc, AutosearchError)
+            )
+            failed = self._fail(claim, f"{type(exc).__name__}: {exc}")
+            if failed is None:
+                return DROPPED
+            outcome = failed
+        try:
+            study.replay.tell(claim.number, claim.arch, outcome)
+            record = study.record(claim.number)
+        except PLATFORM_FAILURES as exc:  # stored already: it is told on the next replay
+            raise platform_error(exc, study.storage_url) from None
+        logger.debug("trial %d %s: %s", claim.number, record.state, _summary(record))
+        return record
+
+    def _store(self, claim: Claim, result: TrialResult) -> Outcome:
+        """Write the trial's result (one attribute), then its state and objective values;
+        only then is the work of its attempts no longer needed."""
+        study = self.study
+        lost = study.claims.taken_over(claim.trial_id)
+        if lost is not None:
+            raise TakenOver(lost)
+        weights = None
+        if result.model is not None:
+            weights = study.artifacts.save_weights(study.storage, claim.trial_id, result.model)
+        study.storage.set_trial_user_attr(
+            claim.trial_id, RESULT, records.encode(result, weights=weights)
+        )
+        if result.status == "stopped":
+            study.storage.set_trial_state_values(claim.trial_id, TrialState.PRUNED)
+        else:
+            # The trial's values are its best point's: say which, where Optuna's tools look.
+            study.storage.set_trial_user_attr(claim.trial_id, VALUES_FROM, result.best.name)
+            values = records.objective_values(result, study.objectives)
+            study.storage.set_trial_state_values(claim.trial_id, TrialState.COMPLETE, values)
+        study.artifacts.finish(claim.arch)
+        return result.outcome(study.objectives)
+
+    def _fail(self, claim: Claim, reason: str) -> Outcome | None:
+        """Store the candidate's failure; None when the trial is no longer ours."""
+        try:
+            self.study.claims.fail(claim.trial_id, reason)
+        except UpdateFinishedTrialError:
+            return None
+        self.study.artifacts.finish(claim.arch)
+        return Outcome.failed(reason)
+
+    def _release(self, claim: Claim, error: PlatformError) -> PlatformError:
+        """After a platform failure: mark the trial resumable, if the storage still
+        takes writes (else its silent heartbeat gives it to the next worker)."""
+        try:
+            self.study.claims.supersede(
+                claim.trial_id, f"platform failure ({error}); it resumes from its checkpoint"
+            )
+        except Exception:
+            logger.warning(
+                "trial %d stays running; it resumes once its heartbeat is stale", claim.number
+            )
+        return error
+
+    def _propose(self, trials: list[FrozenTrial]) -> Architecture:
+        """The controller's next architecture that no trial holds or has evaluated."""
+        study = self.study
+        study.replay.sync(trials)
+        by_arch = {
+            t.user_attrs[ARCH_ID]: t
+            for t in trials
+            if ARCH_ID in t.user_attrs and not records.superseded(t)
+        }
+        for _ in range(_MAX_DUPLICATE_ASKS):
+            arch = study.space.canonicalize(study.controller.ask())
+            known = by_arch.get(arch.arch_id)
+            if known is None:
+                return arch
+            # Already evaluated: hand the controller the stored result instead of retraining.
+            if known.state in FINISHED:
+                study.controller.tell(arch, records.outcome(known, study.objectives))
+        raise StudyError(
+            f"the controller proposed only already-evaluated architectures "
+            f"{_MAX_DUPLICATE_ASKS} times in a row; the search space ({study.space.size()} "
+            "gene assignments) may be exhausted"
+        )
+
+    def _attrs(self, arch: Architecture) -> dict[str, Any]:
+        study = self.study
+        attrs: dict[str, Any] = {
+            "seed": trial_seed(study.seed, arch),
+            "data_hash": study.data_hash,
+            "provenance": provenance(),
+            "worker": worker_id(),
+            **study.worker_attrs,
+        }
+        return attrs
+
+    @contextmanager
+    def graceful_interrupts(self) -> Iterator[None]:
+        """While the loop runs (in the main thread): the first Ctrl-C or SIGTERM asks the
+        running trial to stop after its epoch's checkpoint; a second Ctrl-C stops at once."""
+        self.interrupted = False
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def handle(signum: int, frame: Any) -> None:
+            if self.interrupted and signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            self.interrupted = True
+            logger.warning(
+                "%s: finishing this epoch's checkpoint, then stopping (Ctrl-C again to stop "
+                "at once)",
+                signal.Signals(signum).name,
+            )
+
+        saved = {sig: signal.signal(sig, handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in saved.items():
+                signal.signal(sig, handler)
+
+
+class StudyContext(TrialContext):
+    """What a running trial may ask of its study, answered from storage."""
+
+    def __init__(self, loop: SearchLoop, claim: Claim) -> None:
+        self.loop, self.claim = loop, claim
+
+    def epoch_done(self, epoch: EpochResult) -> None:
+        study = self.loop.study
+        study.storage.set_trial_intermediate_value(
+            self.claim.trial_id, epoch.epoch, epoch.val_accuracy
+        )
+        for callback in self.loop.epoch_callbacks:
+            callback(self.claim.number, epoch)
+
+    def interrupted(self) -> bool:
+        return self.loop.interrupted
+
+    def taken_over(self) -> str | None:
+        return self.loop.study.claims.taken_over(self.claim.trial_id)
+
+    def peers(self) -> Mapping[int, Mapping[int, float]]:
+        return {
+            number: curve
+            for number, curve in self.loop.study.curves().items()
+            if number != self.claim.number
+        }
+
+    def on_front(self, metrics: Mapping[str, float]) -> bool:
+        return on_front(self.loop.study, metrics)
+
+    def teacher(self, metrics: Mapping[str, float]) -> nn.Module | None:
+        return teacher(self.loop.study, metrics)
+
+
+def on_front(study: Study, metrics: Mapping[str, float]) -> bool:
+    """Whether a candidate's base point is on the accuracy-FLOPs front of the study's
+    complete base records so far."""
+    others = [
+        (r.metrics["accuracy"], r.metrics["flops"])
+        for r in study.records(variants=False)
+        if r.state == "complete" and "flops" in r.metrics
+    ]
+    points = np.array([(metrics["accuracy"], metrics["flops"]), *others])
+    return bool(pareto_mask(points, ["maximize", "minimize"])[0])
+
+
+def teacher(study: Study, metrics: Mapping[str, float]) -> nn.Module | None:
+    """The study's most accurate trained model so far, if it beats a candidate of
+    ``metrics`` (None: the candidate teaches itself)."""
+    done = [r for r in study.records(variants=False) if r.state == "complete" and r.accuracy]
+    best = max(done, key=lambda r: r.metrics["accuracy"], default=None)
+    if best is None or best.metrics["accuracy"] <= metrics["accuracy"]:
+        return None
+    try:
+        return study.load_model(best)
+    except ExportError as exc:
+        logger.info("no teacher for distillation (%s); the candidate teaches itself", exc)
+        return None
+
+
+def _summary(record: Record) -> str:
+    if record.state == "failed":
+        return record.reason
+    accuracy = record.metrics.get("accuracy")
+    return f"{record.description}, val {accuracy:.4f}" if accuracy is not None else ""
+
+
+def check_run(
+    n_trials: int,
+    n_workers: int,
+    max_failures_in_a_row: int,
+    epoch_callbacks: list[EpochCallback],
+    *,
+    ranks: int,
+) -> None:
+    """Refuse ``optimize`` settings that cannot run, before anything runs."""
+    for name, value, least in (
+        ("n_trials", n_trials, 0),
+        ("n_workers", n_workers, 1),
+        ("max_failures_in_a_row", max_failures_in_a_row, 1),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ConfigError(f"{name} must be an integer >= {least}, got {value!r}")
+    if n_workers > 1 and (ranks > 1 or epoch_callbacks):
+        raise ConfigError(
+            "n_workers > 1 runs trials in other processes: it cannot be combined with "
+            "torchrun, and epoch_callbacks (called in the process that trains) need "
+            "n_workers=1; use callbacks=, called here as each trial finishes"
+        )

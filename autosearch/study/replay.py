@@ -1,0 +1,101 @@
+"""The controller's memory: its state kept in storage, and results replayed into it.
+
+After every result it is told, the controller's state is saved as a study system
+attribute, with the trial numbers it has been told. Opening the study restores that
+state (when the stored controller is the same) and then tells the controller every
+finished trial it has not been told: trials run by other workers, or finished after
+the state was saved. Superseded trials are not results and are never told.
+
+Parallel workers each move their controller to a random stream of its own when they
+start (:meth:`ControllerReplay.reseed`), so that they rarely propose the same
+architecture at the same moment.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from typing import Any
+
+from optuna.storages import BaseStorage
+from optuna.trial import FrozenTrial
+
+from autosearch.architecture import Architecture
+from autosearch.controller import Controller, Outcome
+from autosearch.study import records
+from autosearch.study.definition import Component
+from autosearch.study.records import FINISHED
+
+__all__ = ["ControllerReplay", "worker_stream"]
+
+logger = logging.getLogger(__name__)
+
+_STATE = "autosearch:controller"
+
+
+def worker_stream(seed: int, worker: str, started: int) -> int:
+    """The random stream of a worker's controller: from the study seed, the worker's
+    label (its index in a pool, or host:pid) and the number of trials in the study when
+    it started, so that a study's later pools do not repeat an earlier pool's streams."""
+    digest = hashlib.sha256(f"{seed}:{worker}:{started}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & (2**63 - 1)
+
+
+class ControllerReplay:
+    """Keeps one controller in step with a study's storage."""
+
+    def __init__(
+        self,
+        controller: Controller,
+        storage: BaseStorage,
+        study_id: int,
+        objectives: tuple[str, ...],
+    ) -> None:
+        self.controller = controller
+        self.storage, self.study_id, self.objectives = storage, study_id, objectives
+        self.told: set[int] = set()
+
+    def restore(self) -> None:
+        """Load the stored state (if it is this controller's), then replay."""
+        saved = self.storage.get_study_system_attrs(self.study_id).get(_STATE)
+        if saved and saved["controller"] == self._spec():
+            self.controller.load_state_dict(saved["state"])
+            self.told = set(saved["told"])
+        self.sync()
+
+    def sync(self, trials: list[FrozenTrial] | None = None) -> None:
+        """Tell the controller every finished trial it has not been told, in trial
+        order. ``trials``: all trials, if just read."""
+        if trials is None:
+            trials = self.storage.get_all_trials(self.study_id, deepcopy=False)
+        for t in sorted(trials, key=lambda t: t.number):
+            if t.state not in FINISHED or t.number in self.told or records.superseded(t):
+                continue
+            try:
+                arch = records.architecture(t)
+            except (KeyError, ValueError):
+                continue  # not an autosearch trial, or unreadable: not a result to learn from
+            self.controller.tell(arch, records.outcome(t, self.objectives))
+            self.told.add(t.number)
+
+    def tell(self, number: int, arch: Architecture, outcome: Outcome) -> None:
+        """Tell the controller a result this worker produced, and save its state."""
+        self.controller.tell(arch, outcome)
+        self.told.add(number)
+        self.save()
+
+    def save(self) -> None:
+        state: dict[str, Any] = {
+            "controller": self._spec(),
+            "state": self.controller.state_dict(),
+            "told": sorted(self.told),
+        }
+        self.storage.set_study_system_attr(self.study_id, _STATE, state)
+
+    def reseed(self, stream: int) -> None:
+        """Move the controller to random stream ``stream`` (a parallel worker's own)."""
+        self.controller.reseed(stream)
+        logger.info("controller %s on random stream %d", self.controller.name, stream)
+
+    def _spec(self) -> dict[str, Any]:
+        return Component.of(self.controller).to_json()

@@ -1,0 +1,53 @@
+"""What a study's records say: the Pareto front over every (architecture, variant)
+point, and the most accurate point within a budget. Pure functions over records."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from autosearch.errors import StudyError
+from autosearch.scoring import objective, pareto_mask
+from autosearch.study.records import Record
+
+__all__ = ["best", "front"]
+
+
+def front(points: Sequence[Record], objectives: Sequence[str]) -> list[Record]:
+    """The complete records no other complete record dominates on ``objectives``,
+    ordered by the second objective (then trial)."""
+    done = [r for r in points if r.state == "complete"]
+    if not done:
+        return []
+    values = np.array([[r.metrics[o] for o in objectives] for r in done])
+    mask = pareto_mask(values, [objective(o).direction for o in objectives])
+    key = objectives[1] if len(objectives) > 1 else objectives[0]
+    kept = [r for r, keep in zip(done, mask, strict=True) if keep]
+    return sorted(kept, key=lambda r: (r.metrics[key], r.trial))
+
+
+def best(
+    done: Sequence[Record], *, max_flops: float | None, max_params: float | None, study: str
+) -> Record:
+    """The most accurate (validation) of the complete records ``done`` within the budget;
+    ties go to fewer FLOPs. The error says what is closest when nothing fits."""
+    fits = [
+        r
+        for r in done
+        if (max_flops is None or r.metrics["flops"] <= max_flops)
+        and (max_params is None or r.metrics["params"] <= max_params)
+    ]
+    if fits:
+        return max(fits, key=lambda r: (r.metrics["accuracy"], -r.metrics["flops"]))
+    if not done:
+        raise StudyError(
+            f"study {study!r} has no complete trial yet; run trials first "
+            "(study.optimize(n), or autosearch run FILE --n-trials N)"
+        )
+    smallest = min(done, key=lambda r: r.metrics["flops"])
+    raise StudyError(
+        f"no complete trial of {study!r} fits max_flops={max_flops}, "
+        f"max_params={max_params}; the smallest has {smallest.metrics['flops']:.3g} "
+        f"FLOPs and {smallest.metrics['params']:.3g} params (trial {smallest.trial})"
+    )

@@ -1,0 +1,141 @@
+"""Processes that run a study's trials: a local pool of workers, and torchrun ranks.
+
+``optimize(n, n_workers=K)`` spawns K worker processes, each opening the study from
+its storage and running its share of the trials with a search loop of its own (and
+its controller on a random stream of its own). The parent watches the storage while
+they run and calls the user's trial callbacks as trials finish. Under torchrun, rank 0
+runs the search loop and broadcasts each claimed architecture; the other ranks
+:func:`follow`, training what they are sent.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import uuid
+from collections.abc import Callable
+from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from autosearch.architecture import Architecture
+from autosearch.errors import ConfigError
+from autosearch.runner import run_trial
+from autosearch.runtime import broadcast_object
+from autosearch.study.loop import TrialCallback
+from autosearch.study.records import Record
+from autosearch.study.replay import worker_stream
+
+if TYPE_CHECKING:
+    from autosearch.study.study import Study
+
+__all__ = ["follow", "run_pool", "start_worker"]
+
+logger = logging.getLogger(__name__)
+
+_RUN = "run"  # trial user attribute: the pool run that made the trial
+_POLL_SECONDS = 1.0
+
+
+WorkerMain = Callable[..., list[int]]
+
+
+def run_pool(
+    study: Study,
+    n_trials: int,
+    n_workers: int,
+    *,
+    worker_main: WorkerMain,
+    callbacks: list[TrialCallback],
+    max_failures_in_a_row: int,
+) -> list[Record]:
+    """Run ``n_trials`` in ``n_workers`` spawned processes on the study's storage; call
+    ``callbacks`` here as their trials finish; the trials' records.
+
+    ``worker_main(name=, storage=, data=, n_trials=, worker=, run=,
+    max_failures_in_a_row=)`` is each process's entry point (it opens the study, calls
+    :func:`start_worker` and runs its trials); ``threads`` and ``gpu`` are set here."""
+    if study.storage_url.startswith("sqlite") and ":memory:" in study.storage_url:
+        raise ConfigError("worker processes cannot share an in-memory storage; use a file")
+    shares = [n_trials // n_workers + (i < n_trials % n_workers) for i in range(n_workers)]
+    threads = max(1, (os.cpu_count() or 1) // n_workers)
+    gpus = torch.cuda.device_count()
+    run = uuid.uuid4().hex[:12]
+    context = multiprocessing.get_context("spawn")
+    reported: set[int] = set()
+    with ProcessPoolExecutor(n_workers, mp_context=context) as pool:
+        futures = [
+            pool.submit(
+                _process,
+                worker_main,
+                name=study.name,
+                storage=study.storage_url,
+                n_trials=share,
+                worker=i,
+                run=run,
+                threads=threads,
+                gpu=(i % gpus) if gpus else None,
+                data=study.data_source,
+                max_failures_in_a_row=max_failures_in_a_row,
+            )
+            for i, share in enumerate(shares)
+            if share
+        ]
+        pending: set[Future[list[int]]] = set(futures)
+        while pending:
+            _, pending = wait(pending, timeout=_POLL_SECONDS, return_when=FIRST_EXCEPTION)
+            _report(study, run, callbacks, reported)
+        numbers = sorted(n for f in futures for n in f.result())
+    study.replay.sync()
+    _report(study, run, callbacks, reported)
+    return [study.record(n) for n in numbers]
+
+
+def _report(study: Study, run: str, callbacks: list[TrialCallback], reported: set[int]) -> None:
+    """Call the callbacks for the run's trials that finished since the last look."""
+    if not callbacks:
+        return
+    for trial in study.optuna_trials():
+        if trial.user_attrs.get(_RUN) != run or trial.number in reported:
+            continue
+        if not trial.state.is_finished():
+            continue
+        reported.add(trial.number)
+        for record in study.decode(trial)[:1]:
+            for callback in callbacks:
+                callback(study, record)
+
+
+def start_worker(study: Study, worker: str, *, run: str | None = None) -> None:
+    """Make this process one of several workers of ``study``: its controller on a random
+    stream of its own, and its trials marked with the pool run that made them."""
+    stream = worker_stream(study.seed, worker, len(study.optuna_trials()))
+    study.replay.reseed(stream)
+    study.worker_attrs["controller_stream"] = stream
+    if run is not None:
+        study.worker_attrs[_RUN] = run
+
+
+def _process(
+    worker_main: WorkerMain, *, threads: int, gpu: int | None, **options: Any
+) -> list[int]:
+    """A pool process: its share of the CPU threads and its GPU, then the study's work."""
+    if gpu is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
+    torch.set_num_threads(threads)
+    return worker_main(**options)
+
+
+def follow(study: Study) -> list[Record]:
+    """A non-zero rank under torchrun: train what rank 0 broadcasts, until told to stop.
+    Rank 0 records every result (and every failure); its decisions after each epoch
+    (stop early, interrupted) reach this rank inside the runner."""
+    while (message := broadcast_object(None)) is not None:
+        arch = Architecture.from_json(message["arch"])
+        try:
+            run_trial(study.plan(arch, number=message["number"]), study.training_data)
+        except Exception:  # rank 0 saw the same failure and stores it
+            logger.debug("trial failed on this rank too", exc_info=True)
+    return []

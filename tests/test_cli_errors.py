@@ -1,0 +1,230 @@
+"""Every option of every command given a bad value: one line on stderr that names the
+problem, exit status 2, no traceback, and nothing stored changed."""
+
+from __future__ import annotations
+
+import hashlib
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from autosearch.cli import main
+
+STUDY = textwrap.dedent(
+    """
+    from autosearch import StudySpec, TrainConfig
+    from controllers import RandomSearch
+    from search_spaces import ResNetSpace
+
+    study = StudySpec(
+        name="errs",
+        controller=RandomSearch(
+            ResNetSpace(max_stages=2, depths=(1,), widths=(4, 8), stem_widths=(4,)), seed=0
+        ),
+        train=TrainConfig(epochs=1, batch_size=128, lr=0.1),
+        n_trials=1,
+    )
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    """A study file with one trial run, and an export of it."""
+    root = tmp_path_factory.mktemp("cli-errors")
+    (root / "s.py").write_text(STUDY)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(root)
+        assert main(["run", "s.py", "--out", str(root / "out")]) == 0
+    return root
+
+
+F = "{root}/s.py"
+DB = "sqlite:///{root}/runs/errs/study.db"
+EXPORT = "{root}/out/best"
+
+CASES = {
+    # run
+    "run: missing study file": (["run", "{root}/nope.py"], "does not exist"),
+    "run: negative trial budget": (
+        ["run", F, "--n-trials", "-5"],
+        "--n-trials: expected an integer >= 0",
+    ),
+    "run: trial budget not a number": (["run", F, "--n-trials", "many"], "expected an integer"),
+    "run: bad storage URL": (["run", F, "--storage", "mongodb://x/y"], "unknown storage scheme"),
+    "run: no processes": (
+        ["run", F, "--nproc-per-node", "0"],
+        "--nproc-per-node: expected an integer >= 1",
+    ),
+    "run: unwritable output": (
+        ["run", F, "--out", "/proc/autosearch/out"],
+        "cannot write the report",
+    ),
+    # search
+    "search: unknown space": (["search", "x", "--space", "resnett"], "Did you mean 'resnet'"),
+    "search: unknown controller": (
+        ["search", "x", "--space", "resnet", "--controller", "evo"],
+        "unknown controller 'evo'",
+    ),
+    "search: negative trials": (
+        ["search", "x", "--space", "resnet", "--n-trials", "-1"],
+        "--n-trials: expected an integer >= 0",
+    ),
+    "search: unknown data": (
+        ["search", "x", "--space", "resnet", "--data", "digitz"],
+        "Did you mean 'digits'",
+    ),
+    "search: zero epochs": (
+        ["search", "x", "--space", "resnet", "--epochs", "0"],
+        "TrainConfig epochs=0",
+    ),
+    "search: missing table": (
+        ["search", "x", "--space", "nb201", "--table", "{root}/none.csv"],
+        "does not exist",
+    ),
+    "search: unknown objective": (
+        ["search", "x", "--space", "resnet", "--objectives", "accuracy,flop"],
+        "Did you mean 'flops'",
+    ),
+    "search: unknown variant": (
+        ["search", "x", "--space", "resnet", "--variants", "base,int4"],
+        "unknown variant 'int4'",
+    ),
+    "search: unknown reward": (
+        ["search", "x", "--space", "resnet", "--reward", "mnaz"],
+        "unknown reward 'mnaz'",
+    ),
+    "search: malformed reward": (
+        ["search", "x", "--space", "resnet", "--reward", "mnas@flops=lots"],
+        "must be numbers",
+    ),
+    "search: negative FLOPs budget": (
+        ["search", "x", "--space", "resnet", "--max-flops", "-1"],
+        "--max-flops: expected a number > 0",
+    ),
+    "search: zero params budget": (
+        ["search", "x", "--space", "resnet", "--max-params", "0"],
+        "--max-params: expected a number > 0",
+    ),
+    "search: negative seed": (
+        ["search", "x", "--space", "resnet", "--seed", "-3"],
+        "--seed: expected an integer >= 0",
+    ),
+    "search: unwritable output": (
+        ["search", "x", "--space", "resnet", "--out", "/proc/x"],
+        "cannot write the report and export to",
+    ),
+    "search: bad table columns": (
+        ["search", "x", "--space", "nb201", "--table", "t.csv", "--table-columns", "acc=v"],
+        "--table-columns: expected NAME=COLUMN pairs",
+    ),
+    "search: bad storage": (
+        ["search", "x", "--space", "resnet", "--storage", "runs/x.db"],
+        "has no scheme",
+    ),
+    # reading commands
+    "status: no study named": (
+        ["status", "--study", "nope", "--storage", DB],
+        "no study named 'nope'",
+    ),
+    "status: neither file nor name": (["status"], "name the study"),
+    "report: unwritable path": (
+        ["report", F, "--out", "/proc/autosearch/r.html"],
+        "cannot write the report",
+    ),
+    "export: no such trial": (["export", F, "--trial", "7"], "no trial number 7"),
+    "export: negative trial": (["export", F, "--trial", "-1"], "--trial: expected an integer >= 0"),
+    "export: budget nothing fits": (["export", F, "--best", "--max-flops", "1"], "smallest has"),
+    "export: unmeasured variant": (["export", F, "--variant", "int8"], "no complete 'int8' record"),
+    "export: unknown variant": (
+        ["export", F, "--trial", "0", "--variant", "int4"],
+        "no trial number 0 with variant 'int4'",
+    ),
+    "export: unwritable folder": (
+        ["export", F, "--out", "/proc/autosearch/x"],
+        "cannot create export folder",
+    ),
+    "rerun: no such trial": (["rerun", F, "--trial", "9"], "no trial number 9"),
+    # worker
+    "worker: no study named": (
+        ["worker", "--study", "nope", "--storage", DB],
+        "no study named 'nope'",
+    ),
+    "worker: bad storage": (["worker", "--study", "errs", "--storage", "errs.db"], "has no scheme"),
+    "worker: negative trials": (
+        ["worker", "--study", "errs", "--storage", DB, "--n-trials", "-2"],
+        "--n-trials: expected an integer >= 0",
+    ),
+    "worker: no failures allowed": (
+        ["worker", "--study", "errs", "--storage", DB, "--max-failures", "0"],
+        "--max-failures: expected an integer >= 1",
+    ),
+    # train
+    "train: not an export": (["train", "{root}"], "has no model.py"),
+    "train: unknown data": (["train", EXPORT, "--data", "digitz"], "Did you mean 'digits'"),
+    "train: zero epochs": (["train", EXPORT, "--epochs", "0"], "TrainConfig epochs=0"),
+    "train: zero batch": (["train", EXPORT, "--batch-size", "0"], "TrainConfig batch_size=0"),
+    "train: negative lr": (["train", EXPORT, "--lr", "-1"], "TrainConfig lr=-1.0"),
+    "train: infinite lr": (["train", EXPORT, "--lr", "inf"], "TrainConfig lr=inf"),
+    "train: unknown precision": (
+        ["train", EXPORT, "--precision", "fp8"],
+        "TrainConfig precision='fp8'",
+    ),
+    "train: negative padding": (
+        ["train", EXPORT, "--crop-padding", "-2"],
+        "TrainConfig crop_padding=-2",
+    ),
+    "train: negative seed": (["train", EXPORT, "--seed", "-1"], "--seed: expected an integer >= 0"),
+    "train: no processes": (
+        ["train", EXPORT, "--nproc-per-node", "0"],
+        "--nproc-per-node: expected an integer >= 1",
+    ),
+    # the command itself
+    "unknown command": (["serch"], "invalid choice: 'serch'"),
+}
+
+
+def _fingerprint(root: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and "full" not in p.parts
+    }
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_bad_value_is_one_line_and_exit_2(case, made, capsys, monkeypatch):
+    monkeypatch.chdir(made)
+    argv, expected = CASES[case]
+    before = _fingerprint(made)
+    try:
+        code = main([a.format(root=made) for a in argv])
+    except SystemExit as exc:  # argparse's own usage errors
+        code = exc.code
+    out, err = capsys.readouterr()
+    assert code == 2, f"{case}: exit {code}\n{out}\n{err}"
+    assert "Traceback" not in err + out
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, f"{case}: {err!r}"
+    assert expected in lines[0], f"{case}: {lines[0]!r}"
+    assert _fingerprint(made) == before  # nothing stored changed
+
+
+def test_every_option_has_a_bad_value_case():
+    from autosearch.cli.parser import build_parser
+
+    parser = build_parser()
+    commands = parser._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    tried = {(argv[0], a) for argv, _ in CASES.values() for a in argv if a.startswith("--")}
+    missing = [
+        f"{name} {option}"
+        for name, sub in commands.items()
+        for action in sub._actions
+        for option in action.option_strings
+        if option.startswith("--")
+        and option
+        not in ("--help", "--json", "--best", "--flip", "--no-flip", "--study", "--storage")
+        and (name, option) not in tried
+    ]
+    assert not missing, f"options without a bad-value case: {missing}"

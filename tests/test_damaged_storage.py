@@ -1,0 +1,155 @@
+"""Stored studies that are damaged or missing: one line that names the file or the
+trial, exit status 2, and commands that read a study never create or change anything."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import sqlite3
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from autosearch.cli import main
+
+STUDY = textwrap.dedent(
+    """
+    from autosearch import StudySpec, TrainConfig
+    from controllers import RandomSearch
+    from search_spaces import ResNetSpace
+
+    study = StudySpec(
+        name="d",
+        controller=RandomSearch(
+            ResNetSpace(max_stages=2, depths=(1,), widths=(4, 8), stem_widths=(4,)), seed=0
+        ),
+        train=TrainConfig(epochs=1, batch_size=128, lr=0.1),
+        n_trials=3,
+        storage=STORAGE,
+    )
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Two stored copies of one 3-trial study: SQLite and a journal file."""
+    root = tmp_path_factory.mktemp("damaged")
+    for kind, url in (("sqlite", f"sqlite:///{root}/d.db"), ("journal", f"journal:{root}/d.log")):
+        (root / f"{kind}.py").write_text(STUDY.replace("STORAGE", repr(url)))
+        with pytest.MonkeyPatch.context() as patch:
+            patch.chdir(root)
+            assert main(["run", f"{kind}.py", "--out", str(root / f"out-{kind}")]) == 0
+    return root
+
+
+def _one_line_error(capsys, code: int) -> str:
+    out, err = capsys.readouterr()
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err + out, err
+    return lines[0]
+
+
+def _copy(source: Path, target: Path) -> None:
+    """A consistent copy of a SQLite study (its latest commits may still be in the WAL),
+    with its artifacts folder beside it."""
+    with sqlite3.connect(source) as src, sqlite3.connect(target) as dst:
+        src.backup(dst)
+    if not (target.parent / "artifacts").exists():
+        shutil.copytree(source.parent / "artifacts", target.parent / "artifacts")
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_malformed_trial_is_named_and_left_out(runs, tmp_path, capsys):
+    db = tmp_path / "d.db"
+    _copy(runs / "d.db", db)
+    with sqlite3.connect(db) as edit:  # trial 1's architecture edited into bad JSON
+        edit.execute(
+            "UPDATE trial_user_attributes SET value_json = ? WHERE key = 'arch' AND trial_id = "
+            "(SELECT trial_id FROM trials WHERE number = 1)",
+            ('"{not json"',),
+        )
+    url = f"sqlite:///{db}"
+    assert main(["status", "--study", "d", "--storage", url]) == 0
+    out = capsys.readouterr().out
+    assert "2 complete" in out and "left out, unreadable: trial 1" in out
+    report = tmp_path / "r.html"
+    assert main(["report", "--study", "d", "--storage", url, "--out", str(report)]) == 0
+    assert "left out (unreadable)" in report.read_text() and "trial 1" in report.read_text()
+    assert main(["export", "--study", "d", "--storage", url, "--out", str(tmp_path / "e")]) == 0
+
+
+@pytest.mark.parametrize("command", ["status", "report", "export"])
+def test_random_bytes_inside_a_sqlite_file_are_one_line(command, runs, tmp_path, capsys):
+    db = tmp_path / "d.db"
+    _copy(runs / "d.db", db)
+    with db.open("r+b") as raw:  # a page in the middle overwritten; the header stays
+        raw.seek(db.stat().st_size // 2)
+        raw.write(bytes(range(256)) * 16)
+    before = _sha(db)
+    line = _one_line_error(capsys, main([command, "--study", "d", "--storage", f"sqlite:///{db}"]))
+    assert str(db) in line and "damaged" in line
+    assert _sha(db) == before
+
+
+def test_garbage_inside_a_journal_is_one_line(runs, tmp_path, capsys):
+    log = tmp_path / "d.log"
+    lines = (runs / "d.log").read_text().splitlines(keepends=True)
+    log.write_text("".join(lines[:5]) + "garbage {{{\n" + "".join(lines[5:]))
+    line = _one_line_error(capsys, main(["status", "--study", "d", "--storage", f"journal:{log}"]))
+    assert str(log) in line and "damaged" in line
+
+
+@pytest.mark.parametrize("command", ["status", "report", "export", "rerun"])
+def test_reading_a_missing_or_empty_storage_creates_and_writes_nothing(command, tmp_path, capsys):
+    extra = ["--trial", "0"] if command == "rerun" else []
+    missing = tmp_path / "nowhere" / "x.db"
+    code = main([command, "--study", "x", "--storage", f"sqlite:///{missing}", *extra])
+    assert "does not exist" in _one_line_error(capsys, code)
+    assert not missing.parent.exists()
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    code = main([command, "--study", "x", "--storage", f"sqlite:///{empty}", *extra])
+    assert "is empty (0 bytes)" in _one_line_error(capsys, code)
+    assert empty.stat().st_size == 0
+
+
+def test_reading_commands_leave_the_storage_byte_for_byte(runs, tmp_path, capsys):
+    db = tmp_path / "d.db"
+    _copy(runs / "d.db", db)
+    before = _sha(db)
+    url = f"sqlite:///{db}"
+    assert main(["status", "--study", "d", "--storage", url]) == 0
+    assert (
+        main(["report", "--study", "d", "--storage", url, "--out", str(tmp_path / "r.html")]) == 0
+    )
+    assert main(["export", "--study", "d", "--storage", url, "--out", str(tmp_path / "e")]) == 0
+    assert _sha(db) == before
+
+
+def test_run_with_no_trials_to_run_creates_no_study(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    study = tmp_path / "s.py"
+    study.write_text(STUDY.replace("STORAGE", repr(f"sqlite:///{tmp_path}/s.db")))
+    line = _one_line_error(capsys, main(["run", str(study), "--n-trials", "0"]))
+    assert "does not exist" in line and not (tmp_path / "s.db").exists()
+
+
+def test_a_study_file_that_exits_is_an_error_not_a_silent_success(tmp_path, capsys):
+    study = tmp_path / "exits.py"
+    study.write_text("raise SystemExit(0)\n")
+    line = _one_line_error(capsys, main(["status", str(study)]))
+    assert "exited while it was read" in line
+
+
+def test_an_export_whose_model_file_raises_is_one_line(runs, tmp_path, capsys):
+    export = tmp_path / "broken"
+    shutil.copytree(runs / "out-sqlite" / "best", export)
+    source = (export / "model.py").read_text()
+    (export / "model.py").write_text(source + "\nraise RuntimeError('edited by hand')\n")
+    line = _one_line_error(capsys, main(["train", str(export), "--epochs", "1"]))
+    assert "model.py failed to load: RuntimeError: edited by hand" in line

@@ -1,0 +1,237 @@
+"""Nothing lost, nothing run twice: a stalled worker that wakes up after its trial was
+taken over, I/O faults (a read-only or full disk under the artifacts), and a worker
+killed between training and COMPLETE. Every wait is on a state of the storage or of a
+file, bounded only against a broken test hanging CI."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from optuna.trial import TrialState
+
+import autosearch
+from autosearch import Compression, PlatformError, TrainConfig
+from autosearch._heartbeat import last_beat
+from autosearch.study.records import result_facts
+from controllers import RandomSearch
+
+SLOW_TRAIN = TrainConfig(epochs=4, batch_size=16, lr=0.05)
+
+
+def _wait_for(predicate, what: str, bound: float = 1800.0) -> None:
+    deadline = time.monotonic() + bound
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"never saw: {what}")
+        time.sleep(0.05)
+
+
+def _trials(study: autosearch.Study):
+    return study.optuna_study.get_trials(deepcopy=False)
+
+
+def _epochs(study: autosearch.Study, number: int) -> int:
+    trials = _trials(study)
+    return len(trials[number].intermediate_values) if len(trials) > number else 0
+
+
+def _worker(url: str, name: str, n: int, env: dict[str, str]) -> subprocess.Popen:
+    cli = Path(sys.executable).with_name("autosearch")
+    return subprocess.Popen(
+        [str(cli), "-v", "worker", "--study", name, "--storage", url, "--n-trials", str(n)],
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def _stop_outside_a_write(worker: subprocess.Popen, db: Path) -> None:
+    """SIGSTOP the worker at a moment it holds no SQLite write lock (a worker stopped
+    inside a write would block every other writer, which no stall detector can help)."""
+    while True:
+        worker.send_signal(signal.SIGSTOP)
+        probe = sqlite3.connect(db, timeout=0.2)
+        try:
+            probe.execute("BEGIN IMMEDIATE")
+            probe.rollback()
+            return
+        except sqlite3.OperationalError:  # locked: let it finish that write first
+            worker.send_signal(signal.SIGCONT)
+            time.sleep(0.02)
+        finally:
+            probe.close()
+
+
+@pytest.mark.slow
+def test_a_stalled_worker_that_wakes_up_drops_its_taken_over_trial(
+    tmp_path, tiny_space, monkeypatch
+):
+    beats = {"AUTOSEARCH_HEARTBEAT_INTERVAL": "0.3", "AUTOSEARCH_HEARTBEAT_GRACE": "2"}
+    for key, value in beats.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.chdir(tmp_path)
+    db = tmp_path / "stall.db"
+    url = f"sqlite:///{db}"
+    study = autosearch.create_study(
+        "stall",
+        controller=RandomSearch(tiny_space, seed=0),
+        storage=url,
+        train=SLOW_TRAIN,
+        artifacts=str(tmp_path / "artifacts"),
+    )
+    worker = _worker(url, "stall", 2, beats)
+    try:
+        _wait_for(lambda: _epochs(study, 0) >= 1, "trial 0 one epoch in")
+        _stop_outside_a_write(worker, db)
+        _wait_for(
+            lambda: time.time() - last_beat(_trials(study)[0]) > study.heartbeat_grace,
+            "the stopped worker's trial silent past the grace period",
+        )
+        again = autosearch.load_study("stall", storage=url)
+        (taken,) = again.optimize(1)  # reaps trial 0 and resumes its architecture
+        worker.send_signal(signal.SIGCONT)
+        out, _ = worker.communicate(timeout=1800)
+    finally:
+        worker.kill()
+    assert worker.returncode == 0, out[-3000:]
+    assert "trial 0 was taken over by another worker" in out and "Traceback" not in out
+    assert "worker finished 2 trials" in out  # it went on with other trials
+    stalled = _trials(again)[0]
+    assert stalled.state == TrialState.FAIL and "no heartbeat" in stalled.user_attrs["superseded"]
+    assert taken.arch.arch_id == stalled.user_attrs["arch_id"] and taken.state == "complete"
+    records = autosearch.load_study("stall", storage=url).records()
+    assert len(records) == 3 and all(r.state == "complete" for r in records)
+    assert len({r.arch.arch_id for r in records}) == 3  # nothing trained twice to the end
+    assert not list((tmp_path / "artifacts" / "checkpoints").rglob("*.pt"))  # none left
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """A small memory file system of its own (to make read-only or fill), unmounted
+    afterwards."""
+    mount = tmp_path / "mnt"
+    mount.mkdir()
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True
+    )
+    if made.returncode != 0:
+        pytest.skip(f"mounting a tmpfs needs root (CI runs as root): {made.stderr!r}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def _remount(mount: Path, mode: str) -> None:
+    subprocess.run(["mount", "-o", f"remount,{mode}", str(mount)], check=True)
+
+
+def _io_study(tmp_path: Path, artifacts: Path, tiny_space) -> autosearch.Study:
+    return autosearch.create_study(
+        "io",
+        controller=RandomSearch(tiny_space, seed=0),
+        storage=f"sqlite:///{tmp_path}/io.db",
+        artifacts=str(artifacts),
+        train=TrainConfig(epochs=3, batch_size=128, lr=0.1),
+    )
+
+
+def _assert_nothing_failed_or_told(study: autosearch.Study, told: set[int]) -> None:
+    assert not [r for r in study.records() if r.state == "failed"]
+    saved = study.storage.get_study_system_attrs(study._study_id).get("autosearch:controller")
+    assert set(saved["told"] if saved else []) == told  # the cut trial was not told
+
+
+def test_a_disk_turned_read_only_mid_run_stops_the_worker_and_loses_nothing(
+    tmp_path, tmpfs, tiny_space
+):
+    study = _io_study(tmp_path, tmpfs, tiny_space)
+    study.optimize(1)
+
+    def read_only_after_one_epoch(trial: int, epoch) -> None:
+        if trial == 1 and epoch.epoch == 1:
+            _remount(tmpfs, "ro")
+
+    with pytest.raises(PlatformError, match=r"cannot write checkpoint .*mnt/.*Read-only file"):
+        study.optimize(2, epoch_callbacks=[read_only_after_one_epoch])
+    cut = _trials(study)[1]
+    assert "platform failure" in cut.user_attrs["superseded"] and cut.user_attrs["resume"]
+    _assert_nothing_failed_or_told(study, {0})
+    _remount(tmpfs, "rw")
+    (resumed,) = study.optimize(1)
+    assert resumed.arch.arch_id == cut.user_attrs["arch_id"] and resumed.state == "complete"
+    assert result_facts(_trials(study)[resumed.trial])["resumed_from_epoch"] == 1
+    assert [r.state for r in study.records()] == ["complete", "complete"]
+
+
+def test_a_full_disk_stops_the_worker_and_the_trial_resumes_once_there_is_room(
+    tmp_path, tmpfs, tiny_space
+):
+    study = _io_study(tmp_path, tmpfs, tiny_space)
+    filler = tmpfs / "filler"
+    with filler.open("wb") as out:  # fill the disk but for a few kB
+        out.write(b"\0" * (2 * 1024 * 1024 - 8 * 1024))
+    with pytest.raises(PlatformError, match=r"mnt/.*No space left on device"):
+        study.optimize(1)
+    assert _trials(study)[0].user_attrs["resume"] is True
+    _assert_nothing_failed_or_told(study, set())
+    filler.unlink()
+    (done,) = study.optimize(1)
+    assert done.state == "complete" and done.arch.arch_id == _trials(study)[0].user_attrs["arch_id"]
+
+
+@pytest.mark.slow
+def test_a_kill_after_training_keeps_the_training_and_the_variants_derived(
+    tmp_path, tiny_space, monkeypatch
+):
+    import autosearch.runner
+
+    beats = {"AUTOSEARCH_HEARTBEAT_INTERVAL": "0.2", "AUTOSEARCH_HEARTBEAT_GRACE": "1.5"}
+    for key, value in beats.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.chdir(tmp_path)
+    url = f"sqlite:///{tmp_path}/k.db"
+    study = autosearch.create_study(
+        "k",
+        controller=RandomSearch(tiny_space, seed=0),
+        storage=url,
+        train=TrainConfig(epochs=2, batch_size=64, lr=0.1),
+        variants=("base", "prune-l1@0.5", "int8"),
+        compression=Compression(finetune_epochs=1),
+        artifacts=str(tmp_path / "artifacts"),
+    )
+    worker = _worker(url, "k", 1, beats)
+    derived = tmp_path / "artifacts" / "checkpoints"
+    try:  # kill it once one variant is derived: training is over, int8 is under way
+        _wait_for(lambda: any(derived.rglob("prune-l1@0.5.json")), "the first variant derived")
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(timeout=1800)
+    finally:
+        worker.kill()
+    assert _trials(study)[0].state == TrialState.RUNNING  # killed before COMPLETE
+    _wait_for(
+        lambda: time.time() - last_beat(_trials(study)[0]) > study.heartbeat_grace,
+        "the killed worker's trial silent past the grace period",
+    )
+    again_derived: list[str] = []
+    real = autosearch.runner.derive
+
+    def counting(spec, *args, **kwargs):
+        again_derived.append(str(spec))
+        return real(spec, *args, **kwargs)
+
+    monkeypatch.setattr(autosearch.runner, "derive", counting)
+    again = autosearch.load_study("k", storage=url)
+    (done,) = again.optimize(1)
+    facts = result_facts(_trials(again)[done.trial])
+    assert facts["resumed_from_epoch"] == 2  # no epoch trained again
+    assert again_derived == ["int8"]  # prune-l1@0.5 was not derived again
+    assert {r.variant for r in again.records()} == {"base", "prune-l1@0.5", "int8"}

@@ -1,0 +1,91 @@
+"""How a trial is written and read back: one write of its results, the same keys for
+base and variant records, and studies stored in the earlier layout still readable."""
+
+from __future__ import annotations
+
+from optuna.distributions import CategoricalDistribution
+from optuna.trial import TrialState, create_trial
+
+import autosearch
+from autosearch import Compression
+from autosearch.study import records
+from controllers import RandomSearch
+
+
+def test_a_trials_results_are_one_write_and_alike_for_every_variant(
+    tiny_space, tiny_train, tmp_path, monkeypatch
+):
+    study = autosearch.create_study(
+        "one",
+        controller=RandomSearch(tiny_space, seed=0),
+        variants=("base", "prune-channels@0.5"),
+        compression=Compression(finetune_epochs=1),
+        train=tiny_train,
+        storage=f"sqlite:///{tmp_path}/one.db",
+    )
+    written: list[str] = []
+    real = study.storage.set_trial_user_attr
+
+    def spy(trial_id, key, value):
+        written.append(key)
+        return real(trial_id, key, value)
+
+    monkeypatch.setattr(study.storage, "set_trial_user_attr", spy)
+    (record,) = study.optimize(1)
+    assert written == ["result", "values_from"]  # all measured in one write; then a label
+    attrs = study.optuna_study.trials[0].user_attrs
+    assert "accuracy" not in attrs and attrs["result"]["best"] in ("base", "prune-channels@0.5")
+    assert attrs["values_from"] == attrs["result"]["best"]  # what Optuna's tools show
+    assert study.optuna_study.metric_names == ["accuracy", "flops"]
+    base, variant = study.records()
+    assert variant.variant == "prune-channels@0.5" and variant.trial == base.trial
+    shared = {"accuracy", "test_accuracy", "flops", "macs", "sparse_macs", "params", "bops"}
+    shared |= {"bytes", "latency", "latency_batched", "reward"}
+    assert shared <= set(base.metrics) and shared <= set(variant.metrics)
+    assert record == base
+
+
+def test_the_earlier_layout_is_read_the_same_way():
+    arch = autosearch.Architecture(space="x", genes={"g": 1})
+    legacy = create_trial(
+        state=TrialState.COMPLETE,
+        values=[0.9, 2e6],
+        params={"g": 1},
+        distributions={"g": CategoricalDistribution((1, 2))},
+        user_attrs={
+            "arch": arch.to_json(),
+            "arch_id": arch.arch_id,
+            "description": "x g1",
+            "accuracy": 0.9,
+            "flops": 2e6,
+            "reward": 0.95,
+            "variants": {
+                "int8": {"accuracy": 0.89, "flops": 2e6, "reward": 0.97},
+                "prune-l1@0.5": {"fail_reason": "RuntimeError: no kernel"},
+            },
+            "best_variant": "int8",
+        },
+    )
+    base, int8, pruned = records.decode(legacy)
+    assert (base.variant, base.metrics) == ("base", {"accuracy": 0.9, "flops": 2e6, "reward": 0.95})
+    assert int8.metrics["reward"] == 0.97 and int8.state == "complete"
+    assert pruned.state == "failed" and pruned.reason == "RuntimeError: no kernel"
+    told = records.outcome(legacy, ("accuracy", "flops"))
+    assert told.reward == 0.97 and told.objectives == {"accuracy": 0.89, "flops": 2e6}
+
+
+def test_an_unreadable_trial_is_named_and_left_out(make_study, caplog):
+    study = make_study()
+    study.optimize(2)
+    trial = study.optuna_study.trials[0]
+    # A stored trial edited by hand; a finished trial cannot be changed through Optuna.
+    broken = create_trial(
+        state=TrialState.COMPLETE,
+        values=trial.values,
+        params=trial.params,
+        distributions=trial.distributions,
+        user_attrs={**trial.user_attrs, "arch": "{not json"},
+    )
+    study.storage.create_new_trial(study._study_id, template_trial=broken)
+    assert [r.trial for r in study.records(variants=False)] == [0, 1]
+    assert "trial 2" in caplog.text
