@@ -11,9 +11,17 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from autosearch.errors import AutosearchError
+from autosearch.errors import AutosearchError, ConfigError
 
-__all__ = ["Runtime", "autocast", "broadcast_object", "init_distributed", "resolve", "world"]
+__all__ = [
+    "Runtime",
+    "autocast",
+    "backend_for",
+    "broadcast_object",
+    "init_distributed",
+    "resolve",
+    "world",
+]
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 
@@ -78,13 +86,31 @@ def world() -> tuple[int, int]:
     return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
 
 
-def init_distributed() -> bool:
-    """Join torchrun's process group (nccl on GPU, gloo on CPU); False when not under
-    torchrun. Safe to call twice."""
+def backend_for(device: torch.device, local_ranks: int, gpus: int) -> str:
+    """The process-group backend for ranks training on ``device``: nccl for CUDA, gloo
+    otherwise (a CPU run on a machine with GPUs included). ``local_ranks`` processes on
+    this machine need as many of its ``gpus``: two ranks never share one GPU."""
+    if device.type != "cuda":
+        return "gloo"
+    if local_ranks > gpus:
+        raise ConfigError(
+            f"{local_ranks} processes per machine train on CUDA, but this machine has "
+            f"{gpus} GPU(s): use --nproc-per-node {gpus} or fewer (one process per GPU), "
+            "or device='cpu' to train on the CPU"
+        )
+    return "nccl"
+
+
+def init_distributed(device: str = "auto") -> bool:
+    """Join torchrun's process group, with the backend of the run's ``device`` (nccl for
+    CUDA, gloo for the CPU even where CUDA exists); False when not under torchrun. Safe
+    to call twice."""
     if int(os.environ.get("WORLD_SIZE", 1)) <= 1 or not dist.is_available():
         return False
     if not dist.is_initialized():
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"]))
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        backend = backend_for(_device(device), local_ranks, gpus)
         dist.init_process_group(backend=backend)
         if backend == "gloo":
             # One thread per process: on a shared CPU, ranks must not oversubscribe cores.

@@ -256,6 +256,12 @@ class SearchSpace(abc.ABC):
 
     # Derived ---------------------------------------------------------------------------
     @classmethod
+    def unavailable(cls) -> str | None:
+        """Why this space cannot be used here (an optional extra not installed, with the
+        command that installs it), or None. Contract tests skip such a space."""
+        return None
+
+    @classmethod
     def example(cls) -> SearchSpace:
         """A small instance (at most 2 M parameters) for contract tests and docs."""
         return cls(max_params=2_000_000)

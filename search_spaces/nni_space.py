@@ -125,6 +125,10 @@ class NNISpace(SearchSpace):
         return hash((self.factory, json.dumps(self.kwargs, sort_keys=True), self.budget_input))
 
     @classmethod
+    def unavailable(cls) -> str | None:
+        return None if nni_available() else _INSTALL
+
+    @classmethod
     def example(cls) -> NNISpace:
         return cls(factory="search_spaces.nni_examples:SmallCNN")
 

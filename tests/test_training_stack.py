@@ -153,7 +153,7 @@ _DDP_RUN = textwrap.dedent(
     from autosearch.runtime import init_distributed, resolve
     from autosearch.train import train
 
-    init_distributed()
+    init_distributed("cpu")  # gloo, even on a machine with GPUs
     runtime = resolve(device="cpu", precision="fp32")
     model = _net()
     config = TrainConfig(epochs={epochs}, batch_size=64, lr=0.05, crop_padding=1, device="cpu")

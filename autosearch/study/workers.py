@@ -10,12 +10,16 @@ runs the search loop and broadcasts each claimed architecture; the other ranks
 
 from __future__ import annotations
 
+import ast
 import logging
 import multiprocessing
 import os
+import sys
 import uuid
 from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
+from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -31,7 +35,7 @@ from autosearch.study.replay import worker_stream
 if TYPE_CHECKING:
     from autosearch.study.study import Study
 
-__all__ = ["follow", "run_pool", "start_worker"]
+__all__ = ["check_main_guard", "follow", "run_pool", "start_worker"]
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +63,7 @@ def run_pool(
     :func:`start_worker` and runs its trials); ``threads`` and ``gpu`` are set here."""
     if study.storage_url.startswith("sqlite") and ":memory:" in study.storage_url:
         raise ConfigError("worker processes cannot share an in-memory storage; use a file")
+    check_main_guard()
     shares = [n_trials // n_workers + (i < n_trials % n_workers) for i in range(n_workers)]
     threads = max(1, (os.cpu_count() or 1) // n_workers)
     gpus = torch.cuda.device_count()
@@ -91,6 +96,49 @@ def run_pool(
     study.replay.sync()
     _report(study, run, callbacks, reported)
     return [study.record(n) for n in numbers]
+
+
+def check_main_guard() -> None:
+    """Refuse to spawn workers from the unguarded top level of a script.
+
+    Each spawned process runs the main script again (as ``__mp_main__``) to find what
+    the parent defined there; without ``if __name__ == "__main__":`` it would create the
+    study and start workers again. Found here, before any process starts, from the
+    line of the script that led to this call."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    frame: FrameType | None = sys._getframe()
+    while frame is not None and not (
+        frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") == "__main__"
+    ):
+        frame = frame.f_back
+    if frame is None or path is None or not Path(path).is_file():
+        return  # no script (a notebook, python -c): nothing is run again
+    try:
+        tree = ast.parse(Path(path).read_text(), filename=path)
+    except (SyntaxError, UnicodeDecodeError, OSError):
+        return
+    line = frame.f_lineno
+    for statement in tree.body:
+        if statement.lineno <= line <= (statement.end_lineno or statement.lineno):
+            if not _is_main_guard(statement):
+                raise ConfigError(
+                    f"{Path(path).name} line {line} starts worker processes from the top level "
+                    "of the script; each worker runs the script again and would start the "
+                    'study again: put the study\'s code under `if __name__ == "__main__":`'
+                )
+            return
+
+
+def _is_main_guard(statement: ast.stmt) -> bool:
+    """``if __name__ == "__main__":`` (either way round)."""
+    if not isinstance(statement, ast.If) or not isinstance(statement.test, ast.Compare):
+        return False
+    test = statement.test
+    sides = [test.left, *test.comparators]
+    names = {s.id for s in sides if isinstance(s, ast.Name)}
+    texts = {s.value for s in sides if isinstance(s, ast.Constant)}
+    return isinstance(test.ops[0], ast.Eq) and names == {"__name__"} and texts == {"__main__"}
 
 
 def _report(study: Study, run: str, callbacks: list[TrialCallback], reported: set[int]) -> None:
