@@ -28,7 +28,17 @@ URL_FORMS = "sqlite:///path/study.db, journal:path/study.log or postgresql://use
 
 
 def _writable_file(path: Path, url: str) -> None:
-    """Create the file's folder; refuse a folder we cannot write to, with the fix."""
+    """Create the file's folder; refuse a folder we cannot write to, with the fix.
+
+    A relative path is made under the working folder as deep as it goes (the default
+    ``runs/NAME/study.db``); an absolute path may add only the file's own folder, so that
+    a typo in a long path (``/data/studeis/x/study.db``) is refused, not silently made."""
+    missing = path.parent.parent
+    if path.is_absolute() and not missing.is_dir():
+        raise StorageError(
+            f"storage {url!r}: folder {missing} does not exist; check the path, or create "
+            "it first (only the storage file's own folder is created)"
+        )
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -210,10 +210,8 @@ def write_export(
     state = {k: v.detach().cpu().contiguous() for k, v in network.state_dict().items()}
     save_file(state, str(out / "model.safetensors"), metadata={"arch_id": arch.arch_id})
     samples = samples.cpu()
-    for name, net in (
-        (programs["program"], network),
-        (programs["int8_program"], derived.reference if derived else None),
-    ):
+    reference = derived.reference if derived else None
+    for name, net in ((programs["program"], network), (programs["int8_program"], reference)):
         if name and net is not None:
             torch.export.save(_program(net, samples[:2]), str(out / name))
     card["onnx"] = {
@@ -397,7 +395,8 @@ logits = session.run(None, {{"images": model.preprocess(images).numpy()}})[0]
 largest absolute difference from torch's logits was {diff:.3g}
 (tolerance {tolerance}).
 
-Train it again from scratch, in full: `autosearch train {{this folder}} --data ... --epochs ...`
+Train it again from scratch, in full: `autosearch train <this folder> --epochs 200`
+(the data and training recipe of its trial, recorded in arch.json; any option overrides).
 
 ## Measured
 

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import plotly.graph_objects as go
+from plotly.colors import sample_colorscale
 
 from autosearch.compress import parse_variant
 from autosearch.errors import ConfigError
@@ -167,11 +168,16 @@ def _pareto_3d(studies: list[Study], x: str, y: str, z: str) -> go.Figure:
             )
     fig.update_layout(
         title=f"{y} against {x} and {z}",
+        # Few ticks per axis and a camera off the diagonal, so that the three axis
+        # titles and their numbers do not overlap at the view the page opens with.
         scene={
-            "xaxis": _axis(x),
-            "yaxis": _axis(z),
-            "zaxis": _axis(y),
+            "xaxis": {**_axis(x), "nticks": 5},
+            "yaxis": {**_axis(z), "nticks": 5},
+            "zaxis": {**_axis(y), "nticks": 5},
+            "camera": {"eye": {"x": 1.9, "y": -1.5, "z": 0.8}},
         },
+        height=640,
+        margin={"l": 0, "r": 0, "t": 50, "b": 0},
         template="plotly_white",
     )
     return fig
@@ -283,6 +289,9 @@ def learning_curves(study: Study, *, limit: int = 50) -> go.Figure:
     curves = study.curves()
     described = {r.trial: r for r in study.records(variants=False)}
     ranked = sorted(curves, key=lambda t: -max(curves[t].values()))[:limit]
+    # Coloured by rank of best accuracy (light: best), so no two trials share a colour
+    # however many are drawn and the good curves stand out.
+    shade = {t: 0.9 * (1 - i / max(len(ranked) - 1, 1)) for i, t in enumerate(ranked)}
     fig = go.Figure()
     for trial in sorted(ranked):
         epochs = curves[trial]
@@ -293,6 +302,7 @@ def learning_curves(study: Study, *, limit: int = 50) -> go.Figure:
                 y=list(epochs.values()),
                 mode="lines+markers",
                 name=f"trial {trial}",
+                line={"color": sample_colorscale("Viridis", shade[trial])[0]},
                 hovertemplate=(
                     f"trial {trial}: {html.escape(record.description) if record else ''}"
                     "<br>epoch %{x}: %{y:.4f}<extra></extra>"
@@ -300,7 +310,8 @@ def learning_curves(study: Study, *, limit: int = 50) -> go.Figure:
             )
         )
     fig.update_layout(
-        title=f"{html.escape(study.name)}: learning curves ({len(ranked)} of {len(curves)} trials)",
+        title=f"{html.escape(study.name)}: learning curves ({len(ranked)} of {len(curves)} trials;"
+        " lighter: more accurate)",
         xaxis={"title": "epoch"},
         yaxis=_axis("accuracy"),
         template="plotly_white",

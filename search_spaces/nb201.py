@@ -49,6 +49,12 @@ class NB201Space(SearchSpace):
     cells: int = 5
     operations: tuple[str, ...] = OPERATIONS
 
+    @classmethod
+    def example(cls) -> NB201Space:
+        """One cell per stage at 8 channels: the benchmark's cell and stage layout at a
+        size contract tests build, export and train in a moment."""
+        return cls(channels=8, cells=1)
+
     def __post_init__(self) -> None:
         super().__post_init__()
         object.__setattr__(self, "operations", tuple(self.operations))

@@ -149,3 +149,24 @@ def test_search_measures_variants_and_shows_them(tmp_path, monkeypatch, capsys):
     assert {p["variant"] for p in status["pareto"]} <= {"base", "prune-l1@0.5"}
     assert main(["search", "cli-variants", "--space", "resnet", "--variants", "int9"]) == 2
     assert "did you mean 'int8'" in capsys.readouterr().err.lower()
+
+
+def test_help_shows_each_default_and_plain_text(capsys):
+    with pytest.raises(SystemExit):
+        main(["search", "--help"])
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    for shown in ("(default: random)", "(default: 10)", "(default: digits)", "(default: 0)"):
+        assert shown in text, shown
+    assert "per image of --data" in text and "``" not in text
+
+
+def test_a_flops_budget_is_counted_at_the_datas_image_size(tmp_path, monkeypatch):
+    """`search --max-flops` on 8×8 digits: the budget holds at 1×8×8, not 3×32×32."""
+    import autosearch
+
+    monkeypatch.chdir(tmp_path)
+    argv = ["search", "b", "--space", "resnet", "--max-flops", "2e6", "--epochs", "1"]
+    assert main([*argv, "--n-trials", "2"]) == 0
+    study = autosearch.load_study("b", storage="sqlite:///runs/b/study.db")
+    assert study.space.budget_input == (1, 8, 8)
+    assert all(r.flops <= 2e6 for r in study.records())

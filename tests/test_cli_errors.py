@@ -228,3 +228,17 @@ def test_every_option_has_a_bad_value_case():
         and (name, option) not in tried
     ]
     assert not missing, f"options without a bad-value case: {missing}"
+
+
+def test_a_reader_that_goes_away_is_no_error(made):
+    """`autosearch status | head -1`: the pipe closes before the command writes; it
+    stops quietly (exit 141, as a shell reports SIGPIPE), with no traceback."""
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "autosearch.cli", "status", str(made / "s.py")]
+    proc = subprocess.Popen(command, cwd=made, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # the reader is gone before the first line is written
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=1800) == 141, err
+    assert "Traceback" not in err and "BrokenPipe" not in err, err

@@ -346,3 +346,20 @@ def test_bad_variants_and_rewards_change_nothing_stored(tmp_path):
     with pytest.raises(AutosearchError, match="needs a target"):
         _study(tmp_path, "bad", reward="mnas@latency")
     assert not (tmp_path / "bad.db").exists()
+
+
+def test_importing_torchao_for_int8_prints_no_known_noise():
+    """torchao's CUDA-extension, Triton and pytree warnings are silenced (only those)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import logging, autosearch.compress._quantize\n"
+        "import torchao.quantization.pt2e.quantizer.x86_inductor_quantizer, torchao.kernel.intmm\n"
+        "logging.getLogger('torchao').warning('another torchao warning')\n"
+    )
+    err = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=1800, check=True
+    ).stderr
+    assert "Failed to load" not in err and "no triton" not in err and "Enum subclass" not in err
+    assert "another torchao warning" in err

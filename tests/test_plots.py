@@ -60,7 +60,8 @@ def test_history_hypervolume_and_learning_curves(make_study):
     curves = study.curves()
     assert sorted(curves) == [r.trial for r in records]
     assert all(list(c) == [1] for c in curves.values())  # one epoch each (tiny_train)
-    assert len(plots.learning_curves(study).data) == 4
+    lines = plots.learning_curves(study).data
+    assert len(lines) == 4 and len({line.line.color for line in lines}) == 4  # one colour each
 
 
 def test_overlaid_fronts_3d_comparison_and_importance(make_study):
@@ -74,6 +75,8 @@ def test_overlaid_fronts_3d_comparison_and_importance(make_study):
     cube = plots.pareto(first, z="params")
     assert all(t.type == "scatter3d" for t in cube.data)
     assert sum(len(t.x) for t in cube.data) == 3
+    scene = cube.layout.scene  # a view whose axis titles do not overlap, few ticks
+    assert scene.camera.eye.x > 1.5 and {scene.xaxis.nticks, scene.zaxis.nticks} == {5}
     lines = plots.compare([first, second]).data
     assert [len(t.y) for t in lines] == [3, 2] and "random" in lines[0].name
     bars = plots.importance(first).data[0]

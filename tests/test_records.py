@@ -89,3 +89,25 @@ def test_an_unreadable_trial_is_named_and_left_out(make_study, caplog):
     study.storage.create_new_trial(study._study_id, template_trial=broken)
     assert [r.trial for r in study.records(variants=False)] == [0, 1]
     assert "trial 2" in caplog.text
+
+
+def test_a_records_repr_shows_the_network_it_is_not_every_gene():
+    import numpy as np
+
+    from search_spaces import ResNetSpace
+
+    space = ResNetSpace(max_stages=3)
+    arch = space.sample(np.random.default_rng(0))
+    assert arch.genes["stages"] == 1  # stage2 and stage3 genes are inactive
+    record = records.Record(
+        trial=4,
+        arch=arch,
+        description=space.describe(arch),
+        state="complete",
+        metrics={"accuracy": 0.975, "flops": 5.84e6, "train_seconds": 3.2},
+    )
+    text = repr(record)
+    assert text == (
+        "Record(trial=4, variant='base', state='complete', "
+        "arch='resnet bottleneck projection stem64 3x16', accuracy=0.975, flops=5.84e+06)"
+    )

@@ -211,12 +211,24 @@ def test_bad_input_changes_nothing_stored(make_study, tmp_path, tiny_space):
         ("mongodb://localhost/x", "unknown storage scheme 'mongodb'"),
         ("journal:", "names no file"),
         ("sqlite:////proc/autosearch/x.db", "cannot create the folder"),
+        ("sqlite:////proc/no/autosearch/x.db", "/proc/no does not exist"),
         ("postgresql://nobody@127.0.0.1:1/none", "cannot open storage|driver"),
     ],
 )
 def test_unusable_storage_urls_say_what_works(url, match, tiny_space):
     with pytest.raises(StorageError, match=match):
         autosearch.create_study("x", controller=RandomSearch(tiny_space), storage=url)
+
+
+@pytest.mark.parametrize("scheme", ["sqlite:///", "journal:"])
+def test_an_absolute_path_creates_only_the_files_own_folder(tmp_path, tiny_space, scheme):
+    typo = tmp_path / "studeis" / "x" / "study.db"  # a typo two folders up is refused
+    with pytest.raises(StorageError, match=r"studeis does not exist; check the path"):
+        autosearch.create_study("x", controller=RandomSearch(tiny_space), storage=f"{scheme}{typo}")
+    assert not (tmp_path / "studeis").exists()
+    own = tmp_path / "x" / "study.db"  # the study's own folder is made
+    autosearch.create_study("x", controller=RandomSearch(tiny_space), storage=f"{scheme}{own}")
+    assert own.is_file()
 
 
 def test_sqlite_file_that_is_not_a_database(tmp_path, tiny_space):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -30,6 +31,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     optuna.logging.set_verbosity(optuna.logging.INFO if args.verbose else optuna.logging.WARNING)
     try:
         return int(args.func(args))
+    except BrokenPipeError:  # `autosearch status | head`: the reader has gone; so do we
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
+        return 141  # 128 + SIGPIPE, as a shell reports a pipe's writer
     except AutosearchError as exc:
         print(f"autosearch: error: {exc}", file=sys.stderr)
         return 2

@@ -16,6 +16,7 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch.distributed as dist
 from tqdm import tqdm
@@ -134,7 +135,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         study = load_study(spec.name, storage=url, read_only=True)
         return _run_to_budget(study, 0, _out_dir(args, spec.name))
     out = _out_dir(args, spec.name)
-    if not init_distributed():
+    if not init_distributed(spec.train.device):
         return _run_to_budget(spec.create(storage=url), total, out)
     # Under torchrun: rank 0 creates (or opens) the study before the others open it.
     rank, _ = world()
@@ -152,11 +153,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_search(args: argparse.Namespace) -> int:
     out = _out_dir(args, args.name)
-    budget = {
+    budget: dict[str, Any] = {
         k: v
         for k, v in (("max_flops", args.max_flops), ("max_params", args.max_params))
         if v is not None
     }
+    if budget and not args.table:  # the budget holds at the data's image size, not 3×32×32
+        data = load_data(args.data)
+        budget.update(budget_input=data.input_shape, budget_classes=data.num_classes)
     space = spaces.get(args.space)(**budget)
     objectives = tuple(args.objectives.split(","))
     controller_cls = controllers.get(args.controller)
@@ -262,7 +266,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     config = dataclasses.replace(config, **{k: v for k, v in given.items() if v is not None})
     seed = args.seed if args.seed is not None else seed
     spec = args.data or trained_on or "digits"
-    distributed = init_distributed()
+    distributed = init_distributed(config.device)
     try:
         data = load_data(spec, seed=seed)
         rank, _ = world()

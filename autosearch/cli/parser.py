@@ -16,8 +16,25 @@ __all__ = ["build_parser"]
 DESCRIPTION = "Neural architecture search with every candidate trained for real."
 
 
+class _Help(argparse.HelpFormatter):
+    """Help that shows each option's default, where it has one worth showing."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        unset = default is None or default is False or default == {} or default == argparse.SUPPRESS
+        if unset or "default" in text:
+            return text
+        return f"{text} (default: %(default)s)" if text else "default: %(default)s"
+
+
 class _Parser(argparse.ArgumentParser):
-    """Usage errors in one line, like every other autosearch error (exit status 2)."""
+    """Usage errors in one line, like every other autosearch error (exit status 2); help
+    with defaults."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _Help)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
@@ -59,7 +76,7 @@ def _columns(text: str) -> dict[str, str]:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="autosearch",
-        description="Neural architecture search with every candidate trained for real.",
+        description=DESCRIPTION,
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log each trial")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -99,7 +116,11 @@ def _add_search(sub: Subparsers) -> None:
     add("--space", required=True, help=f"one of: {', '.join(spaces.names())}")
     add("--controller", default="random", help=f"one of: {', '.join(controllers.names())}")
     add("--n-trials", type=_integer(0), default=10, help="total trials")
-    add("--data", default="digits", help="dataset (default digits)")
+    add(
+        "--data",
+        default="digits",
+        help="dataset: digits, fashion-mnist[:PATH], mnist:PATH, cifar10:PATH, folder:PATH",
+    )
     add("--epochs", type=int, default=10, help="training epochs per trial")
     add("--table", help="evaluate by looking up this benchmark table (CSV/JSON)")
     add(
@@ -115,10 +136,10 @@ def _add_search(sub: Subparsers) -> None:
         default="base",
         help="comma-separated variants measured per candidate, e.g. base,prune-channels@0.5,int8",
     )
-    add("--reward", default="mnas", help="mnas (default), mnas@flops=5e6, hard@macs=2e6, accuracy")
-    add("--max-flops", type=_positive, help="budget: FLOPs (2 x MACs) at 3x32x32")
+    add("--reward", default="mnas", help="mnas, mnas@flops=5e6, hard@macs=2e6 or accuracy")
+    add("--max-flops", type=_positive, help="budget: FLOPs (2 x MACs) per image of --data")
     add("--max-params", type=_positive, help="budget: parameters")
-    add("--seed", type=_integer(0), default=0)
+    add("--seed", type=_integer(0), default=0, help="seed of the controller and trials")
     add("--storage", help=STORAGE_HELP)
     add("--out", help="folder for report.html and best/ (default runs/NAME)")
     search.set_defaults(func=commands.cmd_search)

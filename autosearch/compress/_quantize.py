@@ -34,6 +34,22 @@ from autosearch.errors import TrialFailed
 
 logger = logging.getLogger(__name__)
 
+
+class _KnownNoise(logging.Filter):
+    """Drops three warnings that importing torchao prints on every CPU machine, each
+    harmless here: its CUDA-only extensions (mxfp8, cutlass) do not load, Triton is
+    absent, and torchao registers an Enum with torch's pytree the deprecated way. Any
+    other message from these loggers still shows."""
+
+    KNOWN = ("Failed to load ", "Detected no triton", "is an Enum subclass and is now natively")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not any(text in record.getMessage() for text in self.KNOWN)
+
+
+for _name in ("torchao", "torchao.kernel.intmm", "torch.utils._pytree"):
+    logging.getLogger(_name).addFilter(_KnownNoise())
+
 _MAX_BATCH = 1 << 16
 _ACTIVATIONS = ("torch.nn.modules.activation.",)
 

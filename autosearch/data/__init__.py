@@ -29,7 +29,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from sklearn.model_selection import train_test_split
 
 from autosearch.data._augment import augment, cutout
 from autosearch.data._cache import load_cached, source_hash, store
@@ -418,5 +417,7 @@ def _stratified(labels: np.ndarray, fraction: float, seed: int) -> tuple[np.ndar
             f"classes {rare} have fewer than 3 samples after cleaning: too few to "
             "split into train, validation and test; add samples or drop the class"
         )
+    from sklearn.model_selection import train_test_split  # 1.3 s to import: only when used
+
     kept, drawn = train_test_split(index, test_size=fraction, stratify=labels, random_state=seed)
     return np.sort(kept), np.sort(drawn)

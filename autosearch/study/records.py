@@ -89,6 +89,9 @@ _LEGACY_METRICS = (
 )
 
 
+_REPR_METRICS = ("accuracy", "test_accuracy", "flops", "params")
+
+
 @dataclass(frozen=True, kw_only=True)
 class Record:
     """One evaluated (architecture, variant) point of a study.
@@ -112,6 +115,15 @@ class Record:
 
     def __hash__(self) -> int:
         return hash((self.trial, self.variant))
+
+    def __repr__(self) -> str:
+        """The network as its space describes it (only the genes it uses), not every gene."""
+        shown = [f"trial={self.trial}", f"variant={self.variant!r}", f"state={self.state!r}"]
+        shown.append(f"arch={(self.description or self.arch.arch_id)!r}")
+        shown += [f"{k}={self.metrics[k]:.6g}" for k in _REPR_METRICS if k in self.metrics]
+        if self.reason:
+            shown.append(f"reason={self.reason!r}")
+        return f"Record({', '.join(shown)})"
 
     @property
     def accuracy(self) -> float | None:
