@@ -11,6 +11,10 @@
    controller state, with an evaluator that trains nothing.
 3. duplicates: superseded (duplicate) claims in 10 runs of optimize(8, n_workers=4) on
    the tests' tiny space (target: at most 1 in all 10 runs).
+4. growth: ms per trial in chunks of 100 over a long study that trains nothing (NB201
+   cells), against bare Optuna's RandomSampler storing the same per trial on the same
+   kind of storage (target: flat, the last chunk within 1.2x the first, and at most 2x
+   bare Optuna).
 
     python benchmarks/scaleout.py [--trials 12] [--epochs 4] [--only duplicates]
 """
@@ -38,10 +42,11 @@ import torch
 
 import autosearch
 from autosearch import TrainConfig
+from autosearch._storage import open_storage
 from autosearch.runner import TrialPlan, TrialResult, VariantResult
 from autosearch.study import loop
 from controllers import RandomSearch
-from search_spaces import ResNetSpace
+from search_spaces import NB201Space, ResNetSpace
 
 SPACE = ResNetSpace(
     min_stages=2, max_stages=2, depths=(1, 2), widths=(16, 32), stem_widths=(16,), blocks=("basic",)
@@ -188,17 +193,86 @@ def bench_storage(trials: int) -> dict[str, dict[str, float]]:
     return out
 
 
+def _chunks(stamps: list[float], start: float, chunk: int) -> list[float]:
+    """ms per trial in each chunk of ``chunk`` consecutive finished trials."""
+    ends = [start, *stamps]
+    return [
+        round(1000 * (ends[i + chunk] - ends[i]) / chunk, 1)
+        for i in range(0, len(stamps) - chunk + 1, chunk)
+    ]
+
+
+def _bare_optuna(url: str, trials: int, chunk: int) -> list[float]:
+    """Optuna alone: RandomSampler over the six NB201 edges, one user attribute per
+    trial (as autosearch stores its result), two objective values."""
+    space = NB201Space()
+    study = optuna.create_study(
+        study_name="bare",
+        storage=open_storage(url),  # Optuna's own storage for the URL, as autosearch opens it
+        directions=["maximize", "minimize"],
+        sampler=optuna.samplers.RandomSampler(seed=0),
+    )
+    stamps: list[float] = []
+
+    def objective(trial: optuna.Trial) -> tuple[float, float]:
+        for gene, domain in space.domains().items():
+            trial.suggest_categorical(gene, list(domain.choices))  # type: ignore[attr-defined]
+        trial.set_user_attr("result", {"accuracy": 0.5, "flops": 1e6})
+        return 0.5, 1e6
+
+    start = time.perf_counter()
+    study.optimize(objective, trials, callbacks=[lambda *_: stamps.append(time.perf_counter())])
+    return _chunks(stamps, start, chunk)
+
+
+def _autosearch(url: str, trials: int, chunk: int) -> list[float]:
+    study = autosearch.create_study(
+        "growth", controller=RandomSearch(NB201Space(), seed=0), storage=url
+    )
+    stamps: list[float] = []
+    start = time.perf_counter()
+    with _no_training({"accuracy": 0.5, "flops": 1e6, "macs": 5e5, "params": 1e4}):
+        study.optimize(trials, callbacks=[lambda *_: stamps.append(time.perf_counter())])
+    return _chunks(stamps, start, chunk)
+
+
+def bench_growth(trials: int, chunk: int = 100) -> dict[str, object]:
+    """Does a trial cost more as the study grows? Per storage, ms per trial by chunk."""
+    out: dict[str, object] = {"trials": trials, "chunk": chunk}
+    for kind in ("sqlite", "journal", "postgresql"):
+        row: dict[str, object] = {}
+        for who, run in (("optuna", _bare_optuna), ("autosearch", _autosearch)):
+            with tempfile.TemporaryDirectory() as tmp:
+                pg = _postgres() if kind == "postgresql" else None
+                if kind == "postgresql" and pg is None:
+                    row = {"skipped": "no server on 127.0.0.1:5432"}
+                    break
+                url = {"sqlite": f"sqlite:///{tmp}/s.db", "journal": f"journal:{tmp}/s.log"}
+                row[who] = run(pg[0] if pg else url[kind], trials, chunk)
+                if pg:
+                    _drop(pg[1])
+        if "autosearch" in row:
+            ours, bare = row["autosearch"], row["optuna"]
+            row["last_over_first"] = round(ours[-1] / ours[0], 2)  # type: ignore[index]
+            row["vs_optuna_last_chunk"] = round(ours[-1] / bare[-1], 2)  # type: ignore[index]
+        out[kind] = row
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--trials", type=int, default=12)
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--storage-trials", type=int, default=60)
     parser.add_argument("--duplicate-runs", type=int, default=10)
-    parser.add_argument("--only", nargs="*", choices=["workers", "storage", "duplicates"])
+    parser.add_argument("--growth-trials", type=int, default=2000)
+    parser.add_argument(
+        "--only", nargs="*", choices=["workers", "storage", "duplicates", "growth"]
+    )
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     logging.getLogger("autosearch").setLevel(logging.ERROR)
-    chosen = args.only or ["workers", "storage", "duplicates"]
+    chosen = args.only or ["workers", "storage", "duplicates", "growth"]
     result: dict[str, object] = {"device": "cpu", "cpus": os.cpu_count()}
     if "workers" in chosen:
         result["workers"] = bench_workers(args.trials, args.epochs)
@@ -206,6 +280,8 @@ def main() -> None:
         result["storage"] = bench_storage(args.storage_trials)
     if "duplicates" in chosen:
         result["duplicates"] = bench_duplicates(args.duplicate_runs, trials=8, workers=4)
+    if "growth" in chosen:
+        result["growth"] = bench_growth(args.growth_trials)
     print(json.dumps(result, indent=2))
 
 

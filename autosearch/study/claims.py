@@ -77,6 +77,7 @@ class Claims:
         self, storage: BaseStorage, study_id: int, space: SearchSpace, *, grace: float
     ) -> None:
         self.storage, self.study_id, self.space, self.grace = storage, study_id, space, grace
+        self.index = ArchIndex()
 
     def claim(self, propose: Propose, attrs: Callable[[Architecture], dict[str, Any]]) -> Claim:
         """A new running trial for the next architecture: the first whose run was cut
@@ -84,7 +85,7 @@ class Claims:
         new trial's user attributes."""
         for _ in range(_MAX_CLAIMS):
             trials = self._trials()
-            if self.reap_dead(trials):  # read again: the reaped trials now wait to resume
+            if self.reap_dead(self.index.unfinished(trials)):  # read again: they now wait
                 trials = self._trials()
             pending = self.pending(trials)
             arch = pending[0] if pending else propose(trials)
@@ -122,13 +123,12 @@ class Claims:
         else:
             known = max((t.number for t in seen), default=-1)
             earlier = [*seen, *(self._trial(n) for n in range(known + 1, mine))]
-        for t in earlier:
-            attrs = t.user_attrs
-            if t.number < mine and attrs.get(ARCH_ID) == arch.arch_id and SUPERSEDED not in attrs:
-                self.supersede(
-                    trial_id, f"duplicate: trial {t.number} holds this architecture", resume=False
-                )
-                return False
+        holder = self.index.read(earlier).first(arch.arch_id)
+        if holder is not None and holder.number < mine:
+            self.supersede(
+                trial_id, f"duplicate: trial {holder.number} holds this architecture", resume=False
+            )
+            return False
         return True
 
     def reap_dead(self, trials: list[FrozenTrial]) -> bool:
@@ -159,14 +159,11 @@ class Claims:
     def pending(self, trials: list[FrozenTrial]) -> tuple[Architecture, int] | None:
         """The oldest superseded-for-resume trial whose architecture no live trial holds:
         its architecture and number."""
-        live = {
-            t.user_attrs.get(ARCH_ID)
-            for t in trials
-            if SUPERSEDED not in t.user_attrs and t.state != TrialState.WAITING
-        }
-        for t in sorted(trials, key=lambda t: t.number):
-            attrs = t.user_attrs
-            if attrs.get(RESUME) and attrs.get(ARCH_ID) not in live:
+        held = self.index.read(trials)
+        recent = (t for t in self.index.unfinished(trials) if t.user_attrs.get(RESUME))
+        for t in [*self.index.resumable, *recent]:  # in number order
+            holder = held.first(t.user_attrs.get(ARCH_ID, ""))
+            if holder is None or holder.state == TrialState.WAITING:
                 return records.architecture(t), t.number
         return None
 
@@ -208,3 +205,61 @@ class Claims:
         """A resumed trial's learning curve starts with the epochs its predecessor ran."""
         for epoch, value in self._trial(old).intermediate_values.items():
             self.storage.set_trial_intermediate_value(trial_id, epoch, value)
+
+
+class ArchIndex:
+    """The study's trials that hold an architecture (not superseded), by ``arch_id``,
+    kept across reads. A finished trial never changes, so the finished start of the
+    study is indexed once; each read looks only at the trials after it (those running,
+    and those new since the last read), and a claim's cost does not grow with the study."""
+
+    def __init__(self) -> None:
+        self._first: dict[str, FrozenTrial] = {}
+        self._last: dict[str, FrozenTrial] = {}
+        self._indexed = 0  # trials 0 .. _indexed - 1 are finished and indexed
+        self.resumable: list[FrozenTrial] = []  # indexed trials superseded for resuming
+
+    def unfinished(self, trials: list[FrozenTrial]) -> list[FrozenTrial]:
+        """``trials`` after the indexed (finished) ones: all that may still change."""
+        done = self._indexed
+        if done and len(trials) >= done and trials[done - 1].number == done - 1:
+            return trials[done:]
+        return trials
+
+    def read(self, trials: list[FrozenTrial]) -> ArchView:
+        """The index brought up to ``trials`` (all of the study's, in number order)."""
+        done = self._indexed
+        if done and (len(trials) < done or trials[done - 1].number != done - 1):
+            self.__init__()  # type: ignore[misc]  # another study's list: start again
+        first: dict[str, FrozenTrial] = {}
+        last: dict[str, FrozenTrial] = {}
+        for t in trials[self._indexed :]:
+            frozen = t.state.is_finished() and t.number == self._indexed
+            into = (self._first, self._last) if frozen else (first, last)
+            self._indexed += frozen
+            if frozen and t.user_attrs.get(RESUME):
+                self.resumable.append(t)
+            arch_id = t.user_attrs.get(ARCH_ID)
+            if arch_id is None or SUPERSEDED in t.user_attrs:
+                continue
+            into[0].setdefault(arch_id, t)
+            into[1][arch_id] = t
+        return ArchView(self._first, first, self._last, last)
+
+
+@dataclass(frozen=True)
+class ArchView:
+    """One read of an :class:`ArchIndex`: the indexed trials and those after them."""
+
+    indexed_first: dict[str, FrozenTrial]
+    recent_first: dict[str, FrozenTrial]
+    indexed_last: dict[str, FrozenTrial]
+    recent_last: dict[str, FrozenTrial]
+
+    def first(self, arch_id: str) -> FrozenTrial | None:
+        """The lowest-numbered trial holding ``arch_id``."""
+        return self.indexed_first.get(arch_id) or self.recent_first.get(arch_id)
+
+    def last(self, arch_id: str) -> FrozenTrial | None:
+        """The highest-numbered trial holding ``arch_id``."""
+        return self.recent_last.get(arch_id) or self.indexed_last.get(arch_id)

@@ -33,7 +33,7 @@ from autosearch.runtime import broadcast_object, world
 from autosearch.study import records
 from autosearch.study.claims import Claim
 from autosearch.study.definition import trial_seed
-from autosearch.study.records import ARCH_ID, FINISHED, RESULT, VALUES_FROM, Record
+from autosearch.study.records import FINISHED, RESULT, VALUES_FROM, Record
 from autosearch.train import EpochResult
 
 if TYPE_CHECKING:
@@ -228,14 +228,10 @@ class SearchLoop:
         """The controller's next architecture that no trial holds or has evaluated."""
         study = self.study
         study.replay.sync(trials)
-        by_arch = {
-            t.user_attrs[ARCH_ID]: t
-            for t in trials
-            if ARCH_ID in t.user_attrs and not records.superseded(t)
-        }
+        held = study.claims.index.read(trials)
         for _ in range(_MAX_DUPLICATE_ASKS):
             arch = study.space.canonicalize(study.controller.ask())
-            known = by_arch.get(arch.arch_id)
+            known = held.last(arch.arch_id)
             if known is None:
                 return arch
             # Already evaluated: hand the controller the stored result instead of retraining.

@@ -54,13 +54,14 @@ class ControllerReplay:
         self.controller = controller
         self.storage, self.study_id, self.objectives = storage, study_id, objectives
         self.told: set[int] = set()
+        self._synced = 0  # how many trials, from trial 0 on, were finished when seen
 
     def restore(self) -> None:
         """Load the stored state (if it is this controller's), then replay."""
         saved = self.storage.get_study_system_attrs(self.study_id).get(_STATE)
         if saved and saved["controller"] == self._spec():
             self.controller.load_state_dict(saved["state"])
-            self.told = set(saved["told"])
+            self.told = _numbers(saved["told"])
         self.sync()
 
     def sync(self, trials: list[FrozenTrial] | None = None) -> None:
@@ -68,7 +69,12 @@ class ControllerReplay:
         order. ``trials``: all trials, if just read."""
         if trials is None:
             trials = self.storage.get_all_trials(self.study_id, deepcopy=False)
-        for t in sorted(trials, key=lambda t: t.number):
+        done = self._synced  # trials 0 .. done - 1 are finished and seen: skip them
+        if done and (len(trials) < done or trials[done - 1].number != done - 1):
+            done = self._synced = 0
+        for t in trials[done:]:
+            if t.state in FINISHED and t.number == self._synced:
+                self._synced += 1
             if t.state not in FINISHED or t.number in self.told or records.superseded(t):
                 continue
             try:
@@ -88,7 +94,7 @@ class ControllerReplay:
         state: dict[str, Any] = {
             "controller": self._spec(),
             "state": self.controller.state_dict(),
-            "told": sorted(self.told),
+            "told": _runs(self.told),
         }
         self.storage.set_study_system_attr(self.study_id, _STATE, state)
 
@@ -99,3 +105,30 @@ class ControllerReplay:
 
     def _spec(self) -> dict[str, Any]:
         return Component.of(self.controller).to_json()
+
+
+def _runs(numbers: set[int]) -> list[list[int]]:
+    """Trial numbers as ``[first, last]`` runs: a study's told trials are nearly one run,
+    so the saved state stays small however long the study."""
+    runs: list[list[int]] = []
+    for n in sorted(numbers):
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return runs
+
+
+def _numbers(saved: list[Any]) -> set[int]:
+    """The trial numbers of :func:`_runs`, or of the earlier plain list."""
+    told: set[int] = set()
+    for item in saved:
+        told.update(range(item[0], item[1] + 1) if isinstance(item, list) else (item,))
+    return told
+
+
+def stored_told(storage: BaseStorage, study_id: int) -> set[int]:
+    """The trial numbers the study's saved controller state has been told (none saved:
+    empty)."""
+    saved = storage.get_study_system_attrs(study_id).get(_STATE)
+    return _numbers(saved["told"]) if saved else set()
