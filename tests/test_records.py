@@ -111,3 +111,19 @@ def test_a_records_repr_shows_the_network_it_is_not_every_gene():
         "Record(trial=4, variant='base', state='complete', "
         "arch='resnet bottleneck projection stem64 3x16', accuracy=0.975, flops=5.84e+06)"
     )
+
+
+def test_naming_the_metrics_warns_no_user(tiny_space, tmp_path):
+    import warnings
+
+    import optuna
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        study = autosearch.create_study(
+            "named",
+            controller=RandomSearch(tiny_space, seed=0),
+            storage=f"sqlite:///{tmp_path}/n.db",
+        )
+    assert study.optuna_study.metric_names == ["accuracy", "flops"]
+    assert not [w for w in caught if issubclass(w.category, optuna.exceptions.ExperimentalWarning)]

@@ -274,7 +274,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
         def progress(epoch: EpochResult) -> None:
             if not bars:
-                bars.append(tqdm(total=config.epochs, unit="epoch", disable=rank != 0 or args.json))
+                quiet = rank != 0 or args.json or not sys.stderr.isatty()  # no bar in a log
+                bars.append(tqdm(total=config.epochs, unit="epoch", disable=quiet))
             bars[0].set_postfix_str(f"loss {epoch.train_loss:.3f} val {epoch.val_accuracy:.4f}")
             bars[0].update()
 

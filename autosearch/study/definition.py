@@ -12,6 +12,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -271,7 +272,9 @@ def store_definition(
         created = optuna.create_study(
             storage=storage, study_name=name, directions=definition.directions
         )
-        created.set_metric_names(list(definition.objectives))  # optuna-dashboard shows them
+        with warnings.catch_warnings():  # "experimental": stable since Optuna 3.2
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            created.set_metric_names(list(definition.objectives))  # the dashboard shows them
         write_definition(storage, storage.get_study_id_from_name(name), definition)
         return definition
     if not load_if_exists:

@@ -31,8 +31,8 @@ def _log_line(_: Study, record: Record) -> None:
     if record.state == "failed":
         logger.info("trial %d failed: %s", record.trial, record.reason)
         return
-    shown = " ".join(f"{metric(n).header} {metric(n).cell(record.metrics)}" for n in _SHOWN)
-    logger.info("trial %d %s: %s: %s", record.trial, record.state, record.description, shown)
+    shown = ", ".join(f"{metric(n).header} {metric(n).cell(record.metrics)}" for n in _SHOWN)
+    logger.info("trial %d %s: %s (%s)", record.trial, record.state, record.description, shown)
 
 
 @contextmanager
