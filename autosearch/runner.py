@@ -106,6 +106,9 @@ class TrialContext:
     def epoch_done(self, epoch: EpochResult) -> None:
         """An epoch finished (its checkpoint is written): record it, show progress."""
 
+    def work_saved(self) -> None:
+        """Something was written to the attempt's folder (a derived variant)."""
+
     def interrupted(self) -> bool:
         """Whether the user asked to stop (Ctrl-C, SIGTERM) after this epoch."""
         return False
@@ -387,7 +390,11 @@ def _variants(
     if plan.compression.only_front and not context.on_front(base):
         return [], "not on the accuracy-FLOPs front (only_front)"
     teacher = context.teacher(base) if any(v.kind == "distill" for v in wanted) else None
-    return [_variant(plan, spec, model, data, teacher) for spec in wanted], ""
+    results = []
+    for spec in wanted:
+        results.append(_variant(plan, spec, model, data, teacher))
+        context.work_saved()  # its result is in the attempt's folder
+    return results, ""
 
 
 def _variant(

@@ -289,11 +289,17 @@ class StudyContext(TrialContext):
 
     def epoch_done(self, epoch: EpochResult) -> None:
         study = self.loop.study
+        self.work_saved()  # the epoch's checkpoint, to the bucket (where there is one)
         study.storage.set_trial_intermediate_value(
             self.claim.trial_id, epoch.epoch, epoch.val_accuracy
         )
         for callback in self.loop.epoch_callbacks:
             callback(self.claim.number, epoch)
+
+    def work_saved(self) -> None:
+        artifacts = self.loop.study.artifacts
+        if artifacts.remote is not None and self.taken_over() is None:  # else: not ours
+            artifacts.push(self.claim.arch, self.claim.number)
 
     def interrupted(self) -> bool:
         return self.loop.interrupted

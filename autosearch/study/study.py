@@ -182,7 +182,7 @@ class Study:
         self.unreadable: dict[int, str] = {}  # stored trials left out: number -> why
         self.heartbeat_interval, self.heartbeat_grace = heartbeat_settings()
         folder = definition.artifacts or default_folder(url, name)
-        self.artifacts = Artifacts(Path(folder))
+        self.artifacts = Artifacts.at(folder)
         self.claims = Claims(storage, self._study_id, self.space, grace=self.heartbeat_grace)
         self.replay = ControllerReplay(controller, storage, self._study_id, self.objectives)
         self.replay.restore()
