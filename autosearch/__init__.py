@@ -32,7 +32,7 @@ from autosearch.errors import (
 )
 from autosearch.registry import register_controller, register_space
 from autosearch.space import Categorical, IntRange, NetworkSpec, SearchSpace
-from autosearch.study import Record, Study, create_study, load_study
+from autosearch.study import RayExecutor, Record, SlurmExecutor, Study, create_study, load_study
 from autosearch.studyfile import StudySpec
 from autosearch.tabular import Table
 from autosearch.train import TrainConfig
@@ -52,8 +52,10 @@ __all__ = [
     "NetworkSpec",
     "Outcome",
     "PlatformError",
+    "RayExecutor",
     "Record",
     "SearchSpace",
+    "SlurmExecutor",
     "StorageError",
     "Study",
     "StudyError",

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import re
+import socket
+import uuid
 from pathlib import Path
 
 import pytest
@@ -67,3 +70,57 @@ def make_study(tmp_path, tiny_space, tiny_train):
         return autosearch.create_study(name, **options)
 
     return make
+
+
+PG = {"host": "127.0.0.1", "port": 5432, "user": "postgres", "dbname": "test"}
+
+
+@pytest.fixture
+def postgres_url():
+    """A fresh database on the local PostgreSQL server, dropped afterwards."""
+    import psycopg  # the driver SQLAlchemy uses for postgresql:// URLs
+
+    try:
+        admin = psycopg.connect(**PG, connect_timeout=5, autocommit=True)
+    except psycopg.OperationalError as exc:
+        pytest.fail(f"PostgreSQL on 127.0.0.1:5432 is not reachable: {exc}")
+    name = f"autosearch_{uuid.uuid4().hex[:12]}"
+    admin.execute(f"CREATE DATABASE {name}")
+    try:
+        yield f"postgresql://postgres@127.0.0.1:5432/{name}"
+    finally:
+        admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        admin.close()
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint():
+    """An S3 server (moto's) on 127.0.0.1, at a free port."""
+    moto_server = pytest.importorskip(
+        "moto.server", reason="the S3 tests start moto's server: pip install 'moto[server]'"
+    )
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    yield f"http://127.0.0.1:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def bucket(s3_endpoint, monkeypatch, request):
+    env = {
+        "AWS_ENDPOINT_URL": s3_endpoint,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    name = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower())[:50].strip("-")
+    import boto3
+
+    client = boto3.client("s3")
+    client.create_bucket(Bucket=name)
+    return name, client

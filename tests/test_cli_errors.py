@@ -53,6 +53,12 @@ CASES = {
     ),
     "run: trial budget not a number": (["run", F, "--n-trials", "many"], "expected an integer"),
     "run: bad storage URL": (["run", F, "--storage", "mongodb://x/y"], "unknown storage scheme"),
+    "run: no workers": (["run", F, "--workers", "0"], "--workers: expected an integer >= 1"),
+    "run: unknown executor": (["run", F, "--executor", "dask"], "invalid choice: 'dask'"),
+    "run: ray address without ray": (
+        ["run", F, "--ray-address", "127.0.0.1:1"],
+        "use it with --executor ray",
+    ),
     "run: no processes": (
         ["run", F, "--nproc-per-node", "0"],
         "--nproc-per-node: expected an integer >= 1",

@@ -7,49 +7,18 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 
 import pytest
 
 import autosearch
 from autosearch import TrainConfig
 
-boto3 = pytest.importorskip(
-    "boto3", reason="S3 artifacts are an extra: pip install 'autosearch[s3]'"
-)
+pytest.importorskip("boto3", reason="S3 artifacts are an extra: pip install 'autosearch[s3]'")
 moto_server = pytest.importorskip(
     "moto.server", reason="the S3 tests start moto's server: pip install 'moto[server]'"
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.service]
-
-
-@pytest.fixture(scope="module")
-def s3_endpoint():
-    """An S3 server on 127.0.0.1 (a free port), for this module."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    yield f"http://127.0.0.1:{port}"
-    server.stop()
-
-
-@pytest.fixture
-def bucket(s3_endpoint, monkeypatch, request):
-    env = {
-        "AWS_ENDPOINT_URL": s3_endpoint,
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    name = request.node.name.replace("_", "-")[:50].lower()
-    client = boto3.client("s3")
-    client.create_bucket(Bucket=name)
-    return name, client
 
 
 def _keys(client, bucket: str) -> list[str]:

@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -18,26 +17,6 @@ import autosearch
 from autosearch import TrainConfig
 from autosearch.runner import TrialPlan, train_candidate
 from autosearch.study import trial_seed
-
-PG = {"host": "127.0.0.1", "port": 5432, "user": "postgres", "dbname": "test"}
-
-
-@pytest.fixture
-def postgres_url():
-    """A fresh database on the local PostgreSQL server, dropped afterwards."""
-    import psycopg  # the driver SQLAlchemy uses for postgresql:// URLs
-
-    try:
-        admin = psycopg.connect(**PG, connect_timeout=5, autocommit=True)
-    except psycopg.OperationalError as exc:
-        pytest.fail(f"PostgreSQL on 127.0.0.1:5432 is not reachable: {exc}")
-    name = f"autosearch_{uuid.uuid4().hex[:12]}"
-    admin.execute(f"CREATE DATABASE {name}")
-    try:
-        yield f"postgresql://postgres@127.0.0.1:5432/{name}"
-    finally:
-        admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        admin.close()
 
 
 def _url(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:

@@ -23,13 +23,21 @@ from tqdm import tqdm
 
 from autosearch._heartbeat import worker_id
 from autosearch.data import load_data
-from autosearch.errors import ExportError, StudyError
+from autosearch.errors import ConfigError, ExportError, StudyError
 from autosearch.metrics import metric
 from autosearch.registry import controllers, spaces
 from autosearch.report import write_report
 from autosearch.runtime import init_distributed, world
 from autosearch.scoring import objective
-from autosearch.study import Record, Study, Table, create_study, default_storage, load_study
+from autosearch.study import (
+    RayExecutor,
+    Record,
+    Study,
+    Table,
+    create_study,
+    default_storage,
+    load_study,
+)
 from autosearch.study.workers import start_worker
 from autosearch.studyfile import load_spec
 from autosearch.train import EpochResult, TrainConfig
@@ -94,16 +102,28 @@ def _out_dir(args: argparse.Namespace, name: str) -> Path:
 
 
 def _run_to_budget(
-    study: Study, total: int, out: Path, *, show_progress_bar: bool | None = None
+    study: Study,
+    total: int,
+    out: Path,
+    *,
+    show_progress_bar: bool | None = None,
+    args: argparse.Namespace | None = None,
 ) -> int:
-    """Run the study until ``total`` trials have finished; write the report and export."""
+    """Run the study until ``total`` trials have finished (with the workers and executor
+    ``args`` ask for); write the report and export."""
     finished = study.count("complete", "failed")
     remaining = max(total - finished, 0)
     print(
         f"study {study.name}: {finished} of {total} trials done, running {remaining} "
         f"({study.storage_url})"
     )
-    study.optimize(remaining, show_progress_bar=show_progress_bar)
+    workers = getattr(args, "workers", 1) or 1
+    study.optimize(
+        remaining,
+        show_progress_bar=show_progress_bar,
+        n_workers=min(workers, remaining) if remaining else 1,
+        executor=_executor(args),
+    )
     report = write_report(study, out / "report.html")
     if not study.count("complete"):
         print(
@@ -125,7 +145,18 @@ def _run_to_budget(
     return 0
 
 
+def _executor(args: argparse.Namespace | None) -> str | RayExecutor:
+    """``--executor``, with ``--ray-address`` for Ray."""
+    name = getattr(args, "executor", None) or "process"
+    if getattr(args, "ray_address", None) and name != "ray":
+        raise ConfigError("--ray-address names a Ray cluster: use it with --executor ray")
+    if name == "ray":
+        return RayExecutor(address=getattr(args, "ray_address", None))
+    return str(name)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    _executor(args)  # a bad combination is refused before anything is created
     if args.nproc_per_node > 1 and "LOCAL_RANK" not in os.environ:
         return _torchrun(args.nproc_per_node, args.argv)
     spec = load_spec(args.study_file)
@@ -136,7 +167,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return _run_to_budget(study, 0, _out_dir(args, spec.name))
     out = _out_dir(args, spec.name)
     if not init_distributed(spec.train.device):
-        return _run_to_budget(spec.create(storage=url), total, out)
+        return _run_to_budget(spec.create(storage=url), total, out, args=args)
     # Under torchrun: rank 0 creates (or opens) the study before the others open it.
     rank, _ = world()
     try:

@@ -101,6 +101,21 @@ def _add_run(sub: Subparsers) -> None:
     )
     run.add_argument("--out", help="folder for report.html and best/ (default runs/NAME)")
     run.add_argument(
+        "--workers",
+        type=_integer(1),
+        default=1,
+        help="worker processes sharing the trials (placed by --executor)",
+    )
+    run.add_argument(
+        "--executor",
+        choices=("process", "ray", "slurm"),
+        default="process",
+        help="where workers run: processes here, Ray tasks, or a Slurm job array",
+    )
+    run.add_argument(
+        "--ray-address", help="the Ray cluster (with --executor ray; default RAY_ADDRESS)"
+    )
+    run.add_argument(
         "--nproc-per-node",
         type=_integer(1),
         default=1,

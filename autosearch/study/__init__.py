@@ -9,9 +9,11 @@ Each concern in a file of its own:
 ``claims.py``      which worker trains which architecture; heartbeats; resume
 ``replay.py``      the controller's state in storage, results replayed into it
 ``loop.py``        one worker's search loop: claim → run → store → tell
-``workers.py``     worker processes (a local pool) and torchrun ranks
+``workers.py``     a run's workers (shares, resumed slots) and torchrun ranks
+``executors.py``   where workers run: local processes, Ray tasks, Slurm jobs
 ``rebuild.py``     a stored trial exported (variants derived again) or rerun
-``artifacts.py``   trained weights and per-epoch checkpoints
+``artifacts.py``   trained weights and per-epoch checkpoints (a folder, or S3:
+                   ``_s3.py``)
 =================  ==================================================================
 
 A whole trial (training, variants, costs, rewards) is the runner's
@@ -21,12 +23,15 @@ A whole trial (training, variants, costs, rewards) is the runner's
 from __future__ import annotations
 
 from autosearch.study.definition import StudyDefinition, trial_seed
+from autosearch.study.executors import RayExecutor, SlurmExecutor
 from autosearch.study.records import Record
 from autosearch.study.study import Study, create_study, default_storage, load_study
 from autosearch.tabular import Table
 
 __all__ = [
+    "RayExecutor",
     "Record",
+    "SlurmExecutor",
     "Study",
     "StudyDefinition",
     "Table",

@@ -38,6 +38,7 @@ from autosearch.study.definition import (
     store_definition,
     trial_seed,
 )
+from autosearch.study.executors import Executor
 from autosearch.study.loop import EpochCallback, SearchLoop, TrialCallback, check_run
 from autosearch.study.records import Record, State, UnreadableTrial
 from autosearch.study.replay import ControllerReplay
@@ -369,6 +370,7 @@ class Study:
         epoch_callbacks: Iterable[EpochCallback] = (),
         n_workers: int = 1,
         show_progress_bar: bool | None = None,
+        executor: str | Executor = "process",
     ) -> list[Record]:
         """Evaluate ``n_trials`` new architectures; return their records.
 
@@ -384,7 +386,9 @@ class Study:
         each controller on a random stream of its own; ``callbacks`` then run here as
         the workers' trials finish. A trial whose worker died (no heartbeat for the
         grace period) resumes from its last checkpoint on the next claim; Ctrl-C (or
-        SIGTERM) lets the epoch's checkpoint finish, then returns.
+        SIGTERM) lets the epoch's checkpoint finish, then returns. ``executor`` places
+        the workers: ``"process"`` (this machine), ``"ray"`` or a ``RayExecutor``,
+        ``"slurm"`` or a ``SlurmExecutor`` (autosearch.study.executors).
         """
         callbacks, epoch_callbacks = list(callbacks), list(epoch_callbacks)
         rank, size = world()
@@ -402,6 +406,7 @@ class Study:
                     worker_main=_worker_main,
                     callbacks=callbacks + trial_bar,
                     max_failures_in_a_row=max_failures_in_a_row,
+                    executor=executor,
                 )
             loop = SearchLoop(
                 self,
@@ -451,8 +456,8 @@ def _worker_main(
 ) -> list[int]:
     """One process of ``optimize(n_workers=K)``: the numbers of the trials it finished."""
     study = load_study(name, storage=storage, data=data)
-    workers.start_worker(study, str(worker), run=run)
+    owed = workers.start_worker(study, str(worker), run=run, share=n_trials) or 0
     done = study.optimize(
-        n_trials, max_failures_in_a_row=max_failures_in_a_row, show_progress_bar=False
+        owed, max_failures_in_a_row=max_failures_in_a_row, show_progress_bar=False
     )
     return [r.trial for r in done]

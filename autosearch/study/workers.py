@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import ast
 import logging
-import multiprocessing
 import os
 import sys
 import uuid
 from collections.abc import Callable
-from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -28,6 +26,8 @@ from autosearch.architecture import Architecture
 from autosearch.errors import ConfigError
 from autosearch.runner import run_trial
 from autosearch.runtime import broadcast_object
+from autosearch.study import records
+from autosearch.study.executors import Executor, ProcessExecutor, resolve_executor
 from autosearch.study.loop import TrialCallback
 from autosearch.study.records import Record
 from autosearch.study.replay import worker_stream
@@ -40,7 +40,7 @@ __all__ = ["check_main_guard", "follow", "run_pool", "start_worker"]
 logger = logging.getLogger(__name__)
 
 _RUN = "run"  # trial user attribute: the pool run that made the trial
-_POLL_SECONDS = 1.0
+_SLOT = "pool_slot"  # and which of its workers
 
 
 WorkerMain = Callable[..., list[int]]
@@ -54,48 +54,58 @@ def run_pool(
     worker_main: WorkerMain,
     callbacks: list[TrialCallback],
     max_failures_in_a_row: int,
+    executor: str | Executor = "process",
 ) -> list[Record]:
-    """Run ``n_trials`` in ``n_workers`` spawned processes on the study's storage; call
-    ``callbacks`` here as their trials finish; the trials' records.
+    """Run ``n_trials`` in ``n_workers`` workers that ``executor`` starts (spawned local
+    processes, Ray tasks, Slurm jobs) on the study's storage; call ``callbacks`` here as
+    their trials finish; the trials' records.
 
     ``worker_main(name=, storage=, data=, n_trials=, worker=, run=,
-    max_failures_in_a_row=)`` is each process's entry point (it opens the study, calls
-    :func:`start_worker` and runs its trials); ``threads`` and ``gpu`` are set here."""
+    max_failures_in_a_row=)`` is each worker's entry point (it opens the study, calls
+    :func:`start_worker` and runs its trials); ``threads`` and ``gpu`` are set here. A
+    worker the engine starts again (its node died) runs only what its share lacks."""
+    engine = resolve_executor(executor)
     if study.storage_url.startswith("sqlite") and ":memory:" in study.storage_url:
         raise ConfigError("worker processes cannot share an in-memory storage; use a file")
-    check_main_guard()
+    if isinstance(engine, ProcessExecutor):
+        check_main_guard()
     shares = [n_trials // n_workers + (i < n_trials % n_workers) for i in range(n_workers)]
-    threads = max(1, (os.cpu_count() or 1) // n_workers)
-    gpus = torch.cuda.device_count()
+    threads, assign_gpus = engine.resources(n_workers)
+    gpus = torch.cuda.device_count() if assign_gpus else 0
     run = uuid.uuid4().hex[:12]
-    context = multiprocessing.get_context("spawn")
+    calls = [
+        {
+            "worker_main": worker_main,
+            "name": study.name,
+            "storage": study.storage_url,
+            "n_trials": share,
+            "worker": i,
+            "run": run,
+            "threads": threads,
+            "gpu": (i % gpus) if gpus else None,
+            "data": study.data_source,
+            "max_failures_in_a_row": max_failures_in_a_row,
+        }
+        for i, share in enumerate(shares)
+        if share
+    ]
     reported: set[int] = set()
-    with ProcessPoolExecutor(n_workers, mp_context=context) as pool:
-        futures = [
-            pool.submit(
-                _process,
-                worker_main,
-                name=study.name,
-                storage=study.storage_url,
-                n_trials=share,
-                worker=i,
-                run=run,
-                threads=threads,
-                gpu=(i % gpus) if gpus else None,
-                data=study.data_source,
-                max_failures_in_a_row=max_failures_in_a_row,
-            )
-            for i, share in enumerate(shares)
-            if share
-        ]
-        pending: set[Future[list[int]]] = set(futures)
-        while pending:
-            _, pending = wait(pending, timeout=_POLL_SECONDS, return_when=FIRST_EXCEPTION)
-            _report(study, run, callbacks, reported)
-        numbers = sorted(n for f in futures for n in f.result())
+    engine.map(_process, calls, lambda: _report(study, run, callbacks, reported))
     study.replay.sync()
     _report(study, run, callbacks, reported)
-    return [study.record(n) for n in numbers]
+    return [study.record(n) for n in _finished(study, run)]
+
+
+def _finished(study: Study, run: str, slot: int | None = None) -> list[int]:
+    """The numbers of the pool run's finished trials (of one worker ``slot``)."""
+    return [
+        t.number
+        for t in study.optuna_trials()
+        if t.user_attrs.get(_RUN) == run
+        and (slot is None or t.user_attrs.get(_SLOT) == slot)
+        and t.state.is_finished()
+        and not records.superseded(t)
+    ]
 
 
 def check_main_guard() -> None:
@@ -156,14 +166,23 @@ def _report(study: Study, run: str, callbacks: list[TrialCallback], reported: se
                 callback(study, record)
 
 
-def start_worker(study: Study, worker: str, *, run: str | None = None) -> None:
+def start_worker(
+    study: Study, worker: str, *, run: str | None = None, share: int | None = None
+) -> int | None:
     """Make this process one of several workers of ``study``: its controller on a random
-    stream of its own, and its trials marked with the pool run that made them."""
+    stream of its own, and its trials marked with the pool run and worker slot that made
+    them. With ``share`` (the slot's trials), the trials it still owes: fewer when the
+    slot's worker was started again after dying."""
     stream = worker_stream(study.seed, worker, len(study.optuna_trials()))
     study.replay.reseed(stream)
     study.worker_attrs["controller_stream"] = stream
-    if run is not None:
-        study.worker_attrs[_RUN] = run
+    if run is None:
+        return share
+    study.worker_attrs[_RUN] = run
+    study.worker_attrs[_SLOT] = int(worker)
+    if share is None:
+        return None
+    return max(0, share - len(_finished(study, run, int(worker))))
 
 
 def _process(

@@ -1,0 +1,185 @@
+"""Where ``optimize(n, n_workers=K, executor=...)`` starts its K workers.
+
+Each worker is one call of the same function (open the study from its storage, run
+a share of the trials); the executor only places the calls and waits for them. The
+study's storage coordinates the trials whatever the executor, so a worker lost with
+its machine is started again by the engine and its trial resumes from its checkpoint
+through the heartbeat protocol (a bucket or a shared folder holds the checkpoints).
+
+``"process"`` (default)   spawned processes on this machine
+``RayExecutor(...)``      Ray tasks on a Ray cluster (``"ray"``: the cluster at
+                          ``RAY_ADDRESS``, or a local one); ``pip install 'autosearch[ray]'``
+``SlurmExecutor(...)``    a Slurm job array through submitit (``cluster="local"`` runs
+                          the jobs as local processes); ``pip install 'autosearch[slurm]'``
+
+Storage and artifacts must be reachable from every worker: a PostgreSQL URL (or a
+file on a shared file system, by absolute path) and an absolute folder or a bucket.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from autosearch.errors import ConfigError
+
+__all__ = ["Executor", "ProcessExecutor", "RayExecutor", "SlurmExecutor", "resolve_executor"]
+
+_POLL_SECONDS = 1.0
+Call = dict[str, Any]
+
+
+class Executor(Protocol):
+    """Runs ``worker(**call)`` for each call, somewhere; calls ``poll()`` about once a
+    second while they run; returns their results in call order."""
+
+    def map(
+        self, worker: Callable[..., Any], calls: Sequence[Call], poll: Callable[[], None]
+    ) -> list[Any]: ...
+
+    def resources(self, n_workers: int) -> tuple[int, bool]:
+        """(CPU threads per worker, whether this side assigns GPUs to workers)."""
+        ...
+
+
+class ProcessExecutor:
+    """Spawned processes on this machine: CPU threads shared evenly, GPUs in turn."""
+
+    def map(
+        self, worker: Callable[..., Any], calls: Sequence[Call], poll: Callable[[], None]
+    ) -> list[Any]:
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(len(calls), mp_context=context) as pool:
+            futures = [pool.submit(worker, **call) for call in calls]
+            pending: set[Future[Any]] = set(futures)
+            while pending:
+                _, pending = wait(pending, timeout=_POLL_SECONDS, return_when=FIRST_EXCEPTION)
+                poll()
+            return [f.result() for f in futures]
+
+    def resources(self, n_workers: int) -> tuple[int, bool]:
+        import os
+
+        return max(1, (os.cpu_count() or 1) // n_workers), True
+
+
+@dataclass(frozen=True)
+class RayExecutor:
+    """Each worker a Ray task with these resources; Ray places the tasks on the
+    cluster's nodes and runs a task again (``max_retries``) when its worker process or
+    node dies. ``num_gpus`` may be fractional, so that several small candidates share
+    one GPU. ``address``: the cluster (None: ``RAY_ADDRESS``, else a local one);
+    ``init`` is passed on to ``ray.init`` (``_node_ip_address``, ``runtime_env``, ...)."""
+
+    address: str | None = None
+    num_cpus: float = 1
+    num_gpus: float = 0
+    max_retries: int = 3
+    init: dict[str, Any] = field(default_factory=dict)
+
+    def map(
+        self, worker: Callable[..., Any], calls: Sequence[Call], poll: Callable[[], None]
+    ) -> list[Any]:
+        ray = _require("ray", "ray")
+        if not ray.is_initialized():
+            ray.init(address=self.address, **{"log_to_driver": False, **self.init})
+        task = ray.remote(
+            num_cpus=self.num_cpus, num_gpus=self.num_gpus, max_retries=self.max_retries
+        )(worker)
+        refs = [task.remote(**call) for call in calls]
+        pending = list(refs)
+        while pending:
+            _, pending = ray.wait(pending, num_returns=len(pending), timeout=_POLL_SECONDS)
+            poll()
+        return list(ray.get(refs))
+
+    def resources(self, n_workers: int) -> tuple[int, bool]:
+        return max(1, int(self.num_cpus)), False  # Ray sets each task's visible GPUs
+
+
+@dataclass(frozen=True)
+class SlurmExecutor:
+    """Workers as a Slurm job array, submitted with submitit; each job's output and
+    pickled result in ``folder``. ``cluster="local"`` runs the jobs as processes here
+    (submitit's local executor), ``None`` picks Slurm where ``sbatch`` exists. The
+    ``slurm_*`` fields are Slurm's: partition, time limit (minutes), CPUs and GPUs per
+    task; ``options`` adds any other of submitit's parameters."""
+
+    folder: str = "runs/slurm"
+    cluster: str | None = None
+    slurm_partition: str | None = None
+    timeout_min: int = 60
+    cpus_per_task: int = 1
+    gpus_per_task: int = 0
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def map(
+        self, worker: Callable[..., Any], calls: Sequence[Call], poll: Callable[[], None]
+    ) -> list[Any]:
+        submitit = _require("submitit", "slurm")
+        executor = submitit.AutoExecutor(folder=str(Path(self.folder)), cluster=self.cluster)
+        parameters: dict[str, Any] = {
+            "timeout_min": self.timeout_min,
+            "cpus_per_task": self.cpus_per_task,
+            **self.options,
+        }
+        if executor.cluster == "slurm":
+            parameters["slurm_partition"] = self.slurm_partition
+            parameters["slurm_gpus_per_task"] = self.gpus_per_task
+        executor.update_parameters(**{k: v for k, v in parameters.items() if v is not None})
+        jobs = executor.map_array(_Call(worker), list(calls))
+        while not all(job.done() for job in jobs):
+            poll()
+            time.sleep(_POLL_SECONDS)
+        poll()
+        return [job.result() for job in jobs]
+
+    def resources(self, n_workers: int) -> tuple[int, bool]:
+        return self.cpus_per_task, False  # Slurm sets each job's visible GPUs
+
+
+@dataclass(frozen=True)
+class _Call:
+    """``worker(**call)``, for submitit's positional map."""
+
+    worker: Callable[..., Any]
+
+    def __call__(self, call: Call) -> Any:
+        return self.worker(**call)
+
+
+_NAMED: dict[str, Callable[[], Executor]] = {
+    "process": ProcessExecutor,
+    "ray": RayExecutor,
+    "slurm": SlurmExecutor,
+}
+
+
+def resolve_executor(executor: str | Executor) -> Executor:
+    """An executor object, or its name."""
+    if isinstance(executor, str):
+        if executor not in _NAMED:
+            raise ConfigError(
+                f"unknown executor {executor!r}; use one of {', '.join(_NAMED)} "
+                "(or a RayExecutor / SlurmExecutor with options)"
+            )
+        return _NAMED[executor]()
+    if not callable(getattr(executor, "map", None)):
+        raise ConfigError(f"executor {executor!r} has no map(); use one of {', '.join(_NAMED)}")
+    return executor
+
+
+def _require(module: str, extra: str) -> Any:
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise ConfigError(
+            f"this executor needs {module}: pip install 'autosearch[{extra}]'"
+        ) from None
