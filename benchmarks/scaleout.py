@@ -11,7 +11,11 @@
    controller state, with an evaluator that trains nothing.
 3. duplicates: superseded (duplicate) claims in 10 runs of optimize(8, n_workers=4) on
    the tests' tiny space (target: at most 1 in all 10 runs).
-4. growth: ms per trial in chunks of 100 over a long study that trains nothing (NB201
+4. ray: the same small study run by 2 local worker processes, by 2 Ray tasks on a
+   one-node Ray cluster (2 CPUs) and on a two-node cluster (1 CPU each; both nodes on
+   this machine, 127.0.0.1): wall seconds, trials per hour and the overhead of Ray's
+   placement against the local pool (cluster start-up excluded).
+5. growth: ms per trial in chunks of 100 over a long study that trains nothing (NB201
    cells), against bare Optuna's RandomSampler storing the same per trial on the same
    kind of storage (target: flat, the last chunk within 1.2x the first, and at most 2x
    bare Optuna).
@@ -193,6 +197,76 @@ def bench_storage(trials: int) -> dict[str, dict[str, float]]:
     return out
 
 
+def _ray_cluster(nodes: int, cpus: int) -> tuple[str, list[str]]:
+    """Start a Ray cluster of ``nodes`` nodes on 127.0.0.1; its address and ray CLI."""
+    import socket
+    import subprocess
+
+    ray = str(Path(sys.executable).with_name("ray"))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    common = ["--node-ip-address", "127.0.0.1", "--num-cpus", str(cpus), "--disable-usage-stats"]
+    head = [ray, "start", "--head", "--port", str(port), "--include-dashboard", "false"]
+    subprocess.run([*head, *common], check=True, capture_output=True)
+    for _ in range(nodes - 1):
+        subprocess.run(
+            [ray, "start", "--address", f"127.0.0.1:{port}", *common],
+            check=True,
+            capture_output=True,
+        )
+    return f"127.0.0.1:{port}", [ray, "stop", "--force"]
+
+
+def bench_ray(trials: int, epochs: int) -> dict[str, object]:
+    """Local pool against Ray tasks on one and two nodes, same study."""
+    import subprocess
+
+    import ray
+
+    from autosearch import RayExecutor
+
+    runs: dict[str, dict[str, float]] = {}
+    cpus = os.cpu_count() or 1
+    for label, nodes in (("process_pool", 0), ("ray_1_node", 1), ("ray_2_nodes", 2)):
+        stop: list[str] = []
+        executor: object = "process"
+        if nodes:
+            address, stop = _ray_cluster(nodes, cpus // nodes)
+            executor = RayExecutor(
+                address=address, num_cpus=cpus // 2, init={"_node_ip_address": "127.0.0.1"}
+            )
+        try:
+            with tempfile.TemporaryDirectory() as tmp:
+                study = autosearch.create_study(
+                    label,
+                    controller=RandomSearch(SPACE, seed=0),
+                    storage=f"sqlite:///{tmp}/s.db",
+                    artifacts=f"{tmp}/artifacts",
+                    train=TrainConfig(epochs=epochs, batch_size=64, lr=0.05),
+                )
+                start = time.perf_counter()
+                records = study.optimize(trials, n_workers=2, executor=executor)  # type: ignore[arg-type]
+                seconds = time.perf_counter() - start
+                assert len(records) == trials and study.count("complete") == trials
+                runs[label] = {
+                    "seconds": round(seconds, 2),
+                    "trials_per_hour": round(trials / seconds * 3600),
+                }
+        finally:
+            if nodes:
+                ray.shutdown()
+                subprocess.run(stop, capture_output=True)
+    base = runs["process_pool"]["seconds"]
+    return {
+        "trials": trials,
+        "epochs": epochs,
+        **runs,
+        "ray_1_node_vs_pool": round(runs["ray_1_node"]["seconds"] / base, 2),
+        "ray_2_nodes_vs_pool": round(runs["ray_2_nodes"]["seconds"] / base, 2),
+    }
+
+
 def _chunks(stamps: list[float], start: float, chunk: int) -> list[float]:
     """ms per trial in each chunk of ``chunk`` consecutive finished trials."""
     ends = [start, *stamps]
@@ -267,12 +341,12 @@ def main() -> None:
     parser.add_argument("--duplicate-runs", type=int, default=10)
     parser.add_argument("--growth-trials", type=int, default=2000)
     parser.add_argument(
-        "--only", nargs="*", choices=["workers", "storage", "duplicates", "growth"]
+        "--only", nargs="*", choices=["workers", "storage", "duplicates", "ray", "growth"]
     )
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     logging.getLogger("autosearch").setLevel(logging.ERROR)
-    chosen = args.only or ["workers", "storage", "duplicates", "growth"]
+    chosen = args.only or ["workers", "storage", "duplicates", "ray", "growth"]
     result: dict[str, object] = {"device": "cpu", "cpus": os.cpu_count()}
     if "workers" in chosen:
         result["workers"] = bench_workers(args.trials, args.epochs)
@@ -280,6 +354,8 @@ def main() -> None:
         result["storage"] = bench_storage(args.storage_trials)
     if "duplicates" in chosen:
         result["duplicates"] = bench_duplicates(args.duplicate_runs, trials=8, workers=4)
+    if "ray" in chosen:
+        result["ray"] = bench_ray(args.trials, args.epochs)
     if "growth" in chosen:
         result["growth"] = bench_growth(args.growth_trials)
     print(json.dumps(result, indent=2))

@@ -198,7 +198,7 @@ def test_int8_handles_a_batchnorm_after_a_shared_convolution(digits):
         bottleneck=False,
         compression=0.5,
     )
-    train(model, digits, TrainConfig(epochs=2, batch_size=64), seed=0)
+    train(model, digits, TrainConfig(epochs=1, batch_size=64), seed=0)
     derived = derive("int8", model.eval(), digits, FAST, seed=0)
     assert derived.details["float_gap"] < 1e-3
     agree = (

@@ -21,6 +21,7 @@ from autosearch import RayExecutor, SlurmExecutor, TrainConfig
 from autosearch.errors import ConfigError
 
 pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _complete_once(study: autosearch.Study, n: int) -> list:
@@ -61,8 +62,8 @@ def _ray(*args: str) -> None:
     subprocess.run([str(ray), *args], check=True, capture_output=True, timeout=1800)
 
 
-@pytest.fixture
-def ray_cluster(tmp_path):
+@pytest.fixture(scope="module")
+def ray_cluster():
     """A head and a second node on 127.0.0.1, one CPU each; stopped afterwards."""
     pytest.importorskip("ray", reason="the Ray executor is an extra: autosearch[ray]")
     with socket.socket() as probe:
@@ -88,6 +89,28 @@ def _wait_for(predicate, what: str, bound: float = 1800.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"never saw: {what}")
         time.sleep(0.1)
+
+
+def test_a_table_study_through_ray_stores_what_the_local_pool_stores(ray_cluster, tmp_path):
+    from autosearch import Table
+    from controllers import RandomSearch
+    from search_spaces import NB201Space
+
+    table = tmp_path / "nb201.csv"
+    maker = ROOT / "benchmarks" / "make_nb201_table.py"
+    subprocess.run([sys.executable, str(maker), str(table)], check=True, timeout=1800)
+    on_ray = RayExecutor(address=ray_cluster, init={"_node_ip_address": "127.0.0.1"})
+    stored = {}
+    for label, executor in (("pool", "process"), ("ray", on_ray)):
+        study = autosearch.create_study(
+            label,
+            controller=RandomSearch(NB201Space(), seed=0),
+            table=Table(path=str(table)),
+            storage=f"sqlite:///{tmp_path}/{label}.db",
+        )
+        study.optimize(8, n_workers=2, executor=executor)
+        stored[label] = {(r.arch.arch_id, r.accuracy, r.test_accuracy) for r in study.records()}
+    assert len(stored["pool"]) == 8 and stored["ray"] == stored["pool"]
 
 
 @pytest.mark.service

@@ -31,7 +31,7 @@ def report(tmp_path_factory):
         storage=f"sqlite:///{folder}/s.db",
         train=TrainConfig(epochs=2, batch_size=128, lr=0.1),
         variants=("base", "int8"),
-        compression=Compression(finetune_epochs=1),
+        compression=Compression(finetune_epochs=1, only_front=True),
     )
     study.optimize(4)
     return write_report(study, folder / "report.html"), study

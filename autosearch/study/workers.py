@@ -83,6 +83,7 @@ def run_pool(
             "run": run,
             "threads": threads,
             "gpu": (i % gpus) if gpus else None,
+            "cwd": os.getcwd(),
             "data": study.data_source,
             "max_failures_in_a_row": max_failures_in_a_row,
         }
@@ -186,9 +187,18 @@ def start_worker(
 
 
 def _process(
-    worker_main: WorkerMain, *, threads: int, gpu: int | None, **options: Any
+    worker_main: WorkerMain,
+    *,
+    threads: int,
+    gpu: int | None,
+    cwd: str | None = None,
+    **options: Any,
 ) -> list[int]:
-    """A pool process: its share of the CPU threads and its GPU, then the study's work."""
+    """A worker: the caller's working folder where this machine has it (so relative
+    storage and artifact paths mean the same as for the caller: Ray and Slurm start
+    workers elsewhere), its share of the CPU threads and its GPU, then the study's work."""
+    if cwd is not None and Path(cwd).is_dir():
+        os.chdir(cwd)
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
     torch.set_num_threads(threads)
