@@ -452,12 +452,15 @@ def _worker_main(
     n_trials: int,
     worker: int,
     run: str,
+    trials_before: int | None = None,
     max_failures_in_a_row: int,
 ) -> list[int]:
     """One process of ``optimize(n_workers=K)``: the numbers of the trials it finished."""
     study = load_study(name, storage=storage, data=data)
-    owed = workers.start_worker(study, str(worker), run=run, share=n_trials) or 0
+    owed = workers.start_worker(
+        study, str(worker), run=run, share=n_trials, trials_before=trials_before
+    )
     done = study.optimize(
-        owed, max_failures_in_a_row=max_failures_in_a_row, show_progress_bar=False
+        owed or 0, max_failures_in_a_row=max_failures_in_a_row, show_progress_bar=False
     )
     return [r.trial for r in done]

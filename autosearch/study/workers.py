@@ -60,7 +60,7 @@ def run_pool(
     processes, Ray tasks, Slurm jobs) on the study's storage; call ``callbacks`` here as
     their trials finish; the trials' records.
 
-    ``worker_main(name=, storage=, data=, n_trials=, worker=, run=,
+    ``worker_main(name=, storage=, data=, n_trials=, worker=, run=, trials_before=,
     max_failures_in_a_row=)`` is each worker's entry point (it opens the study, calls
     :func:`start_worker` and runs its trials); ``threads`` and ``gpu`` are set here. A
     worker the engine starts again (its node died) runs only what its share lacks."""
@@ -73,6 +73,7 @@ def run_pool(
     threads, assign_gpus = engine.resources(n_workers)
     gpus = torch.cuda.device_count() if assign_gpus else 0
     run = uuid.uuid4().hex[:12]
+    before = len(study.optuna_trials())
     calls = [
         {
             "worker_main": worker_main,
@@ -81,6 +82,7 @@ def run_pool(
             "n_trials": share,
             "worker": i,
             "run": run,
+            "trials_before": before,
             "threads": threads,
             "gpu": (i % gpus) if gpus else None,
             "cwd": os.getcwd(),
@@ -168,13 +170,23 @@ def _report(study: Study, run: str, callbacks: list[TrialCallback], reported: se
 
 
 def start_worker(
-    study: Study, worker: str, *, run: str | None = None, share: int | None = None
+    study: Study,
+    worker: str,
+    *,
+    run: str | None = None,
+    share: int | None = None,
+    trials_before: int | None = None,
 ) -> int | None:
     """Make this process one of several workers of ``study``: its controller on a random
     stream of its own, and its trials marked with the pool run and worker slot that made
     them. With ``share`` (the slot's trials), the trials it still owes: fewer when the
-    slot's worker was started again after dying."""
-    stream = worker_stream(study.seed, worker, len(study.optuna_trials()))
+    slot's worker was started again after dying.
+
+    The stream follows the study's seed, the worker's name and the study's trial count
+    when the run began (``trials_before``; default: now): a pool's workers are seeded
+    the same however their starts interleave, so the same seed gives the same search."""
+    before = len(study.optuna_trials()) if trials_before is None else trials_before
+    stream = worker_stream(study.seed, worker, before)
     study.replay.reseed(stream)
     study.worker_attrs["controller_stream"] = stream
     if run is None:
