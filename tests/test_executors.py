@@ -135,7 +135,8 @@ def test_a_ray_cluster_of_two_nodes_survives_a_killed_worker(
         address=ray_cluster,
         num_cpus=1,
         max_retries=3,
-        init={"_node_ip_address": "127.0.0.1", "runtime_env": {"env_vars": {**aws, **beats}}},
+        env_vars={**aws, **beats},
+        init={"_node_ip_address": "127.0.0.1"},
     )
     killed: dict[str, int] = {}
 

@@ -74,12 +74,16 @@ class RayExecutor:
     cluster's nodes and runs a task again (``max_retries``) when its worker process or
     node dies. ``num_gpus`` may be fractional, so that several small candidates share
     one GPU. ``address``: the cluster (None: ``RAY_ADDRESS``, else a local one);
-    ``init`` is passed on to ``ray.init`` (``_node_ip_address``, ``runtime_env``, ...)."""
+    ``env_vars``: environment variables the workers get (object-store credentials,
+    ``AUTOSEARCH_HEARTBEAT_GRACE``; a Ray node otherwise has its own environment);
+    ``init`` is passed on to ``ray.init`` when this process has not joined a cluster
+    yet (``_node_ip_address``, ``runtime_env``, ...)."""
 
     address: str | None = None
     num_cpus: float = 1
     num_gpus: float = 0
     max_retries: int = 3
+    env_vars: dict[str, str] = field(default_factory=dict)
     init: dict[str, Any] = field(default_factory=dict)
 
     def map(
@@ -89,7 +93,10 @@ class RayExecutor:
         if not ray.is_initialized():
             ray.init(address=self.address, **{"log_to_driver": False, **self.init})
         task = ray.remote(
-            num_cpus=self.num_cpus, num_gpus=self.num_gpus, max_retries=self.max_retries
+            num_cpus=self.num_cpus,
+            num_gpus=self.num_gpus,
+            max_retries=self.max_retries,
+            runtime_env={"env_vars": dict(self.env_vars)} if self.env_vars else None,
         )(worker)
         refs = [task.remote(**call) for call in calls]
         pending = list(refs)
