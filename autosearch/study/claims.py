@@ -121,7 +121,7 @@ class Claims:
         if seen is None:
             earlier = self._trials()
         else:
-            known = max((t.number for t in seen), default=-1)
+            known = seen[-1].number if seen else -1  # read in number order
             earlier = [*seen, *(self._trial(n) for n in range(known + 1, mine))]
         holder = self.index.read(earlier).first(arch.arch_id)
         if holder is not None and holder.number < mine:
