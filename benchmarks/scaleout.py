@@ -34,7 +34,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 # This folder holds controllers.py (the controller benchmark), which would shadow the
@@ -310,10 +310,12 @@ def _autosearch(url: str, trials: int, chunk: int) -> list[float]:
     return _chunks(stamps, start, chunk)
 
 
-def bench_growth(trials: int, chunk: int = 100) -> dict[str, object]:
+def bench_growth(
+    trials: int, chunk: int = 100, kinds: Sequence[str] = ("sqlite", "journal", "postgresql")
+) -> dict[str, object]:
     """Does a trial cost more as the study grows? Per storage, ms per trial by chunk."""
     out: dict[str, object] = {"trials": trials, "chunk": chunk}
-    for kind in ("sqlite", "journal", "postgresql"):
+    for kind in kinds:
         row: dict[str, object] = {}
         for who, run in (("optuna", _bare_optuna), ("autosearch", _autosearch)):
             with tempfile.TemporaryDirectory() as tmp:
@@ -340,6 +342,7 @@ def main() -> None:
     parser.add_argument("--storage-trials", type=int, default=60)
     parser.add_argument("--duplicate-runs", type=int, default=10)
     parser.add_argument("--growth-trials", type=int, default=2000)
+    parser.add_argument("--growth-storages", nargs="*", default=["sqlite", "journal", "postgresql"])
     parser.add_argument(
         "--only", nargs="*", choices=["workers", "storage", "duplicates", "ray", "growth"]
     )
@@ -357,7 +360,7 @@ def main() -> None:
     if "ray" in chosen:
         result["ray"] = bench_ray(args.trials, args.epochs)
     if "growth" in chosen:
-        result["growth"] = bench_growth(args.growth_trials)
+        result["growth"] = bench_growth(args.growth_trials, kinds=args.growth_storages)
     print(json.dumps(result, indent=2))
 
 
