@@ -16,11 +16,12 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial
 
-__all__ = ["HEARTBEAT", "WORKER", "beating", "last_beat", "worker_id"]
+__all__ = ["HEARTBEAT", "WORKER", "beating", "first_stamp", "last_beat", "worker_id"]
 
 HEARTBEAT = "autosearch:heartbeat"
 WORKER = "autosearch:worker"
@@ -34,10 +35,14 @@ def worker_id() -> str:
 
 
 @contextmanager
-def beating(storage: BaseStorage, trial_id: int, interval: float) -> Iterator[None]:
-    """Stamp ``trial_id`` now and every ``interval`` seconds until the block ends."""
-    storage.set_trial_system_attr(trial_id, WORKER, worker_id())
-    storage.set_trial_system_attr(trial_id, HEARTBEAT, time.time())
+def beating(
+    storage: BaseStorage, trial_id: int, interval: float, *, stamped: bool = False
+) -> Iterator[None]:
+    """Stamp ``trial_id`` now and every ``interval`` seconds until the block ends.
+    ``stamped``: the trial was created with its first stamp (:func:`first_stamp`)."""
+    if not stamped:
+        storage.set_trial_system_attr(trial_id, WORKER, worker_id())
+        storage.set_trial_system_attr(trial_id, HEARTBEAT, time.time())
     stop = threading.Event()
 
     def beat() -> None:
@@ -54,6 +59,12 @@ def beating(storage: BaseStorage, trial_id: int, interval: float) -> Iterator[No
     finally:
         stop.set()
         thread.join(timeout=interval + 5)
+
+
+def first_stamp() -> dict[str, Any]:
+    """The system attribute of a trial's first heartbeat (a trial created with it names
+    its worker in its ``worker`` user attribute)."""
+    return {HEARTBEAT: time.time()}
 
 
 def last_beat(trial: FrozenTrial) -> float:

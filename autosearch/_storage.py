@@ -22,7 +22,7 @@ from optuna.storages.journal import JournalFileBackend
 
 from autosearch.errors import StorageError, UnknownNameError
 
-__all__ = ["URL_FORMS", "default_storage", "local_path", "open_storage"]
+__all__ = ["URL_FORMS", "default_storage", "local_path", "open_storage", "trial_number"]
 
 URL_FORMS = "sqlite:///path/study.db, journal:path/study.log or postgresql://user@host/db"
 
@@ -171,6 +171,14 @@ def _cached(storage: BaseStorage) -> BaseStorage:
     only those still running and those created since the last read, not the whole
     study, and a study's cost per trial does not grow with its size."""
     return optuna.storages.get_storage(storage)
+
+
+def trial_number(storage: BaseStorage, trial_id: int) -> int:
+    """The number of a trial this process created. Optuna's cache records it when the
+    trial is created (id -> study, number), but its ``get_trial_number_from_id`` asks the
+    database again: read the cache where there is one."""
+    cached = getattr(storage, "_trial_id_to_study_id_and_number", {}).get(trial_id)
+    return int(cached[1]) if cached else storage.get_trial_number_from_id(trial_id)
 
 
 _SCHEMES: dict[str, Callable[[str, bool], BaseStorage]] = {

@@ -3,16 +3,26 @@
 from __future__ import annotations
 
 import abc
+import itertools
+import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
+import numpy as np
+
 from autosearch.architecture import Architecture
-from autosearch.errors import ConfigError
+from autosearch.errors import ConfigError, InvalidArchitectureError, SpaceExhausted
 from autosearch.space import SearchSpace
 
-__all__ = ["Controller", "Outcome"]
+__all__ = ["Controller", "Outcome", "unseen_architecture"]
+
+logger = logging.getLogger(__name__)
+
+# Spaces up to this many gene assignments are enumerated, when draws find nothing
+# unseen, to tell a truly exhausted space from bad luck (NB201: 15,625).
+_ENUMERABLE = 1_000_000
 
 Status = Literal["complete", "failed", "stopped"]
 
@@ -78,6 +88,11 @@ class Controller(abc.ABC):
     def tell(self, arch: Architecture, outcome: Outcome) -> None:
         """Learn from the outcome of ``arch`` (asked by this controller or not)."""
 
+    #: Keys of :meth:`state_dict` that :meth:`mark_seen` rebuilds from a study's trials.
+    #: A study leaves them out of the state it saves after every trial (they grow with
+    #: the study) and calls :meth:`mark_seen` with its trials' architectures when it opens.
+    seen_state: ClassVar[frozenset[str]] = frozenset()
+
     @abc.abstractmethod
     def state_dict(self) -> dict[str, Any]:
         """The controller's full state as JSON values."""
@@ -85,6 +100,12 @@ class Controller(abc.ABC):
     @abc.abstractmethod
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore a :meth:`state_dict`; later asks repeat the original's."""
+
+    def mark_seen(self, arch_ids: Iterable[str]) -> None:
+        """These architectures are in the study already (running, finished or failed):
+        never propose them. Restores the :attr:`seen_state` keys a study did not save.
+        Controllers that do not track what they have proposed keep this no-op."""
+        return None
 
     def reseed(self, stream: int) -> None:
         """Draw from now on from random stream ``stream``, independent of the current
@@ -96,3 +117,61 @@ class Controller(abc.ABC):
     @abc.abstractmethod
     def config(self) -> dict[str, Any]:
         """Constructor arguments except the space: ``type(c)(space, **c.config())``."""
+
+
+def unseen_architecture(
+    space: SearchSpace,
+    seen: Collection[str],
+    rng: np.random.Generator,
+    *,
+    near: Architecture | None = None,
+    tries: int = 200,
+    why: str = "",
+) -> Architecture:
+    """An architecture of ``space`` whose id is not in ``seen``: the fallback of a
+    controller whose own proposals are all seen (a collapsed policy, a converged
+    population). First a random walk of one-gene mutations from ``near``, then uniform
+    draws, then, in a space small enough to enumerate, the first unseen architecture
+    in enumeration order. Logs that it fell back, saying ``why``.
+
+    Raises:
+        SpaceExhausted: every architecture of the space within its budget is seen.
+    """
+    if why:
+        logger.info("%s; proposing an unseen architecture instead", why)
+    walk = near
+
+    def step() -> Architecture:
+        nonlocal walk
+        walk = space.mutate(walk, rng) if walk is not None else space.sample(rng)
+        return walk
+
+    draws: list[Callable[[], Architecture]] = [step] if near is not None else []
+    draws.append(lambda: space.sample(rng))
+    for draw in draws:
+        for _ in range(tries):
+            try:
+                arch = draw()
+            except InvalidArchitectureError:  # no mutation or draw fits the budget
+                break
+            if arch.arch_id not in seen:
+                return arch
+    if space.size() <= _ENUMERABLE:
+        for arch in _enumerate(space):
+            if arch.arch_id not in seen and space.within_budget(arch):
+                return arch
+        raise SpaceExhausted(
+            f"every architecture of space {space.name!r} within its budget has been "
+            f"proposed ({len(seen)} seen): the search is complete"
+        )
+    raise SpaceExhausted(
+        f"no unseen architecture of space {space.name!r} in {len(draws) * tries} draws "
+        f"({len(seen)} seen of at most {space.size()}): the space within its budget is "
+        "nearly exhausted; widen the space or loosen its budget to search on"
+    )
+
+
+def _enumerate(space: SearchSpace) -> Iterator[Architecture]:
+    domains = space.domains()
+    for values in itertools.product(*(d.values() for d in domains.values())):
+        yield space.make(dict(zip(domains, values, strict=True)))

@@ -17,6 +17,7 @@ __all__ = [
     "InvalidArchitectureError",
     "MissingGeneError",
     "PlatformError",
+    "SpaceExhausted",
     "StorageError",
     "StudyError",
     "StudyFileError",
@@ -73,6 +74,11 @@ class StorageError(AutosearchError):
 
 class StudyError(AutosearchError):
     """A study used in a way its stored definition does not allow."""
+
+
+class SpaceExhausted(StudyError):
+    """Every architecture of the space (within its budget) has been proposed: the search
+    is complete. A study ends on it, with this message; nothing else ends a search."""
 
 
 class StudyFileError(AutosearchError):

@@ -141,6 +141,14 @@ METRICS: dict[str, Metric] = {
             "median ms per image in batches of 32, one CPU thread (measured)",
         ),
         _cost(
+            "energy",
+            "energy per image, millijoules",
+            "mJ",
+            1.0,
+            ".3f",
+            "energy per image in millijoules (from a benchmark table)",
+        ),
+        _cost(
             "train_seconds",
             "training time, seconds",
             "train s",

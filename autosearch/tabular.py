@@ -5,7 +5,9 @@ table is the user's: a CSV file, or JSON (an object keyed by architecture string
 a list of rows), with a key column holding the space's string form of each
 architecture (``NB201Space.to_string``), a validation-accuracy column, and optionally
 a test-accuracy and a training-time column (the latter becomes the
-``train_seconds`` metric, usable as a cost objective).
+``train_seconds`` metric, usable as a cost objective), and any further columns named
+as metrics (a measured latency or energy per architecture: ``metrics={"latency":
+"lat_ms"}``), so that a tabular study can be multi-objective on them.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from autosearch.architecture import Architecture
-from autosearch.errors import DataError, StudyError, TrialFailed
+from autosearch.errors import ConfigError, DataError, StudyError, TrialFailed
+from autosearch.metrics import metric
 from autosearch.space import SearchSpace
 
 __all__ = ["Table"]
@@ -38,6 +41,9 @@ class Table:
         train_time: Training-time column in seconds (read when present).
         percent: Whether accuracies are percentages; None decides from the values
             (any value above 1 means percent).
+        metrics: Further columns, by the metric they hold (``{"latency": "lat_ms"}``):
+            any metric autosearch knows (``autosearch.metrics.METRICS``: latency,
+            energy, bytes...), in its unit; a table's value replaces a counted one.
         input_shape, num_classes: What FLOPs and parameters are counted at.
     """
 
@@ -47,11 +53,24 @@ class Table:
     test_accuracy: str | None = "test_accuracy"
     train_time: str | None = "train_time"
     percent: bool | None = None
+    metrics: Mapping[str, str] | tuple[tuple[str, str], ...] = ()
     input_shape: tuple[int, int, int] = (3, 32, 32)
     num_classes: int = 10
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "path", str(self.path))
+        pairs = dict(self.metrics).items() if self.metrics else ()
+        for name, column in pairs:
+            metric(name)  # an unknown metric is refused with the known ones
+            if name in ("accuracy", "test_accuracy", "train_seconds"):
+                raise ConfigError(
+                    f"Table metrics: {name!r} has its own field; name its column with "
+                    "Table(accuracy=..., test_accuracy=..., train_time=...)"
+                )
+            if not isinstance(column, str) or not column:
+                raise ConfigError(f"Table metrics: the column of {name!r} must be a name")
+        # hashable (the table is read once per Table) and stored as JSON pairs
+        object.__setattr__(self, "metrics", tuple(sorted((str(k), v) for k, v in pairs)))
         object.__setattr__(self, "input_shape", tuple(self.input_shape))
 
     def rows(self) -> Mapping[str, Mapping[str, float]]:
@@ -86,6 +105,8 @@ class Table:
             metrics["test_accuracy"] = row[self.test_accuracy] / scale
         if self.train_time and self.train_time in row:
             metrics["train_seconds"] = row[self.train_time]
+        for name, column in dict(self.metrics).items():
+            metrics[name] = row[column]
         return metrics
 
 
@@ -115,12 +136,13 @@ def _load(table: Table) -> dict[str, dict[str, float]]:
     found = sorted(set(raw[0]) - {"\0key"})
     # Test accuracy and training time are optional: read when the table has them.
     optional = [c for c in (table.test_accuracy, table.train_time) if c and c in raw[0]]
-    columns = [table.accuracy, *optional]
+    columns = [table.accuracy, *optional, *dict(table.metrics).values()]
     for column in [table.key, *columns] if "\0key" not in raw[0] else columns:
         if column not in raw[0]:
             raise DataError(
                 f"benchmark table {path} has no column {column!r}; its columns are "
-                f"{', '.join(found)}. Name the columns with Table(key=..., accuracy=...)"
+                f"{', '.join(found)}. Name the columns with Table(key=..., accuracy=..., "
+                "metrics={...})"
             )
     rows: dict[str, dict[str, float]] = {}
     for line, row in enumerate(raw, start=2):

@@ -1,15 +1,25 @@
-"""Controller benchmark on NAS-Bench-201 with tabular evaluation. Prints JSON.
+"""Controller benchmark on NAS-Bench-201 with tabular evaluation. Prints JSON (and,
+with ``--markdown FILE``, the same figures as Markdown tables).
 
-Every registered single-objective controller searches NB201Space for ``--budget``
-evaluations, looked up in the table, over ``--seeds`` seeds. Per controller: mean and
-standard deviation of the best validation accuracy found, and of the test accuracy of
-that architecture (the test column plays no part in the search); the regret against
-the table's best validation accuracy; the mean ask + tell overhead in milliseconds;
-and the one-sided Mann-Whitney U p-value that it finds better architectures than
-random search (measured in the same run).
+Single objective: every controller searches NB201Space for the largest budget, over
+``--seeds`` seeds, through the public API (``ask``, then ``tell`` with the cell's
+validation accuracy). Per controller and budget (``--budgets``, default 50, 100, 150,
+300): the share of seeds that found the table's best cell, and the mean best
+validation accuracy so far; and the mean ms of one ask + tell over the last 50 results
+before the largest budget (the controller then holds that many results).
+
+Multi-objective (``--mo-seeds``): maximise validation accuracy and minimise a cost
+(``--cost``: ``flops``, counted from each cell, or any metric column named with
+``--metric``), as a percentage of the hypervolume of the table's true front (the whole
+table is enumerated), reference point ``--reference`` (default: 80 % accuracy and the
+largest cost in the table).
 
     python benchmarks/make_nb201_table.py runs/nb201_synthetic.csv
-    python benchmarks/controllers.py --table runs/nb201_synthetic.csv --budget 100 --seeds 20
+    python benchmarks/controllers.py [--table runs/nb201_synthetic.csv] [--seeds 50]
+        [--mo-seeds 20] [--metric latency=lat_ms --cost latency] [--markdown out.md]
+
+A table of your own: ``--table FILE --key COLUMN --accuracy COLUMN`` (CSV or JSON, as
+``autosearch.Table`` reads it).
 """
 
 from __future__ import annotations
@@ -17,8 +27,10 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import subprocess
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 # Run as a script, this file's folder comes first on sys.path, and this file's name
@@ -27,92 +39,259 @@ sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).re
 
 import numpy as np
 import optuna
-from scipy.stats import mannwhitneyu
 
-from autosearch import Outcome, Table
-from autosearch.registry import controllers
+from autosearch import Controller, Outcome, Table
+from controllers import NSGA2, TPE, RandomSearch, RegularizedEvolution, Reinforce
 from search_spaces import NB201Space
 
-MULTI_OBJECTIVE = {"nsga2"}  # benchmarked on the scalar objective only when asked
+HERE = Path(__file__).resolve().parent
+SYNTHETIC = HERE.parent / "runs" / "nb201_synthetic.csv"
+
+Make = Callable[[NB201Space, int], Controller]
+
+SINGLE: dict[str, Make] = {
+    "random": lambda s, seed: RandomSearch(s, seed=seed),
+    "evolution": lambda s, seed: RegularizedEvolution(s, seed=seed),
+    "reinforce": lambda s, seed: Reinforce(s, seed=seed),
+    "reinforce-transformer": lambda s, seed: Reinforce(s, seed=seed, policy="transformer"),
+    "tpe": lambda s, seed: TPE(s, seed=seed),
+}
 
 
-def run(name: str, table: Table, budget: int, seed: int) -> tuple[float, float, float]:
-    """(best validation accuracy, its test accuracy, mean ask+tell seconds)."""
-    space = NB201Space()
-    controller = controllers.get(name)(space, seed=seed)
-    best_val, best_test, overhead = -1.0, -1.0, 0.0
+def _multi(cost: str) -> dict[str, Make]:
+    objectives = {"accuracy": "maximize", cost: "minimize"}
+    return {
+        "random": lambda s, seed: RandomSearch(s, seed=seed),
+        "evolution": lambda s, seed: RegularizedEvolution(s, seed=seed, objectives=objectives),
+        "nsga2": lambda s, seed: NSGA2(s, seed=seed, objectives=objectives),
+        "tpe": lambda s, seed: TPE(s, seed=seed, objectives=objectives),
+    }
+
+
+class Landscape:
+    """Every cell of the table: validation accuracy (fraction) and cost, by string."""
+
+    def __init__(self, table: Table, space: NB201Space, cost: str) -> None:
+        rows = table.rows()
+        scale = 100.0 if max(r[table.accuracy] for r in rows.values()) > 1 else 1.0
+        columns = dict(table.metrics)
+        self.accuracy = {k: r[table.accuracy] / scale for k, r in rows.items()}
+        if cost in columns:
+            self.cost = {k: r[columns[cost]] for k, r in rows.items()}
+        else:  # counted from the architecture, as a study would
+            self.cost = {k: float(getattr(space.cost(space.from_string(k)), cost)) for k in rows}
+        self.top = max(self.accuracy.values())
+        self.best = {k for k, v in self.accuracy.items() if v == self.top}
+
+    def front_hypervolume(self, reference: tuple[float, float]) -> float:
+        keys = list(self.accuracy)
+        return hypervolume([(self.accuracy[k], self.cost[k]) for k in keys], reference)
+
+
+def hypervolume(points: Sequence[tuple[float, float]], reference: tuple[float, float]) -> float:
+    """Area dominated by (accuracy ↑, cost ↓) points, bounded by ``reference``
+    (accuracy, cost): linear in both."""
+    ref_acc, ref_cost = reference
+    area, best = 0.0, ref_acc
+    for accuracy, cost in sorted(points, key=lambda p: (p[1], -p[0])):
+        if accuracy > best and cost < ref_cost:
+            area += (accuracy - best) * (ref_cost - cost)
+            best = accuracy
+    return area
+
+
+def search(
+    make: Make,
+    land: Landscape,
+    space: NB201Space,
+    budget: int,
+    seed: int,
+    cost: str | None = None,
+) -> tuple[list[str], float]:
+    """The cells evaluated, in order, and the mean ms of ask + tell over the last 50."""
+    controller = make(space, seed)
+    asked: list[str] = []
+    seconds: list[float] = []
     for _ in range(budget):
         start = time.perf_counter()
         arch = controller.ask()
-        overhead += time.perf_counter() - start
-        metrics = table.evaluate(space, arch)  # fractions, as a study would see them
-        val, test = metrics["accuracy"], metrics["test_accuracy"]
-        outcome = Outcome(reward=val, objectives={"accuracy": val})
-        start = time.perf_counter()
-        controller.tell(arch, outcome)
-        overhead += time.perf_counter() - start
-        if val > best_val:
-            best_val, best_test = val, test
-    return best_val, best_test, overhead / budget
+        key = space.to_string(arch)
+        accuracy = land.accuracy[key]
+        objectives = {"accuracy": accuracy}
+        if cost is not None:
+            objectives[cost] = land.cost[key]
+        controller.tell(arch, Outcome(reward=accuracy, objectives=objectives))
+        seconds.append(time.perf_counter() - start)
+        asked.append(key)
+    return asked, 1e3 * float(np.mean(seconds[-50:]))
+
+
+def single_objective(
+    names: Sequence[str], land: Landscape, space: NB201Space, budgets: list[int], seeds: int
+) -> dict[str, dict[str, object]]:
+    out: dict[str, dict[str, object]] = {}
+    for name in names:
+        found = np.zeros((seeds, len(budgets)), dtype=bool)
+        best = np.zeros((seeds, len(budgets)))
+        ms = []
+        for seed in range(seeds):
+            asked, overhead = search(SINGLE[name], land, space, budgets[-1], seed)
+            ms.append(overhead)
+            so_far = np.maximum.accumulate([land.accuracy[k] for k in asked])
+            for j, b in enumerate(budgets):
+                best[seed, j] = so_far[b - 1]
+                found[seed, j] = bool(land.best & set(asked[:b]))
+        out[name] = {
+            "found_best": {b: float(found[:, j].mean()) for j, b in enumerate(budgets)},
+            "best_val": {b: float(best[:, j].mean()) for j, b in enumerate(budgets)},
+            "ask_tell_ms": float(np.mean(ms)),
+        }
+        print(f"{name}: {out[name]}", file=sys.stderr)
+    return out
+
+
+def multi_objective(
+    land: Landscape,
+    space: NB201Space,
+    cost: str,
+    budgets: list[int],
+    seeds: int,
+    reference: tuple[float, float],
+) -> dict[str, dict[str, object]]:
+    true = land.front_hypervolume(reference)
+    out: dict[str, dict[str, object]] = {}
+    for name, make in _multi(cost).items():
+        share = np.zeros((seeds, len(budgets)))
+        ms = []
+        for seed in range(seeds):
+            asked, overhead = search(make, land, space, budgets[-1], seed, cost)
+            ms.append(overhead)
+            for j, b in enumerate(budgets):
+                points = [(land.accuracy[k], land.cost[k]) for k in asked[:b]]
+                share[seed, j] = hypervolume(points, reference) / true
+        out[name] = {
+            "hypervolume_percent": {
+                b: 100 * float(share[:, j].mean()) for j, b in enumerate(budgets)
+            },
+            "worst_seed_percent": {
+                b: 100 * float(share[:, j].min()) for j, b in enumerate(budgets)
+            },
+            "ask_tell_ms": float(np.mean(ms)),
+        }
+        print(f"{name}: {out[name]}", file=sys.stderr)
+    return out
+
+
+def markdown(result: dict[str, object]) -> str:
+    budgets = result["budgets"]
+    assert isinstance(budgets, list)
+    lines = [
+        f"Table: {result['table']} (best validation accuracy {result['table_best_val']:.4f}); "
+        f"{result['seeds']} seeds.",
+        "",
+        "| controller | found the best by "
+        + " / ".join(map(str, budgets))
+        + " | best validation accuracy at "
+        + " / ".join(map(str, budgets))
+        + " | ms per ask + tell |",
+        "| --- | --- | --- | --- |",
+    ]
+    for name, row in result["single"].items():  # type: ignore[attr-defined]
+        lines.append(
+            f"| {name} | "
+            + " / ".join(f"{100 * row['found_best'][b]:.0f} %" for b in budgets)
+            + " | "
+            + " / ".join(f"{100 * row['best_val'][b]:.2f}" for b in budgets)
+            + f" | {row['ask_tell_ms']:.1f} |"
+        )
+    if "multi" in result:
+        mo = result["multi"]
+        assert isinstance(mo, dict)
+        lines += [
+            "",
+            f"Multi-objective (accuracy, {mo['cost']}), {mo['seeds']} seeds, reference "
+            f"{mo['reference']}: hypervolume as a percentage of the true front's, mean "
+            "(worst seed).",
+            "",
+            "| controller | " + " | ".join(map(str, budgets)) + " | ms per ask + tell |",
+            "| --- | " + " | ".join("---" for _ in budgets) + " | --- |",
+        ]
+        for name, row in mo["controllers"].items():
+            lines.append(
+                f"| {name} | "
+                + " | ".join(
+                    f"{row['hypervolume_percent'][b]:.1f} % ({row['worst_seed_percent'][b]:.1f})"
+                    for b in budgets
+                )
+                + f" | {row['ask_tell_ms']:.1f} |"
+            )
+    return "\n".join(lines) + "\n"
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--table", required=True)
-    parser.add_argument("--budget", type=int, default=100)
-    parser.add_argument("--seeds", type=int, default=20)
-    parser.add_argument("--controllers", default=None, help="comma-separated (default: all)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--table", default=str(SYNTHETIC), help="default: the synthetic table")
     parser.add_argument("--key", default="arch", help="column of the architecture strings")
-    parser.add_argument("--accuracy", default="val_accuracy")
-    parser.add_argument("--test-accuracy", default="test_accuracy")
+    parser.add_argument("--accuracy", default="val_accuracy", help="validation-accuracy column")
+    parser.add_argument(
+        "--metric",
+        action="append",
+        default=[],
+        help="NAME=COLUMN, a metric column: latency=lat_ms",
+    )
+    parser.add_argument("--budgets", default="50,100,150,300")
+    parser.add_argument("--seeds", type=int, default=50)
+    parser.add_argument("--mo-seeds", type=int, default=20, help="0: no multi-objective runs")
+    parser.add_argument("--cost", default="flops", help="the cost objective: flops or a --metric")
+    parser.add_argument("--reference", default=None, help="ACCURACY,COST (default 0.8,max cost)")
+    parser.add_argument("--controllers", default=None, help="comma-separated (default: all)")
+    parser.add_argument("--markdown", default=None, help="also write Markdown tables here")
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     logging.getLogger("autosearch").setLevel(logging.WARNING)
+    if args.table == str(SYNTHETIC) and not SYNTHETIC.exists():
+        subprocess.run(
+            [sys.executable, str(HERE / "make_nb201_table.py"), str(SYNTHETIC)], check=True
+        )
+    metrics = dict(m.split("=", 1) for m in args.metric)
     table = Table(
         path=args.table,
         key=args.key,
         accuracy=args.accuracy,
-        test_accuracy=args.test_accuracy,
+        test_accuracy=None,
         train_time=None,
+        metrics=metrics,
     )
-    scale = 100.0 if max(r[args.accuracy] for r in table.rows().values()) > 1 else 1.0
-    top = max(row[args.accuracy] for row in table.rows().values()) / scale
-    names = (
-        args.controllers.split(",")
-        if args.controllers
-        else [n for n in controllers.names() if n not in MULTI_OBJECTIVE]
-    )
-    results: dict[str, dict[str, float]] = {}
-    raw: dict[str, list[float]] = {}
-    for name in names:
-        runs = [run(name, table, args.budget, seed) for seed in range(args.seeds)]
-        vals, tests, overheads = (np.array(x) for x in zip(*runs, strict=True))
-        raw[name] = list(vals)
-        results[name] = {
-            "best_val_mean": float(vals.mean()),
-            "best_val_std": float(vals.std()),
-            "test_of_best_mean": float(tests.mean()),
-            "test_of_best_std": float(tests.std()),
-            "regret_mean": float(top - vals.mean()),
-            "ask_tell_ms": 1e3 * float(overheads.mean()),
+    space = NB201Space()
+    land = Landscape(table, space, args.cost)
+    budgets = sorted(int(b) for b in args.budgets.split(","))
+    names = args.controllers.split(",") if args.controllers else list(SINGLE)
+    result: dict[str, object] = {
+        "table": args.table,
+        "table_best_val": land.top,
+        "budgets": budgets,
+        "seeds": args.seeds,
+        "single": single_objective(names, land, space, budgets, args.seeds),
+    }
+    if args.mo_seeds:
+        if args.reference:
+            ref_acc, ref_cost = (float(x) for x in args.reference.split(","))
+        else:
+            ref_acc, ref_cost = 0.8, max(land.cost.values())
+        reference = (ref_acc, ref_cost)
+        result["multi"] = {
+            "cost": args.cost,
+            "seeds": args.mo_seeds,
+            "reference": list(reference),
+            "controllers": multi_objective(
+                land, space, args.cost, budgets, args.mo_seeds, reference
+            ),
         }
-    if "random" in raw:
-        for name in names:
-            if name != "random":
-                p = mannwhitneyu(raw[name], raw["random"], alternative="greater").pvalue
-                results[name]["p_better_than_random"] = float(p)
-    print(
-        json.dumps(
-            {
-                "table": args.table,
-                "budget": args.budget,
-                "seeds": args.seeds,
-                "table_best_val": top,
-                "controllers": results,
-            },
-            indent=2,
-        )
-    )
+    print(json.dumps(result, indent=2))
+    if args.markdown:
+        Path(args.markdown).write_text(markdown(result))
 
 
 if __name__ == "__main__":

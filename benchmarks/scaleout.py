@@ -30,11 +30,12 @@ import contextlib
 import json
 import logging
 import os
+import statistics
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 # This folder holds controllers.py (the controller benchmark), which would shadow the
@@ -267,16 +268,7 @@ def bench_ray(trials: int, epochs: int) -> dict[str, object]:
     }
 
 
-def _chunks(stamps: list[float], start: float, chunk: int) -> list[float]:
-    """ms per trial in each chunk of ``chunk`` consecutive finished trials."""
-    ends = [start, *stamps]
-    return [
-        round(1000 * (ends[i + chunk] - ends[i]) / chunk, 1)
-        for i in range(0, len(stamps) - chunk + 1, chunk)
-    ]
-
-
-def _bare_optuna(url: str, trials: int, chunk: int) -> list[float]:
+def _bare_optuna(url: str) -> Callable[[int], None]:
     """Optuna alone: RandomSampler over the six NB201 edges, one user attribute per
     trial (as autosearch stores its result), two objective values."""
     space = NB201Space()
@@ -286,7 +278,6 @@ def _bare_optuna(url: str, trials: int, chunk: int) -> list[float]:
         directions=["maximize", "minimize"],
         sampler=optuna.samplers.RandomSampler(seed=0),
     )
-    stamps: list[float] = []
 
     def objective(trial: optuna.Trial) -> tuple[float, float]:
         for gene, domain in space.domains().items():
@@ -294,44 +285,61 @@ def _bare_optuna(url: str, trials: int, chunk: int) -> list[float]:
         trial.set_user_attr("result", {"accuracy": 0.5, "flops": 1e6})
         return 0.5, 1e6
 
-    start = time.perf_counter()
-    study.optimize(objective, trials, callbacks=[lambda *_: stamps.append(time.perf_counter())])
-    return _chunks(stamps, start, chunk)
+    return lambda n: study.optimize(objective, n)
 
 
-def _autosearch(url: str, trials: int, chunk: int) -> list[float]:
+def _autosearch(url: str) -> Callable[[int], None]:
     study = autosearch.create_study(
         "growth", controller=RandomSearch(NB201Space(), seed=0), storage=url
     )
-    stamps: list[float] = []
-    start = time.perf_counter()
-    with _no_training({"accuracy": 0.5, "flops": 1e6, "macs": 5e5, "params": 1e4}):
-        study.optimize(trials, callbacks=[lambda *_: stamps.append(time.perf_counter())])
-    return _chunks(stamps, start, chunk)
+
+    def run(n: int) -> None:
+        with _no_training({"accuracy": 0.5, "flops": 1e6, "macs": 5e5, "params": 1e4}):
+            study.optimize(n)
+
+    return run
 
 
 def bench_growth(
     trials: int, chunk: int = 100, kinds: Sequence[str] = ("sqlite", "journal", "postgresql")
 ) -> dict[str, object]:
-    """Does a trial cost more as the study grows? Per storage, ms per trial by chunk."""
+    """Does a trial cost more as the study grows? Per storage, ms per trial by chunk:
+    bare Optuna's study and autosearch's grow side by side, a chunk of each in turn, so
+    that the machine's drift falls on both alike."""
     out: dict[str, object] = {"trials": trials, "chunk": chunk}
     for kind in kinds:
-        row: dict[str, object] = {}
-        for who, run in (("optuna", _bare_optuna), ("autosearch", _autosearch)):
-            with tempfile.TemporaryDirectory() as tmp:
-                pg = _postgres() if kind == "postgresql" else None
-                if kind == "postgresql" and pg is None:
-                    row = {"skipped": "no server on 127.0.0.1:5432"}
-                    break
-                url = {"sqlite": f"sqlite:///{tmp}/s.db", "journal": f"journal:{tmp}/s.log"}
-                row[who] = run(pg[0] if pg else url[kind], trials, chunk)
-                if pg:
-                    _drop(pg[1])
-        if "autosearch" in row:
-            ours, bare = row["autosearch"], row["optuna"]
-            row["last_over_first"] = round(ours[-1] / ours[0], 2)  # type: ignore[index]
-            row["vs_optuna_last_chunk"] = round(ours[-1] / bare[-1], 2)  # type: ignore[index]
-        out[kind] = row
+        with tempfile.TemporaryDirectory() as tmp:
+            pg = _postgres() if kind == "postgresql" else None
+            if kind == "postgresql" and pg is None:
+                out[kind] = {"skipped": "no server on 127.0.0.1:5432"}
+                continue
+            files = {"sqlite": "sqlite:///{}/{}.db", "journal": "journal:{}/{}.log"}
+            urls = {  # one PostgreSQL database holds both studies
+                who: pg[0] if pg else files[kind].format(tmp, who)
+                for who in ("optuna", "autosearch")
+            }
+            runs = {
+                "optuna": _bare_optuna(urls["optuna"]),
+                "autosearch": _autosearch(urls["autosearch"]),
+            }
+            row: dict[str, list[float]] = {who: [] for who in runs}
+            for _ in range(trials // chunk):
+                for who, run in runs.items():
+                    start = time.perf_counter()
+                    run(chunk)
+                    row[who].append(round(1000 * (time.perf_counter() - start) / chunk, 1))
+            if pg:
+                _drop(pg[1])
+        ours, bare = row["autosearch"], row["optuna"]
+        med = statistics.median
+        out[kind] = {
+            **row,
+            "last_over_first": round(ours[-1] / ours[0], 2),
+            # medians of three chunks at each end: one noisy chunk does not decide
+            "last3_over_first3": round(med(ours[-3:]) / med(ours[:3]), 2),
+            "vs_optuna_last_chunk": round(ours[-1] / bare[-1], 2),
+            "vs_optuna_last3": round(med(ours[-3:]) / med(bare[-3:]), 2),
+        }
     return out
 
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
 
 from autosearch.architecture import Architecture
-from autosearch.controller import Controller, Outcome
+from autosearch.controller import Controller, Outcome, unseen_architecture
 from autosearch.errors import AutosearchError, ConfigError
 from autosearch.pareto import Direction, crowding_distance, nondominated_ranks
 from autosearch.registry import register_controller
@@ -38,6 +38,8 @@ class RegularizedEvolution(Controller):
             on the scalar reward.
         max_tries: Draws per ask to find an architecture not seen before.
     """
+
+    seen_state = frozenset({"seen"})
 
     def __init__(
         self,
@@ -68,28 +70,28 @@ class RegularizedEvolution(Controller):
 
     def ask(self) -> Architecture:
         warming_up = len(self._population) + len(self._pending) < self.population_size
-        if warming_up or not self._population:
-            arch = self._unseen(lambda: self.space.sample(self._rng))
+        parent = None if warming_up or not self._population else self._tournament()
+        draw = (
+            (lambda: self.space.sample(self._rng))
+            if parent is None
+            else (lambda: self.space.mutate(parent, self._rng))
+        )
+        for _ in range(self.max_tries):
+            arch = draw()
+            if arch.arch_id not in self._seen:
+                break
         else:
-            parent = self._tournament()
-            arch = self._unseen(
-                lambda: self.space.mutate(parent, self._rng),
-                fallback=lambda: self.space.sample(self._rng),
+            arch = unseen_architecture(
+                self.space,
+                self._seen,
+                self._rng,
+                near=parent,
+                why=f"regularized evolution drew only seen architectures in {self.max_tries} "
+                "tries (the population has converged)",
             )
         self._seen.add(arch.arch_id)
         self._pending.add(arch.arch_id)
         return arch
-
-    def _unseen(self, draw: Any, fallback: Any = None) -> Architecture:
-        for attempt in range(self.max_tries):
-            arch = (fallback if fallback and attempt >= self.max_tries // 2 else draw)()
-            if arch.arch_id not in self._seen:
-                return arch
-        raise AutosearchError(
-            f"regularized evolution found no unseen architecture in {self.max_tries} draws "
-            f"({len(self._seen)} seen, space {self.space.name!r} of at most "
-            f"{self.space.size()}); the space is (nearly) exhausted"
-        )
 
     def _tournament(self) -> Architecture:
         size = min(self.sample_size, len(self._population))
@@ -128,6 +130,9 @@ class RegularizedEvolution(Controller):
         if len(self._population) > self.population_size:
             self._population.popleft()  # aging: the oldest dies, however good
 
+    def mark_seen(self, arch_ids: Iterable[str]) -> None:
+        self._seen.update(arch_ids)
+
     def reseed(self, stream: int) -> None:
         self._rng = np.random.default_rng([stream, self.seed or 0])
 
@@ -142,7 +147,7 @@ class RegularizedEvolution(Controller):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self._rng.bit_generator.state = dict(state["rng"])
         self._population = deque((m[0], float(m[1]), list(m[2])) for m in state["population"])
-        self._seen = set(state["seen"])
+        self._seen = set(state.get("seen", ()))  # absent: the study calls mark_seen
         self._pending = set(state["pending"])
 
     def config(self) -> dict[str, Any]:

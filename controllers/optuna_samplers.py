@@ -6,12 +6,13 @@ import hashlib
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
+import numpy as np
 import optuna
 from optuna.storages import InMemoryStorage
 from optuna.trial import TrialState, create_trial
 
 from autosearch.architecture import Architecture
-from autosearch.controller import Controller, Outcome
+from autosearch.controller import Controller, Outcome, unseen_architecture
 from autosearch.distributions import distributions, suggest
 from autosearch.errors import AutosearchError, ConfigError, UnknownNameError
 from autosearch.pareto import Direction
@@ -19,6 +20,8 @@ from autosearch.registry import register_controller, resolve_loaded
 from autosearch.space import SearchSpace
 
 __all__ = ["GP", "NSGA2", "TPE", "OptunaController", "register_sampler"]
+
+_NO_TRIAL = -1  # a pending architecture the sampler did not propose (a fallback)
 
 _SAMPLERS: dict[str, Callable[..., optuna.samplers.BaseSampler]] = {
     # Constant liar: pending asks count as bad results, so parallel workers spread out.
@@ -150,11 +153,15 @@ class OptunaController(Controller):
             else:
                 self._pending[arch.arch_id] = trial.number
                 return arch
-        raise AutosearchError(
-            f"the {self.sampler} sampler proposed only known or over-budget architectures "
-            f"{self.max_tries} times in a row ({len(self._known)} known); the space may be "
-            "exhausted, or its budget too tight for this sampler"
+        arch = unseen_architecture(
+            self.space,
+            self._known.keys() | self._pending.keys(),
+            np.random.default_rng([self._asks, self.seed or 0]),
+            why=f"the {self.sampler} sampler proposed only known or over-budget architectures "
+            f"{self.max_tries} times in a row",
         )
+        self._pending[arch.arch_id] = _NO_TRIAL  # told as a trial the sampler did not ask
+        return arch
 
     def _values(self, outcome: Outcome) -> list[float] | None:
         if not outcome.ok:
@@ -179,8 +186,8 @@ class OptunaController(Controller):
     def tell(self, arch: Architecture, outcome: Outcome) -> None:
         arch = self.space.canonicalize(arch)
         values = self._values(outcome)
-        number = self._pending.pop(arch.arch_id, None)
-        if number is not None:
+        number = self._pending.pop(arch.arch_id, _NO_TRIAL)
+        if number != _NO_TRIAL:
             self._tell_trial(number, values)
         else:  # never asked here: record it as a finished trial the sampler learns from
             self._add(dict(arch), values)

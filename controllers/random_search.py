@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
 
 from autosearch.architecture import Architecture
-from autosearch.controller import Controller, Outcome
-from autosearch.errors import AutosearchError
+from autosearch.controller import Controller, Outcome, unseen_architecture
 from autosearch.registry import register_controller
 from autosearch.space import SearchSpace
 
@@ -23,8 +22,11 @@ class RandomSearch(Controller):
     Args:
         space: The search space.
         seed: Seed of the controller's own RNG; the same seed gives the same sequence.
-        max_tries: Draws per ask before giving up on finding an unseen architecture.
+        max_tries: Draws per ask before falling back to :func:`unseen_architecture`
+            (the space is then nearly exhausted; only an exhausted one ends a study).
     """
+
+    seen_state = frozenset({"seen"})
 
     def __init__(
         self, space: SearchSpace, *, seed: int | None = None, max_tries: int = 1000
@@ -41,14 +43,20 @@ class RandomSearch(Controller):
             if arch.arch_id not in self._seen:
                 self._seen.add(arch.arch_id)
                 return arch
-        raise AutosearchError(
-            f"random search drew only already-seen architectures in {self.max_tries} tries "
-            f"({len(self._seen)} seen of at most {self.space.size()} in space "
-            f"{self.space.name!r}); the space is (nearly) exhausted: widen it or stop the study"
+        arch = unseen_architecture(
+            self.space,
+            self._seen,
+            self._rng,
+            why=f"random search drew only seen architectures in {self.max_tries} tries",
         )
+        self._seen.add(arch.arch_id)
+        return arch
 
     def tell(self, arch: Architecture, outcome: Outcome) -> None:
         self._seen.add(arch.arch_id)
+
+    def mark_seen(self, arch_ids: Iterable[str]) -> None:
+        self._seen.update(arch_ids)
 
     def reseed(self, stream: int) -> None:
         self._rng = np.random.default_rng([stream, self.seed or 0])
@@ -58,7 +66,7 @@ class RandomSearch(Controller):
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self._rng.bit_generator.state = dict(state["rng"])
-        self._seen = set(state["seen"])
+        self._seen = set(state.get("seen", ()))  # absent: the study calls mark_seen
 
     def config(self) -> dict[str, Any]:
         return {"seed": self.seed, "max_tries": self.max_tries}

@@ -1,17 +1,18 @@
-"""REINFORCE with an autoregressive LSTM policy (Zoph & Le 2017)."""
+"""REINFORCE with an autoregressive policy (Zoph & Le 2017): an LSTM, or a causal
+Transformer over the same decision sequence."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, cast
+from collections.abc import Iterable, Mapping
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import torch
 import torch.nn as nn
 
 from autosearch.architecture import Architecture, Gene
-from autosearch.controller import Controller, Outcome
-from autosearch.errors import AutosearchError
+from autosearch.controller import Controller, Outcome, unseen_architecture
+from autosearch.errors import ConfigError
 from autosearch.registry import register_controller
 from autosearch.space import SearchSpace
 from controllers._tensors import decode, encode
@@ -57,10 +58,68 @@ class _Policy(nn.Module):
         return taken, log_prob, entropy
 
 
+class _TransformerPolicy(nn.Module):
+    """A causal Transformer that emits the space's decisions one after another: the
+    token at step ``i`` is the embedding of decision ``i - 1`` (a learnt start token at
+    step 0) plus a learnt position; decision ``i`` is read from step ``i``'s output, which
+    attends to steps ``0 .. i`` only. Scoring given choices is one masked pass."""
+
+    def __init__(self, sizes: list[int], hidden: int, layers: int = 2, heads: int = 4) -> None:
+        super().__init__()
+        if hidden % heads:
+            raise ConfigError(
+                f"the transformer policy needs hidden divisible by {heads}, got {hidden}"
+            )
+        self.start = nn.Parameter(torch.zeros(1, hidden))
+        self.position = nn.Parameter(torch.randn(len(sizes), hidden) * 0.02)
+        self.embeddings = nn.ModuleList(nn.Embedding(n, hidden) for n in sizes)
+        self.heads = nn.ModuleList(nn.Linear(hidden, n) for n in sizes)
+        layer = nn.TransformerEncoderLayer(
+            hidden, heads, dim_feedforward=2 * hidden, dropout=0.0, batch_first=True
+        )
+        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        mask = nn.Transformer.generate_square_subsequent_mask(len(sizes))
+        self.register_buffer("mask", mask, persistent=False)
+
+    def _tokens(self, choices: list[int]) -> torch.Tensor:
+        """Steps ``0 .. len(choices)``: the start token, then the choices' embeddings."""
+        previous = [cast(nn.Embedding, self.embeddings[i]).weight[c] for i, c in enumerate(choices)]
+        tokens = torch.stack([self.start[0], *previous][: len(self.heads)])
+        return (tokens + self.position[: len(tokens)]).unsqueeze(0)
+
+    def _output(self, tokens: torch.Tensor) -> torch.Tensor:
+        n = tokens.shape[1]
+        return self.encoder(tokens, mask=cast(torch.Tensor, self.mask)[:n, :n], is_causal=True)[0]
+
+    def forward(
+        self, choices: list[int] | None, generator: torch.Generator | None, temperature: float
+    ) -> tuple[list[int], torch.Tensor, torch.Tensor]:
+        """Sample (``choices`` None) or score given choices: (choices, log-prob, entropy)."""
+        if choices is None:
+            taken: list[int] = []
+            for index, head in enumerate(self.heads):
+                h = self._output(self._tokens(taken))[index]
+                logp = torch.log_softmax(head(h) / temperature, dim=-1)
+                taken.append(int(torch.multinomial(logp.exp(), 1, generator=generator)))
+            return taken, torch.zeros(()), torch.zeros(())
+        out = self._output(self._tokens(choices))
+        log_prob = torch.zeros(())
+        entropy = torch.zeros(())
+        for index, head in enumerate(self.heads):
+            logp = torch.log_softmax(head(out[index]) / temperature, dim=-1)
+            log_prob = log_prob + logp[choices[index]]
+            entropy = entropy - (logp.exp() * logp).sum()
+        return list(choices), log_prob, entropy
+
+
+_POLICIES = {"lstm": _Policy, "transformer": _TransformerPolicy}
+
+
 @register_controller("reinforce")
 class Reinforce(Controller):
-    """Policy-gradient search: sample architectures from an LSTM policy, and push the
-    policy towards those whose reward beats a moving-average baseline.
+    """Policy-gradient search: sample architectures from an autoregressive policy (an
+    LSTM, or a causal Transformer), and push the policy towards those whose reward beats
+    a moving-average baseline.
 
     Works for any space: the policy has one decision per gene, with as many outputs
     as the gene has values. Updates are batched (``batch_size`` results); results of
@@ -70,21 +129,28 @@ class Reinforce(Controller):
     Args:
         space: The search space.
         seed: Seed of the policy's initial weights and of its sampling.
-        lr: Adam learning rate (Adam's step is insensitive to the reward's scale).
+        policy: ``"lstm"`` (Zoph & Le) or ``"transformer"`` (two causal self-attention
+            layers, four heads, over the same decision sequence).
+        lr: Adam learning rate (Adam's step is insensitive to the reward's scale); by
+            default the policy's own (see ``DEFAULT_LR``).
         batch_size: Results per policy update.
         entropy: Weight of the entropy bonus (keeps the policy exploring).
         baseline_decay: Decay of the reward's exponential moving average.
-        hidden: LSTM width.
+        hidden: Width of the LSTM, or of the Transformer's tokens.
         temperature: Softmax temperature of the decisions.
         max_tries: Policy samples per ask before falling back to mutating one.
     """
+
+    seen_state = frozenset({"seen"})
+    DEFAULT_LR: ClassVar[dict[str, float]] = {"lstm": 0.1, "transformer": 0.01}
 
     def __init__(
         self,
         space: SearchSpace,
         *,
         seed: int | None = None,
-        lr: float = 0.1,
+        policy: str = "lstm",
+        lr: float | None = None,
         batch_size: int = 5,
         entropy: float = 1e-3,
         baseline_decay: float = 0.8,
@@ -93,6 +159,11 @@ class Reinforce(Controller):
         max_tries: int = 10,
     ) -> None:
         super().__init__(space)
+        if policy not in _POLICIES:
+            raise ConfigError(
+                f"Reinforce policy must be one of {', '.join(_POLICIES)}, not {policy!r}"
+            )
+        self.policy, lr = policy, self.DEFAULT_LR[policy] if lr is None else lr
         self.seed, self.lr, self.batch_size, self.entropy = seed, lr, batch_size, entropy
         self.baseline_decay, self.hidden, self.temperature = baseline_decay, hidden, temperature
         self.max_tries = max_tries
@@ -104,12 +175,13 @@ class Reinforce(Controller):
             self._generator.seed()
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(int(torch.randint(2**31, (1,), generator=self._generator)))
-            self._policy = _Policy([len(d.values()) for _, d in self._genes], hidden)
+            self._policy = _POLICIES[policy]([len(d.values()) for _, d in self._genes], hidden)
         self._optimizer = torch.optim.Adam(self._policy.parameters(), lr=lr)
         self._baseline: float | None = None
         self._batch: list[tuple[str, float]] = []
         self._seen: set[str] = set()
         self._updates = 0
+        self._fallbacks = 0  # asks that fell back to unseen_architecture
 
     # Architectures <-> decision indices --------------------------------------------------
     def _arch(self, choices: list[int]) -> Architecture:
@@ -137,14 +209,14 @@ class Reinforce(Controller):
     def _mutate_unseen(self, arch: Architecture) -> Architecture:
         """The policy has converged on seen architectures: explore next to them."""
         seed = int(torch.randint(2**31, (1,), generator=self._generator))
-        generator = np.random.default_rng(seed)
-        for _ in range(self.max_tries):
-            arch = self.space.mutate(arch, generator)
-            if arch.arch_id not in self._seen:
-                return arch
-        raise AutosearchError(
-            f"REINFORCE found no unseen architecture in {2 * self.max_tries} tries "
-            f"({len(self._seen)} seen); the space may be exhausted"
+        self._fallbacks += 1
+        return unseen_architecture(
+            self.space,
+            self._seen,
+            np.random.default_rng(seed),
+            near=arch,
+            why=f"the REINFORCE policy sampled only seen architectures {self.max_tries} times "
+            f"(it has converged; fallback {self._fallbacks})",
         )
 
     def tell(self, arch: Architecture, outcome: Outcome) -> None:
@@ -194,8 +266,11 @@ class Reinforce(Controller):
         self._generator.set_state(decode(state["generator"]))
         self._baseline = state["baseline"]
         self._batch = [(a, float(r)) for a, r in state["batch"]]
-        self._seen = set(state["seen"])
+        self._seen = set(state.get("seen", ()))  # absent: the study calls mark_seen
         self._updates = int(state["updates"])
+
+    def mark_seen(self, arch_ids: Iterable[str]) -> None:
+        self._seen.update(arch_ids)
 
     def reseed(self, stream: int) -> None:
         self._generator.manual_seed(
@@ -205,6 +280,7 @@ class Reinforce(Controller):
     def config(self) -> dict[str, Any]:
         return {
             "seed": self.seed,
+            "policy": self.policy,
             "lr": self.lr,
             "batch_size": self.batch_size,
             "entropy": self.entropy,

@@ -6,6 +6,7 @@ import pytest
 
 from autosearch.registry import controllers, spaces
 from autosearch.testing import ControllerContract, SpaceContract
+from controllers import Reinforce
 from search_spaces import ResNetSpace
 
 
@@ -37,3 +38,15 @@ class TestEveryController(ControllerContract):
 def test_registries_list_the_plugins():
     assert "resnet" in spaces.names()
     assert "random" in controllers.names()
+
+
+class TestTransformerPolicy(ControllerContract):
+    """REINFORCE's Transformer policy passes the contract the LSTM passes."""
+
+    @pytest.fixture
+    def space(self):
+        return ResNetSpace()
+
+    @pytest.fixture
+    def make_controller(self, space):
+        return lambda seed: Reinforce(space, seed=seed, policy="transformer")

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import itertools
+import logging
 
 import numpy as np
 import pytest
+import torch
 from scipy.stats import mannwhitneyu
 
 import autosearch
 from autosearch import ConfigError, Outcome, Table
 from autosearch.registry import controllers
-from controllers import NSGA2, TPE, RandomSearch, RegularizedEvolution, Reinforce
+from controllers import NSGA2, TPE, RegularizedEvolution, Reinforce
 from search_spaces import MobileNetSpace, NB201Space
 from search_spaces.nb201 import EDGES, OPERATIONS
 
@@ -196,13 +198,52 @@ def test_optuna_controller_rejects_unknown_samplers_and_tpe_handles_big_spaces()
         tpe.tell(arch, Outcome(reward=float(np.mean(space.encode(arch)))))
 
 
-def test_random_search_exhaustion_is_bounded_and_explained():
+@pytest.mark.parametrize("name", ["random", "evolution", "reinforce"])
+def test_controllers_propose_every_architecture_once_then_say_the_space_is_exhausted(name):
     space = NB201Space(operations=("none", "skip_connect"))  # 64 cells
-    random = RandomSearch(space, seed=0, max_tries=200)
-    seen = {random.ask().arch_id for _ in range(64)}
+    controller = controllers.get(name)(space, seed=0, max_tries=1)  # fall back at once
+    seen = set()
+    for _ in range(64):
+        arch = controller.ask()
+        seen.add(arch.arch_id)
+        controller.tell(arch, Outcome(reward=float(np.mean(space.encode(arch)))))
     assert len(seen) == 64
-    with pytest.raises(autosearch.AutosearchError, match="exhausted"):
-        random.ask()
+    with pytest.raises(autosearch.SpaceExhausted, match="every architecture .* search is complete"):
+        controller.ask()
+
+
+def test_a_collapsed_policy_falls_back_to_unseen_architectures_and_says_so(caplog):
+    space = NB201Space()
+    rl = Reinforce(space, seed=0)
+    with torch.no_grad():  # the policy puts all its mass on the first value of each gene
+        for head in rl._policy.heads:
+            head.weight.zero_()
+            head.bias.copy_(torch.tensor([50.0] + [-50.0] * (head.out_features - 1)))
+    collapsed = rl.ask()
+    rl.tell(collapsed, Outcome(reward=0.9))
+    with caplog.at_level(logging.INFO, logger="autosearch.controller"):
+        asked = [rl.ask() for _ in range(40)]
+    assert len({a.arch_id for a in asked} | {collapsed.arch_id}) == 41  # no repeat, no raise
+    assert "REINFORCE policy sampled only seen architectures" in caplog.text
+    # the fallback explores next to where the policy points: one gene away first
+    assert sum(a != b for a, b in zip(asked[0].values(), collapsed.values(), strict=True)) == 1
+
+
+@pytest.mark.parametrize("name", ["tpe", "reinforce"])
+def test_a_study_runs_until_the_space_is_exhausted_and_ends_with_that_message(
+    name, table, tmp_path, caplog
+):
+    small = NB201Space(operations=("none", "skip_connect"))  # 64 cells
+    study = autosearch.create_study(
+        f"exhaust-{name}",
+        controller=controllers.get(name)(small, seed=0),
+        table=table,
+        storage=f"sqlite:///{tmp_path}/s.db",
+    )
+    with caplog.at_level(logging.INFO):
+        records = study.optimize(70)
+    assert len(records) == 64 and len({r.arch for r in records}) == 64
+    assert "search is complete" in caplog.text and "ends here" in caplog.text
 
 
 @pytest.mark.parametrize("name", ["evolution", "reinforce", "tpe", "random", "nsga2"])

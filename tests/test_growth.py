@@ -58,3 +58,64 @@ def test_told_trials_are_saved_as_runs_and_the_earlier_list_still_reads():
     assert _numbers(_runs(told)) == told
     assert _numbers([0, 1, 2, 5]) == {0, 1, 2, 5}  # as saved before
     assert _runs(set(range(2000))) == [[0, 1999]]
+
+
+def test_the_saved_controller_state_does_not_grow_and_reopening_rebuilds_what_was_seen(
+    tmp_path,
+):
+    import json
+
+    import autosearch
+    from autosearch.study.replay import _STATE
+    from controllers import RandomSearch
+    from search_spaces import NB201Space
+
+    space = NB201Space(operations=("none", "skip_connect"))  # 64 cells
+    url = f"journal:{tmp_path}/s.log"
+
+    def saved_size(study) -> int:
+        attrs = study.storage.get_study_system_attrs(study._study_id)
+        return len(json.dumps(attrs[_STATE]))
+
+    study = autosearch.create_study(
+        "g", controller=RandomSearch(space, seed=0), storage=url, table=_table(tmp_path, space)
+    )
+    study.optimize(5)
+    small = saved_size(study)
+    study.optimize(40)
+    assert saved_size(study) <= small + 8  # the same fields; only the numbers change
+    again = autosearch.load_study("g", storage=url)
+    asked = {again.controller.ask().arch_id for _ in range(19)}  # the 19 cells left
+    assert not asked & {r.arch.arch_id for r in again.records()}
+    assert len(asked) == 19
+
+
+def _table(tmp_path, space):
+    from autosearch import Table
+
+    rows = ["arch,val_accuracy"]
+    for i, arch in enumerate(_all(space)):
+        rows.append(f"{space.to_string(arch)},{50 + i % 40}")
+    (tmp_path / "t.csv").write_text("\n".join(rows) + "\n")
+    return Table(path=str(tmp_path / "t.csv"))
+
+
+def _all(space):
+    import itertools
+
+    domains = space.domains()
+    for values in itertools.product(*(d.values() for d in domains.values())):
+        yield space.make(dict(zip(domains, values, strict=True)))
+
+
+def test_a_new_trials_number_comes_from_optunas_cache_and_matches_the_database(tmp_path):
+    import optuna
+
+    from autosearch._storage import open_storage, trial_number
+
+    for url in (f"sqlite:///{tmp_path}/s.db", f"journal:{tmp_path}/s.log"):
+        storage = open_storage(url)
+        study_id = storage.create_new_study([optuna.study.StudyDirection.MAXIMIZE], "n")
+        for _ in range(3):
+            trial_id = storage.create_new_trial(study_id)
+            assert trial_number(storage, trial_id) == storage.get_trial_number_from_id(trial_id)

@@ -6,12 +6,13 @@ import csv
 import itertools
 import json
 
+import numpy as np
 import pytest
 
 import autosearch
-from autosearch import DataError, ExportError, StudyError, Table
+from autosearch import ConfigError, DataError, ExportError, StudyError, Table
 from autosearch.cli import main
-from controllers import RandomSearch
+from controllers import NSGA2, RandomSearch
 from search_spaces import NB201Space, ResNetSpace
 from search_spaces.nb201 import OPERATIONS
 
@@ -210,3 +211,62 @@ def test_optional_columns_may_be_absent_and_the_cli_names_columns(tmp_path, monk
         main([*argv, "--table-columns", "kee=cell"])
     assert refused.value.code == 2
     assert "NAME among key, accuracy, test_accuracy, train_time" in capsys.readouterr().err
+
+
+def test_tables_name_further_metric_columns_for_a_multi_objective_study(tmp_path):
+    space = NB201Space(operations=("none", "skip_connect", "nor_conv_3x3"))  # 729 cells
+    lines = ["arch,val_accuracy,lat_ms,uj"]  # no test accuracy, no training time
+    rng = np.random.default_rng(0)
+    domains = space.domains()
+    for values in itertools.product(*(d.values() for d in domains.values())):
+        arch = space.make(dict(zip(domains, values, strict=True)))
+        convs = sum(v == "nor_conv_3x3" for v in values)
+        lines.append(
+            f"{space.to_string(arch)},{60 + 5 * convs + rng.normal():.3f},"
+            f"{1 + 0.5 * convs:.2f},{200 + 90 * convs}"
+        )
+    path = tmp_path / "t.csv"
+    path.write_text("\n".join(lines) + "\n")
+    table = Table(path=str(path), metrics={"latency": "lat_ms", "energy": "uj"})
+    url = f"sqlite:///{tmp_path}/mo.db"
+    study = autosearch.create_study(
+        "mo",
+        controller=NSGA2(space, seed=0, objectives={"accuracy": "maximize", "latency": "minimize"}),
+        table=table,
+        objectives=("accuracy", "latency"),
+        storage=url,
+    )
+    records = study.optimize(12)
+    for r in records:
+        row = table.rows()[space.to_string(r.arch)]
+        assert r.metrics["latency"] == row["lat_ms"] and r.metrics["energy"] == row["uj"]
+        assert "test_accuracy" not in r.metrics
+    assert {round(p.metrics["latency"], 2) for p in study.pareto()} <= {
+        round(r.metrics["latency"], 2) for r in records
+    }
+    again = autosearch.load_study("mo", storage=url)  # the stored table has its metrics
+    assert again.table == table and dict(again.table.metrics) == {
+        "latency": "lat_ms",
+        "energy": "uj",
+    }
+
+
+@pytest.mark.parametrize(
+    ("metrics", "error", "match"),
+    [
+        ({"latncy": "lat_ms"}, autosearch.UnknownNameError, "Did you mean 'latency'"),
+        ({"accuracy": "acc"}, ConfigError, "has its own field"),
+        ({"latency": ""}, ConfigError, "must be a name"),
+    ],
+)
+def test_bad_table_metrics_are_refused_with_the_fix(metrics, error, match, tmp_path):
+    with pytest.raises(error, match=match):
+        Table(path=str(tmp_path / "t.csv"), metrics=metrics)
+
+
+def test_a_named_metric_column_must_exist(tmp_path):
+    space = NB201Space()
+    path = tmp_path / "t.csv"
+    path.write_text(f"arch,val_accuracy\n{space.to_string(space.default())},0.9\n")
+    with pytest.raises(DataError, match="no column 'lat_ms'"):
+        Table(path=str(path), metrics={"latency": "lat_ms"}).rows()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +22,8 @@ import optuna
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 
-from autosearch._heartbeat import WORKER, last_beat
+from autosearch._heartbeat import WORKER, first_stamp, last_beat
+from autosearch._storage import trial_number
 from autosearch.architecture import Architecture
 from autosearch.errors import ConfigError, StudyError
 from autosearch.space import SearchSpace
@@ -91,10 +92,10 @@ class Claims:
             arch = pending[0] if pending else propose(trials)
             extra = {RESUMES: pending[1]} if pending else {}
             trial_id = self.start(arch, {**attrs(arch), **extra})
-            if self.holds(trial_id, arch, trials):
+            number = trial_number(self.storage, trial_id)
+            if self.holds(trial_id, arch, trials, number=number):
                 if pending:
                     self._copy_curve(pending[1], trial_id)
-                number = self.storage.get_trial_number_from_id(trial_id)
                 return Claim(
                     arch=arch,
                     trial_id=trial_id,
@@ -107,17 +108,24 @@ class Claims:
         )
 
     def start(self, arch: Architecture, attrs: dict[str, Any]) -> int:
-        """Create a running trial for ``arch`` (a claim not yet checked); its id."""
-        template = records.new_trial(self.space, arch, **attrs)
+        """Create a running trial for ``arch`` (a claim not yet checked), stamped with
+        its first heartbeat; its id."""
+        template = records.new_trial(self.space, arch, system_attrs=first_stamp(), **attrs)
         return self.storage.create_new_trial(self.study_id, template_trial=template)
 
     def holds(
-        self, trial_id: int, arch: Architecture, seen: list[FrozenTrial] | None = None
+        self,
+        trial_id: int,
+        arch: Architecture,
+        seen: list[FrozenTrial] | None = None,
+        *,
+        number: int | None = None,
     ) -> bool:
         """Whether our new trial is the architecture's live trial with the lowest number;
         if not, it is superseded as a duplicate. ``seen``: the trials read just before
-        claiming; only those created since are read again."""
-        mine = self.storage.get_trial_number_from_id(trial_id)
+        claiming; only those created since are read again. ``number``: the trial's, if
+        read already."""
+        mine = self.storage.get_trial_number_from_id(trial_id) if number is None else number
         if seen is None:
             earlier = self._trials()
         else:
@@ -141,7 +149,7 @@ class Claims:
                 continue
             silent = now - last_beat(t)
             if silent > self.grace:
-                worker = t.system_attrs.get(WORKER, "unknown")
+                worker = t.system_attrs.get(WORKER) or t.user_attrs.get("worker", "unknown")
                 logger.warning(
                     "trial %d: worker %s silent for %.0f s; it resumes from its checkpoint",
                     t.number,
@@ -263,3 +271,14 @@ class ArchView:
     def last(self, arch_id: str) -> FrozenTrial | None:
         """The highest-numbered trial holding ``arch_id``."""
         return self.recent_last.get(arch_id) or self.indexed_last.get(arch_id)
+
+    # The architectures held, as a collection of arch ids.
+    def __contains__(self, arch_id: object) -> bool:
+        return arch_id in self.indexed_last or arch_id in self.recent_last
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self.indexed_last
+        yield from (a for a in self.recent_last if a not in self.indexed_last)
+
+    def __len__(self) -> int:
+        return len(self.indexed_last) + sum(a not in self.indexed_last for a in self.recent_last)

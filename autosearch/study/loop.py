@@ -25,8 +25,15 @@ from optuna.trial import FrozenTrial, TrialState
 from autosearch._heartbeat import beating, worker_id
 from autosearch._provenance import provenance
 from autosearch.architecture import Architecture
-from autosearch.controller import Outcome
-from autosearch.errors import AutosearchError, ConfigError, ExportError, PlatformError, StudyError
+from autosearch.controller import Outcome, unseen_architecture
+from autosearch.errors import (
+    AutosearchError,
+    ConfigError,
+    ExportError,
+    PlatformError,
+    SpaceExhausted,
+    StudyError,
+)
 from autosearch.pareto import pareto_mask
 from autosearch.runner import Interrupted, TakenOver, TrialContext, TrialResult, run_trial
 from autosearch.runtime import broadcast_object, world
@@ -53,7 +60,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_MAX_DUPLICATE_ASKS = 1000
+_MAX_DUPLICATE_ASKS = 100
 _MAX_DROPPED = 10
 DROPPED = "dropped"  # run_one's answer for a trial another worker took over
 
@@ -96,7 +103,11 @@ class SearchLoop:
         done: list[Record] = []
         failures = dropped = 0
         while len(done) < n_trials and not self.interrupted:
-            record = self.run_one()
+            try:
+                record = self.run_one()
+            except SpaceExhausted as exc:
+                logger.warning("%s; study %r ends here", exc, self.study.name)
+                break
             if record is None:  # interrupted: the trial resumes next time
                 break
             if record == DROPPED:  # another worker took it over while this one stalled
@@ -134,7 +145,7 @@ class SearchLoop:
             claim = study.claims.claim(self._propose, self._attrs)
         except PLATFORM_FAILURES as exc:
             raise platform_error(exc, study.storage_url) from None
-        with beating(study.storage, claim.trial_id, study.heartbeat_interval):
+        with beating(study.storage, claim.trial_id, study.heartbeat_interval, stamped=True):
             return self._run_claimed(claim)
 
     def _run_claimed(self, claim: Claim) -> Record | str | None:
@@ -237,10 +248,12 @@ class SearchLoop:
             # Already evaluated: hand the controller the stored result instead of retraining.
             if known.state in FINISHED:
                 study.controller.tell(arch, records.outcome(known, study.objectives))
-        raise StudyError(
-            f"the controller proposed only already-evaluated architectures "
-            f"{_MAX_DUPLICATE_ASKS} times in a row; the search space ({study.space.size()} "
-            "gene assignments) may be exhausted"
+        return unseen_architecture(
+            study.space,
+            held,
+            np.random.default_rng(len(trials)),
+            why=f"the controller proposed only evaluated architectures {_MAX_DUPLICATE_ASKS} "
+            "times in a row",
         )
 
     def _attrs(self, arch: Architecture) -> dict[str, Any]:

@@ -150,12 +150,20 @@ class UnreadableTrial(Exception):
     """A stored trial whose attributes cannot be decoded (edited or corrupted)."""
 
 
-def new_trial(space: SearchSpace, arch: Architecture, **attrs: Any) -> FrozenTrial:
+def new_trial(
+    space: SearchSpace,
+    arch: Architecture,
+    *,
+    system_attrs: dict[str, Any] | None = None,
+    **attrs: Any,
+) -> FrozenTrial:
     """The template of a new running trial for ``arch``: its genes as Optuna params (so
     Optuna's tools read the study), its JSON, id and description, and ``attrs`` (seed,
-    provenance, worker...) as user attributes."""
+    provenance, worker...) as user attributes; ``system_attrs`` (its first heartbeat)
+    as system attributes."""
     return create_trial(
         state=TrialState.RUNNING,
+        system_attrs=system_attrs,
         params=dict(arch),
         distributions=distributions(space),
         user_attrs={

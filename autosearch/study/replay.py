@@ -1,7 +1,9 @@
 """The controller's memory: its state kept in storage, and results replayed into it.
 
 After every result it is told, the controller's state is saved as a study system
-attribute, with the trial numbers it has been told. Opening the study restores that
+attribute, with the trial numbers it has been told; what the study's trials rebuild (the
+architectures it has seen: :attr:`Controller.seen_state`) is left out, so that the
+saved state does not grow with the study. Opening the study restores that
 state (when the stored controller is the same) and then tells the controller every
 finished trial it has not been told: trials run by other workers, or finished after
 the state was saved. Superseded trials are not results and are never told.
@@ -24,7 +26,7 @@ from autosearch.architecture import Architecture
 from autosearch.controller import Controller, Outcome
 from autosearch.study import records
 from autosearch.study.definition import Component
-from autosearch.study.records import FINISHED
+from autosearch.study.records import ARCH_ID, FINISHED
 
 __all__ = ["ControllerReplay", "worker_stream"]
 
@@ -57,12 +59,17 @@ class ControllerReplay:
         self._synced = 0  # how many trials, from trial 0 on, were finished when seen
 
     def restore(self) -> None:
-        """Load the stored state (if it is this controller's), then replay."""
+        """Load the stored state (if it is this controller's), mark every architecture
+        in the study seen, then replay."""
         saved = self.storage.get_study_system_attrs(self.study_id).get(_STATE)
         if saved and saved["controller"] == self._spec():
             self.controller.load_state_dict(saved["state"])
             self.told = _numbers(saved["told"])
-        self.sync()
+        trials = self.storage.get_all_trials(self.study_id, deepcopy=False)
+        self.controller.mark_seen(
+            {t.user_attrs[ARCH_ID] for t in trials if isinstance(t.user_attrs.get(ARCH_ID), str)}
+        )
+        self.sync(trials)
 
     def sync(self, trials: list[FrozenTrial] | None = None) -> None:
         """Tell the controller every finished trial it has not been told, in trial
@@ -91,9 +98,12 @@ class ControllerReplay:
         self.save()
 
     def save(self) -> None:
+        own = self.controller.state_dict()
+        for key in self.controller.seen_state:  # rebuilt by mark_seen when the study opens
+            own.pop(key, None)
         state: dict[str, Any] = {
             "controller": self._spec(),
-            "state": self.controller.state_dict(),
+            "state": own,
             "told": _runs(self.told),
         }
         self.storage.set_study_system_attr(self.study_id, _STATE, state)

@@ -175,6 +175,19 @@ class ControllerContract:
         restored.load_state_dict(state)
         assert self._run(restored, 6) == self._run(original, 6)
 
+    def test_a_studys_saved_state_and_its_architectures_restore_future_decisions(
+        self, space: SearchSpace, make_controller: Callable[[int], Controller]
+    ) -> None:
+        """A study saves the state without the :attr:`Controller.seen_state` keys and,
+        when it opens, marks its trials' architectures seen: the same decisions follow."""
+        original = make_controller(5)
+        asked = self._run(original, 12)
+        state = {k: v for k, v in original.state_dict().items() if k not in original.seen_state}
+        restored = make_controller(99)
+        restored.load_state_dict(json.loads(json.dumps(state)))
+        restored.mark_seen(arch.arch_id for arch in asked)
+        assert self._run(restored, 6) == self._run(original, 6)
+
     def test_config_rebuilds_the_controller(
         self, space: SearchSpace, make_controller: Callable[[int], Controller]
     ) -> None:
