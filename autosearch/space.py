@@ -408,6 +408,30 @@ class SearchSpace(abc.ABC):
         self.validate(arch)
         return np.array([d.encode(arch[g]) for g, d in self.domains().items()], dtype=np.float64)
 
+    def one_hot(self, arch: Architecture) -> np.ndarray:
+        """One indicator per gene value (a categorical encoding for predictors: the
+        values of a gene are not ordered, or not evenly)."""
+        parts = []
+        for gene, domain in self.domains().items():
+            values = domain.values()
+            row = np.zeros(len(values))
+            row[values.index(arch[gene])] = 1.0
+            parts.append(row)
+        return np.concatenate(parts)
+
+    def neighbours(self, arch: Architecture) -> list[Architecture]:
+        """Every distinct network one gene away from ``arch`` (canonical forms; the
+        budget is not checked)."""
+        arch = self.canonicalize(arch)
+        found: dict[str, Architecture] = {}
+        for gene, domain in self.domains().items():
+            for value in domain.values():
+                if value != arch[gene]:
+                    child = self.make({**arch, gene: value})
+                    if child != arch:
+                        found.setdefault(child.arch_id, child)
+        return list(found.values())
+
     def build(
         self, arch: Architecture, *, input_shape: Sequence[int], num_classes: int
     ) -> nn.Module:

@@ -41,9 +41,10 @@ import numpy as np
 import optuna
 
 from autosearch import Controller, Outcome, Table
-from controllers import NSGA2, TPE, RandomSearch, RegularizedEvolution, Reinforce
+from controllers import NSGA2, TPE, LocalSearch, RandomSearch, RegularizedEvolution, Reinforce
 from search_spaces import NB201Space
 
+VERBOSE = True
 HERE = Path(__file__).resolve().parent
 SYNTHETIC = HERE.parent / "runs" / "nb201_synthetic.csv"
 
@@ -55,6 +56,7 @@ SINGLE: dict[str, Make] = {
     "reinforce": lambda s, seed: Reinforce(s, seed=seed),
     "reinforce-transformer": lambda s, seed: Reinforce(s, seed=seed, policy="transformer"),
     "tpe": lambda s, seed: TPE(s, seed=seed),
+    "local": lambda s, seed: LocalSearch(s, seed=seed),
 }
 
 
@@ -146,7 +148,7 @@ def single_objective(
             "best_val": {b: float(best[:, j].mean()) for j, b in enumerate(budgets)},
             "ask_tell_ms": float(np.mean(ms)),
         }
-        print(f"{name}: {out[name]}", file=sys.stderr)
+        print(f"{name}: {out[name]}", file=sys.stderr) if VERBOSE else None
     return out
 
 
@@ -178,7 +180,7 @@ def multi_objective(
             },
             "ask_tell_ms": float(np.mean(ms)),
         }
-        print(f"{name}: {out[name]}", file=sys.stderr)
+        print(f"{name}: {out[name]}", file=sys.stderr) if VERBOSE else None
     return out
 
 

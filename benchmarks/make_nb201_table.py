@@ -51,11 +51,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("path")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--epistasis", type=float, default=0.03, help="std of edge-pair terms")
+    parser.add_argument("--noise", type=float, default=0.2, help="std of validation noise")
+    parser.add_argument("--slope", type=float, default=1.2, help="of the score -> accuracy curve")
+    parser.add_argument("--offset", type=float, default=0.0, help="of the score -> accuracy curve")
     args = parser.parse_args()
     rng = np.random.default_rng(args.seed)
     space = NB201Space()
     n = len(OPERATIONS)
-    interaction = rng.normal(0, 0.12, size=(len(EDGES), n, len(EDGES), n))
+    interaction = rng.normal(0, args.epistasis, size=(len(EDGES), n, len(EDGES), n))
     rows = []
     for choice in itertools.product(range(n), repeat=len(EDGES)):
         ops = {edge: OPERATIONS[c] for edge, c in zip(EDGES, choice, strict=True)}
@@ -69,7 +73,11 @@ def main() -> None:
                 for a in range(len(EDGES))
                 for b in range(a + 1, len(EDGES))
             )
-            val = 10 + 84 / (1 + np.exp(-(2.2 * score - 1.5))) + rng.normal(0, 0.4)
+            val = (
+                10
+                + 84 / (1 + np.exp(-(args.slope * score - args.offset)))
+                + rng.normal(0, args.noise)
+            )
         test = val + rng.normal(0, 0.3)
         convs = sum(o.startswith("nor_conv") for o in ops.values())
         genes = {f"node{j}.in{i}": op for (j, i), op in ops.items()}

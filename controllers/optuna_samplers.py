@@ -194,20 +194,32 @@ class OptunaController(Controller):
         self._known[arch.arch_id] = values
 
     def _add(
-        self, params: dict[str, Any], values: list[float] | None, state: TrialState | None = None
+        self,
+        params: dict[str, Any],
+        values: list[float] | None,
+        state: TrialState | None = None,
+        system_attrs: dict[str, Any] | None = None,
     ) -> None:
         state = state or (TrialState.COMPLETE if values is not None else TrialState.FAIL)
         template = create_trial(
-            state=state, params=params, distributions=self._distributions, values=values
+            state=state,
+            params=params,
+            distributions=self._distributions,
+            values=values,
+            system_attrs=system_attrs,
         )
         self._storage.create_new_trial(self._study_id, template_trial=template)
 
     def state_dict(self) -> dict[str, Any]:
+        # The samplers' own bookkeeping travels too (NSGA-II's generations and parents
+        # are trial and study system attributes).
         trials = [
             {"params": t.params, "values": t.values, "state": t.state.name}
+            | ({"system_attrs": t.system_attrs} if t.system_attrs else {})
             for t in self._storage.get_all_trials(self._study_id, deepcopy=False)
         ]
         return {
+            "study_attrs": self._storage.get_study_system_attrs(self._study_id),
             "seed": self.seed,  # the sampler seeds derive from it
             "stream": self._stream,
             "asks": self._asks,
@@ -220,7 +232,9 @@ class OptunaController(Controller):
         self.seed = state["seed"]
         self._reset()
         for t in state["trials"]:
-            self._add(t["params"], t["values"], TrialState[t["state"]])
+            self._add(t["params"], t["values"], TrialState[t["state"]], t.get("system_attrs"))
+        for key, value in state.get("study_attrs", {}).items():
+            self._storage.set_study_system_attr(self._study_id, key, value)
         self._asks = int(state["asks"])
         self._stream = state.get("stream")
         self._pending = {k: int(v) for k, v in state["pending"].items()}
@@ -246,7 +260,11 @@ class TPE(OptunaController):
 
 @register_controller("nsga2")
 class NSGA2(OptunaController):
-    """Optuna's NSGA-II, by default on accuracy (max) and FLOPs (min)."""
+    """Optuna's NSGA-II, by default on accuracy (max) and FLOPs (min), with generations
+    of 10 (Optuna's default of 50 makes the first generation, which is random, as large
+    as a small study: measured on NB201, 50 fell behind random search up to 100
+    evaluations, 10 did not; benchmarks/RESULTS.md). ``options={"population_size": N}``
+    sets another size."""
 
     sampler_name = "nsga2"
     multi_objective: ClassVar[bool] = True
@@ -256,10 +274,14 @@ class NSGA2(OptunaController):
         space: SearchSpace,
         *,
         objectives: Mapping[str, Direction] | None = None,
+        options: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(
-            space, objectives=objectives or {"accuracy": "maximize", "flops": "minimize"}, **kwargs
+            space,
+            objectives=objectives or {"accuracy": "maximize", "flops": "minimize"},
+            options={"population_size": 10, **(options or {})},
+            **kwargs,
         )
 
 

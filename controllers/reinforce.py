@@ -31,31 +31,34 @@ class _Policy(nn.Module):
         self.embeddings = nn.ModuleList(nn.Embedding(n, hidden) for n in sizes)
         self.heads = nn.ModuleList(nn.Linear(hidden, n) for n in sizes)
 
-    def forward(
-        self, choices: list[int] | None, generator: torch.Generator | None, temperature: float
-    ) -> tuple[list[int], torch.Tensor, torch.Tensor]:
-        """Sample (``choices`` None) or score given choices: (choices, log-prob, entropy).
-
-        Sampling skips the log-prob and entropy bookkeeping that only scoring needs.
-        """
-        x: torch.Tensor = self.start
+    def sample(self, n: int, generator: torch.Generator, temperature: float) -> list[list[int]]:
+        """``n`` decision sequences, drawn side by side."""
+        x = self.start.expand(n, -1)
         state = None
-        taken: list[int] = []
-        log_prob = torch.zeros(())
-        entropy = torch.zeros(())
-        for index, (head, embed) in enumerate(zip(self.heads, self.embeddings, strict=True)):
-            h, c = self.cell(x, state)
-            state = (h, c)
-            logp = torch.log_softmax(head(h)[0] / temperature, dim=-1)
-            if choices is None:
-                choice = int(torch.multinomial(logp.exp(), 1, generator=generator))
-            else:
-                choice = choices[index]
-                log_prob = log_prob + logp[choice]
-                entropy = entropy - (logp.exp() * logp).sum()
+        taken = []
+        for head, embed in zip(self.heads, self.embeddings, strict=True):
+            state = self.cell(x, state)
+            probs = torch.softmax(head(state[0]) / temperature, dim=-1)
+            choice = torch.multinomial(probs, 1, generator=generator).squeeze(1)
             taken.append(choice)
-            x = cast(nn.Embedding, embed).weight[choice].unsqueeze(0)
-        return taken, log_prob, entropy
+            x = embed(choice)
+        return torch.stack(taken, dim=1).tolist()
+
+    def score(
+        self, choices: list[list[int]], temperature: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-probability and entropy of each given decision sequence (one pass)."""
+        given = torch.tensor(choices)
+        x = self.start.expand(len(choices), -1)
+        state = None
+        log_prob = entropy = torch.zeros(len(choices))
+        for index, (head, embed) in enumerate(zip(self.heads, self.embeddings, strict=True)):
+            state = self.cell(x, state)
+            logp = torch.log_softmax(head(state[0]) / temperature, dim=-1)
+            log_prob = log_prob + logp.gather(1, given[:, index : index + 1]).squeeze(1)
+            entropy = entropy - (logp.exp() * logp).sum(dim=1)
+            x = embed(given[:, index])
+        return log_prob, entropy
 
 
 class _TransformerPolicy(nn.Module):
@@ -81,35 +84,37 @@ class _TransformerPolicy(nn.Module):
         mask = nn.Transformer.generate_square_subsequent_mask(len(sizes))
         self.register_buffer("mask", mask, persistent=False)
 
-    def _tokens(self, choices: list[int]) -> torch.Tensor:
-        """Steps ``0 .. len(choices)``: the start token, then the choices' embeddings."""
-        previous = [cast(nn.Embedding, self.embeddings[i]).weight[c] for i, c in enumerate(choices)]
-        tokens = torch.stack([self.start[0], *previous][: len(self.heads)])
-        return (tokens + self.position[: len(tokens)]).unsqueeze(0)
+    def _output(self, previous: torch.Tensor) -> torch.Tensor:
+        """The outputs of steps ``0 .. k`` given ``k`` previous decisions (batch, k)."""
+        batch, k = previous.shape
+        tokens = [self.start.expand(batch, -1)]
+        tokens += [self.embeddings[i](previous[:, i]) for i in range(k)]
+        x = torch.stack(tokens, dim=1) + self.position[: k + 1]
+        mask = cast(torch.Tensor, self.mask)[: k + 1, : k + 1]
+        return cast(torch.Tensor, self.encoder(x, mask=mask, is_causal=True))
 
-    def _output(self, tokens: torch.Tensor) -> torch.Tensor:
-        n = tokens.shape[1]
-        return self.encoder(tokens, mask=cast(torch.Tensor, self.mask)[:n, :n], is_causal=True)[0]
-
-    def forward(
-        self, choices: list[int] | None, generator: torch.Generator | None, temperature: float
-    ) -> tuple[list[int], torch.Tensor, torch.Tensor]:
-        """Sample (``choices`` None) or score given choices: (choices, log-prob, entropy)."""
-        if choices is None:
-            taken: list[int] = []
-            for index, head in enumerate(self.heads):
-                h = self._output(self._tokens(taken))[index]
-                logp = torch.log_softmax(head(h) / temperature, dim=-1)
-                taken.append(int(torch.multinomial(logp.exp(), 1, generator=generator)))
-            return taken, torch.zeros(()), torch.zeros(())
-        out = self._output(self._tokens(choices))
-        log_prob = torch.zeros(())
-        entropy = torch.zeros(())
+    def sample(self, n: int, generator: torch.Generator, temperature: float) -> list[list[int]]:
+        """``n`` decision sequences, drawn side by side."""
+        taken = torch.zeros(n, 0, dtype=torch.long)
         for index, head in enumerate(self.heads):
-            logp = torch.log_softmax(head(out[index]) / temperature, dim=-1)
-            log_prob = log_prob + logp[choices[index]]
-            entropy = entropy - (logp.exp() * logp).sum()
-        return list(choices), log_prob, entropy
+            h = self._output(taken)[:, index]
+            probs = torch.softmax(head(h) / temperature, dim=-1)
+            choice = torch.multinomial(probs, 1, generator=generator)
+            taken = torch.cat([taken, choice], dim=1)
+        return taken.tolist()
+
+    def score(
+        self, choices: list[list[int]], temperature: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-probability and entropy of each given decision sequence (one pass)."""
+        given = torch.tensor(choices)
+        out = self._output(given[:, :-1])
+        log_prob = entropy = torch.zeros(len(choices))
+        for index, head in enumerate(self.heads):
+            logp = torch.log_softmax(head(out[:, index]) / temperature, dim=-1)
+            log_prob = log_prob + logp.gather(1, given[:, index : index + 1]).squeeze(1)
+            entropy = entropy - (logp.exp() * logp).sum(dim=1)
+        return log_prob, entropy
 
 
 _POLICIES = {"lstm": _Policy, "transformer": _TransformerPolicy}
@@ -196,13 +201,13 @@ class Reinforce(Controller):
     # Controller protocol -------------------------------------------------------------------
     def ask(self) -> Architecture:
         with torch.no_grad():
-            for _ in range(self.max_tries):
-                choices, _, _ = self._policy(None, self._generator, self.temperature)
-                arch = self._arch(choices)
-                if arch.arch_id not in self._seen and self.space.within_budget(arch):
-                    break
-            else:
-                arch = self._mutate_unseen(arch)
+            drawn = self._policy.sample(self.max_tries, self._generator, self.temperature)
+        for choices in drawn:  # the first draw that is new and within the budget
+            arch = self._arch(choices)
+            if arch.arch_id not in self._seen and self.space.within_budget(arch):
+                break
+        else:
+            arch = self._mutate_unseen(self._arch(drawn[0]))
         self._seen.add(arch.arch_id)
         return arch
 
@@ -235,14 +240,11 @@ class Reinforce(Controller):
             self._update()
 
     def _update(self) -> None:
-        losses = []
-        for arch_json, advantage in self._batch:
-            _, log_prob, entropy = self._policy(
-                self._choices(Architecture.from_json(arch_json)), None, self.temperature
-            )
-            losses.append(-advantage * log_prob - self.entropy * entropy)
+        choices = [self._choices(Architecture.from_json(a)) for a, _ in self._batch]
+        advantage = torch.tensor([adv for _, adv in self._batch])
+        log_prob, entropy = self._policy.score(choices, self.temperature)
         self._optimizer.zero_grad()
-        torch.stack(losses).mean().backward()
+        (-advantage * log_prob - self.entropy * entropy).mean().backward()
         self._optimizer.step()
         self._batch.clear()
         self._updates += 1

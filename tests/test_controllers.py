@@ -13,11 +13,11 @@ from scipy.stats import mannwhitneyu
 import autosearch
 from autosearch import ConfigError, Outcome, Table
 from autosearch.registry import controllers
-from controllers import NSGA2, TPE, RegularizedEvolution, Reinforce
+from controllers import NSGA2, TPE, LocalSearch, RegularizedEvolution, Reinforce
 from search_spaces import MobileNetSpace, NB201Space
 from search_spaces.nb201 import EDGES, OPERATIONS
 
-SINGLE = ["random", "evolution", "reinforce", "tpe", "gp", "optuna"]
+SINGLE = ["random", "evolution", "reinforce", "tpe", "gp", "optuna", "local"]
 
 
 def _accuracy(ops: tuple[str, ...]) -> float:
@@ -61,7 +61,7 @@ def _best_found(name: str, table: Table, seed: int, budget: int) -> float:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["evolution", "reinforce", "tpe"])
+@pytest.mark.parametrize("name", ["evolution", "reinforce", "tpe", "local"])
 def test_beats_random_search_over_seeds(name, table):
     """A one-sided Mann-Whitney U test over 10 seeds, not one lucky run."""
     seeds, budget = range(10), 60
@@ -70,6 +70,39 @@ def test_beats_random_search_over_seeds(name, table):
     result = mannwhitneyu(found, baseline, alternative="greater")
     assert result.pvalue < 0.05, (np.mean(found), np.mean(baseline), result.pvalue)
     assert np.mean(found) > np.mean(baseline)
+
+
+def test_local_search_walks_to_the_optimum_of_a_smooth_landscape(table):
+    """The test landscape has one optimum (all 3x3 convolutions) and no other local
+    optimum: a walk over one-gene neighbourhoods ranked by the predictor reaches it."""
+    space = NB201Space()
+    top = max(table.rows().values(), key=lambda r: r["val_accuracy"])["val_accuracy"]
+    reached = []
+    for seed in range(10):
+        local = LocalSearch(space, seed=seed)
+        for n in range(1, 151):
+            arch = local.ask()
+            accuracy = table.evaluate(space, arch)["accuracy"]
+            local.tell(arch, Outcome(reward=accuracy))
+            if accuracy == top:
+                reached.append(n)
+                break
+    assert len(reached) == 10, reached  # in every seed, within 150 evaluations
+    assert np.median(reached) < 60, reached
+
+
+def test_local_search_steps_to_the_predicted_best_neighbour_and_skips_seen_ones():
+    space = NB201Space(operations=("none", "skip_connect", "nor_conv_3x3"))
+    local = LocalSearch(space, seed=0, warmup=1)
+    first = local.ask()
+    local.tell(first, Outcome(reward=0.5))
+    step = local.ask()  # one gene away from the only result
+    assert sum(a != b for a, b in zip(first.values(), step.values(), strict=True)) == 1
+    assert step in space.neighbours(first) and step.arch_id != first.arch_id
+    pending = [local.ask() for _ in range(len(space.neighbours(first)) - 1)]
+    assert len({a.arch_id for a in [step, *pending]}) == len(space.neighbours(first))
+    nxt = local.ask()  # the neighbourhood is exhausted: elsewhere, and never a repeat
+    assert nxt.arch_id not in {a.arch_id for a in [first, step, *pending]}
 
 
 @pytest.mark.parametrize("name", SINGLE)
