@@ -119,3 +119,14 @@ def test_a_new_trials_number_comes_from_optunas_cache_and_matches_the_database(t
         for _ in range(3):
             trial_id = storage.create_new_trial(study_id)
             assert trial_number(storage, trial_id) == storage.get_trial_number_from_id(trial_id)
+
+
+def test_the_told_runs_kept_as_trials_are_told_match_the_told_set():
+    from autosearch.study.replay import ControllerReplay
+
+    replay = ControllerReplay.__new__(ControllerReplay)
+    replay.told, replay._told_runs = set(), []
+    order = [0, 1, 2, 5, 6, 3, 9, 4, 4, 10]
+    for i, number in enumerate(order):
+        replay._add_told(number)
+        assert replay._runs() == _runs(set(order[: i + 1])), order[: i + 1]

@@ -56,6 +56,7 @@ class ControllerReplay:
         self.controller = controller
         self.storage, self.study_id, self.objectives = storage, study_id, objectives
         self.told: set[int] = set()
+        self._told_runs: list[list[int]] | None = []  # _runs(self.told), kept as it grows
         self._synced = 0  # how many trials, from trial 0 on, were finished when seen
 
     def restore(self) -> None:
@@ -65,6 +66,7 @@ class ControllerReplay:
         if saved and saved["controller"] == self._spec():
             self.controller.load_state_dict(saved["state"])
             self.told = _numbers(saved["told"])
+            self._told_runs = None
         trials = self.storage.get_all_trials(self.study_id, deepcopy=False)
         self.controller.mark_seen(
             {t.user_attrs[ARCH_ID] for t in trials if isinstance(t.user_attrs.get(ARCH_ID), str)}
@@ -89,13 +91,29 @@ class ControllerReplay:
             except (KeyError, ValueError):
                 continue  # not an autosearch trial, or unreadable: not a result to learn from
             self.controller.tell(arch, records.outcome(t, self.objectives))
-            self.told.add(t.number)
+            self._add_told(t.number)
 
     def tell(self, number: int, arch: Architecture, outcome: Outcome) -> None:
         """Tell the controller a result this worker produced, and save its state."""
         self.controller.tell(arch, outcome)
-        self.told.add(number)
+        self._add_told(number)
         self.save()
+
+    def _add_told(self, number: int) -> None:
+        """Add a told trial; its runs are extended in place when it comes after the
+        last (the usual case), else worked out again at the next save."""
+        if number in self.told:
+            return
+        self.told.add(number)
+        runs = self._told_runs
+        if runs is None:
+            return
+        if runs and number == runs[-1][1] + 1:
+            runs[-1][1] = number
+        elif not runs or number > runs[-1][1] + 1:
+            runs.append([number, number])
+        else:
+            self._told_runs = None  # out of order
 
     def save(self) -> None:
         own = self.controller.state_dict()
@@ -104,9 +122,14 @@ class ControllerReplay:
         state: dict[str, Any] = {
             "controller": self._spec(),
             "state": own,
-            "told": _runs(self.told),
+            "told": [list(run) for run in self._runs()],
         }
         self.storage.set_study_system_attr(self.study_id, _STATE, state)
+
+    def _runs(self) -> list[list[int]]:
+        if self._told_runs is None:
+            self._told_runs = _runs(self.told)
+        return self._told_runs
 
     def reseed(self, stream: int) -> None:
         """Move the controller to random stream ``stream`` (a parallel worker's own)."""
