@@ -44,7 +44,7 @@ from autosearch import Controller, Outcome, Table
 from controllers import NSGA2, TPE, LocalSearch, RandomSearch, RegularizedEvolution, Reinforce
 from search_spaces import NB201Space
 
-VERBOSE = True
+VERBOSE = True  # progress lines on stderr
 HERE = Path(__file__).resolve().parent
 SYNTHETIC = HERE.parent / "runs" / "nb201_synthetic.csv"
 
@@ -148,7 +148,8 @@ def single_objective(
             "best_val": {b: float(best[:, j].mean()) for j, b in enumerate(budgets)},
             "ask_tell_ms": float(np.mean(ms)),
         }
-        print(f"{name}: {out[name]}", file=sys.stderr) if VERBOSE else None
+        if VERBOSE:  # progress, one line per controller
+            print(f"{name}: {out[name]}", file=sys.stderr)
     return out
 
 
@@ -180,7 +181,8 @@ def multi_objective(
             },
             "ask_tell_ms": float(np.mean(ms)),
         }
-        print(f"{name}: {out[name]}", file=sys.stderr) if VERBOSE else None
+        if VERBOSE:  # progress, one line per controller
+            print(f"{name}: {out[name]}", file=sys.stderr)
     return out
 
 

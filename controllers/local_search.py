@@ -65,7 +65,7 @@ class LocalSearch(Controller):
         self._results: list[tuple[str, float]] = []  # (architecture JSON, reward), as told
         self._seen: set[str] = set()
         self._pending: set[str] = set()  # asked, not told yet
-        self._features: dict[str, np.ndarray] = {}  # cache, not state
+        self._rows: list[np.ndarray] | None = []  # encoded results: a cache, not state
 
     def ask(self) -> Architecture:
         if len(self._results) + len(self._pending) < self.warmup or not self._results:
@@ -105,14 +105,13 @@ class LocalSearch(Controller):
         )
 
     def _encode(self, arch: Architecture) -> np.ndarray:
-        features = self._features.get(arch.arch_id)
-        if features is None:
-            features = self._features[arch.arch_id] = np.append(self.space.one_hot(arch), 1.0)
-        return features
+        return np.append(self.space.one_hot(arch), 1.0)  # and an intercept
 
     def _fit(self) -> np.ndarray:
         """Ridge regression of reward on one-hot genes (and an intercept)."""
-        x = np.stack([self._encode(Architecture.from_json(a)) for a, _ in self._results])
+        if self._rows is None:  # restored: encode the results once
+            self._rows = [self._encode(Architecture.from_json(a)) for a, _ in self._results]
+        x = np.stack(self._rows)
         y = np.array([r for _, r in self._results])
         penalty = self.ridge * np.eye(x.shape[1])
         penalty[-1, -1] = 0.0  # the intercept is not shrunk
@@ -124,6 +123,8 @@ class LocalSearch(Controller):
         self._seen.add(arch.arch_id)
         if outcome.ok and outcome.reward is not None:
             self._results.append((arch.to_json(), float(outcome.reward)))
+            if self._rows is not None:
+                self._rows.append(self._encode(arch))
 
     def mark_seen(self, arch_ids: Iterable[str]) -> None:
         self._seen.update(arch_ids)
@@ -142,6 +143,7 @@ class LocalSearch(Controller):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self._rng.bit_generator.state = dict(state["rng"])
         self._results = [(a, float(r)) for a, r in state["results"]]
+        self._rows = None
         self._seen = set(state.get("seen", ()))  # absent: the study calls mark_seen
         self._pending = set(state["pending"])
 
