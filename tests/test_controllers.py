@@ -91,6 +91,23 @@ def test_local_search_walks_to_the_optimum_of_a_smooth_landscape(table):
     assert np.median(reached) < 60, reached
 
 
+def test_evolution_walks_the_best_results_unseen_neighbourhood():
+    space = NB201Space(operations=("none", "skip_connect", "nor_conv_3x3"))
+    evolution = RegularizedEvolution(space, seed=0, population=3, sample=2, walk=1.0)
+    told = []
+    for reward in (0.3, 0.9, 0.5):  # the warm-up: uniform samples
+        arch = evolution.ask()
+        evolution.tell(arch, Outcome(reward=reward))
+        told.append(arch)
+    best = told[1]
+    steps = [evolution.ask() for _ in range(len(space.neighbours(best)))]
+    neighbours = {a.arch_id for a in space.neighbours(best)} - {a.arch_id for a in told}
+    assert {a.arch_id for a in steps[: len(neighbours)]} == neighbours  # each once
+    assert RegularizedEvolution(space, walk=0).config()["walk"] == 0
+    with pytest.raises(ConfigError, match="walk is a probability"):
+        RegularizedEvolution(space, walk=1.5)
+
+
 def test_local_search_steps_to_the_predicted_best_neighbour_and_skips_seen_ones():
     space = NB201Space(operations=("none", "skip_connect", "nor_conv_3x3"))
     local = LocalSearch(space, seed=0, warmup=1)
