@@ -14,6 +14,7 @@ from autosearch.errors import AutosearchError, ConfigError
 from autosearch.pareto import Direction, crowding_distance, nondominated_ranks
 from autosearch.registry import register_controller
 from autosearch.space import SearchSpace
+from controllers._elite import Elite
 
 __all__ = ["RegularizedEvolution"]
 
@@ -79,7 +80,7 @@ class RegularizedEvolution(Controller):
         self._population: deque[tuple[str, float, list[float]]] = deque()
         self._seen: set[str] = set()
         self._pending: set[str] = set()
-        self._elite: list[tuple[str, float]] = []  # (architecture JSON, reward), best first
+        self._elite = Elite(population)  # the best results ever, which walks start from
 
     def ask(self) -> Architecture:
         warming_up = len(self._population) + len(self._pending) < self.population_size
@@ -119,14 +120,9 @@ class RegularizedEvolution(Controller):
 
     def _walk(self) -> Architecture | None:
         """An unseen one-gene neighbour of the best result whose neighbourhood is not all
-        seen (the elite, best first), drawn uniformly; None when there is none."""
-        for arch_json, _ in self._elite:
-            parent = Architecture.from_json(arch_json)
-            options = [a for a in self.space.neighbours(parent) if a.arch_id not in self._seen]
-            while options:
-                arch = options.pop(int(self._rng.integers(len(options))))
-                if self.space.within_budget(arch):
-                    return arch
+        seen, drawn uniformly; None when there is none."""
+        for options in self._elite.neighbourhoods(self.space, self._seen):
+            return options[int(self._rng.integers(len(options)))]
         return None
 
     def _tournament(self) -> Architecture:
@@ -164,9 +160,7 @@ class RegularizedEvolution(Controller):
         assert outcome.reward is not None  # ok outcomes carry a reward
         self._population.append((arch.to_json(), float(outcome.reward), values))
         if self.objectives is None:  # the best results ever, which walks start from
-            self._elite.append((arch.to_json(), float(outcome.reward)))
-            self._elite.sort(key=lambda e: -e[1])
-            del self._elite[self.population_size :]
+            self._elite.add(arch, outcome.reward)
         if len(self._population) > self.population_size:
             self._population.popleft()  # aging: the oldest dies, however good
 
@@ -182,7 +176,7 @@ class RegularizedEvolution(Controller):
             "population": [list(m) for m in self._population],
             "seen": sorted(self._seen),
             "pending": sorted(self._pending),
-            "elite": [list(e) for e in self._elite],
+            "elite": self._elite.state(),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -190,7 +184,7 @@ class RegularizedEvolution(Controller):
         self._population = deque((m[0], float(m[1]), list(m[2])) for m in state["population"])
         self._seen = set(state.get("seen", ()))  # absent: the study calls mark_seen
         self._pending = set(state["pending"])
-        self._elite = [(a, float(r)) for a, r in state.get("elite", [])]
+        self._elite.load(state.get("elite", []))
 
     def config(self) -> dict[str, Any]:
         return {

@@ -15,6 +15,7 @@ from autosearch.controller import Controller, Outcome, unseen_architecture
 from autosearch.errors import ConfigError
 from autosearch.registry import register_controller
 from autosearch.space import SearchSpace
+from controllers._elite import Elite
 from controllers._tensors import decode, encode
 
 __all__ = ["Reinforce"]
@@ -118,6 +119,8 @@ class _TransformerPolicy(nn.Module):
 
 
 _POLICIES = {"lstm": _Policy, "transformer": _TransformerPolicy}
+_WALK_AFTER = 10  # results before walks start
+_ELITE = 20  # best results kept, where walks start
 
 
 @register_controller("reinforce")
@@ -144,6 +147,11 @@ class Reinforce(Controller):
         hidden: Width of the LSTM, or of the Transformer's tokens.
         temperature: Softmax temperature of the decisions.
         max_tries: Policy samples per ask before falling back to mutating one.
+        walk: The share of asks, once 10 results are in, that take the unseen one-gene
+            neighbour of the best result (of the best 20, the first whose neighbourhood
+            is not all seen) that the policy finds most probable, instead of sampling
+            the policy. 0.5 found the best NB201 cell by 150 evaluations in 66 % of
+            seeds against 18 % (benchmarks/RESULTS.md); 0 is plain REINFORCE.
     """
 
     seen_state = frozenset({"seen"})
@@ -162,8 +170,11 @@ class Reinforce(Controller):
         hidden: int = 32,
         temperature: float = 1.0,
         max_tries: int = 10,
+        walk: float = 0.5,
     ) -> None:
         super().__init__(space)
+        if not 0 <= walk <= 1:
+            raise ConfigError(f"walk is a probability in [0, 1], got {walk}")
         if policy not in _POLICIES:
             raise ConfigError(
                 f"Reinforce policy must be one of {', '.join(_POLICIES)}, not {policy!r}"
@@ -187,6 +198,9 @@ class Reinforce(Controller):
         self._seen: set[str] = set()
         self._updates = 0
         self._fallbacks = 0  # asks that fell back to unseen_architecture
+        self.walk = walk
+        self._elite = Elite(_ELITE)  # the best results ever, which walks start from
+        self._walk_rng = np.random.default_rng([seed or 0, 1])
 
     # Architectures <-> decision indices --------------------------------------------------
     def _arch(self, choices: list[int]) -> Architecture:
@@ -200,6 +214,15 @@ class Reinforce(Controller):
 
     # Controller protocol -------------------------------------------------------------------
     def ask(self) -> Architecture:
+        if len(self._elite.members) >= _WALK_AFTER and self._walk_rng.random() < self.walk:
+            for options in self._elite.neighbourhoods(self.space, self._seen):
+                with torch.no_grad():  # the neighbour the policy finds most probable
+                    log_prob, _ = self._policy.score(
+                        [self._choices(a) for a in options], self.temperature
+                    )
+                arch = options[int(torch.argmax(log_prob))]
+                self._seen.add(arch.arch_id)
+                return arch
         with torch.no_grad():
             drawn = self._policy.sample(self.max_tries, self._generator, self.temperature)
         for choices in drawn:  # the first draw that is new and within the budget
@@ -230,6 +253,7 @@ class Reinforce(Controller):
         if not outcome.ok or outcome.reward is None:
             return  # no reward to learn from
         reward = float(outcome.reward)
+        self._elite.add(arch, reward)
         self._baseline = (
             reward
             if self._baseline is None
@@ -258,6 +282,8 @@ class Reinforce(Controller):
             "batch": [list(b) for b in self._batch],
             "seen": sorted(self._seen),
             "updates": self._updates,
+            "elite": self._elite.state(),
+            "walk_rng": self._walk_rng.bit_generator.state,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -270,6 +296,9 @@ class Reinforce(Controller):
         self._batch = [(a, float(r)) for a, r in state["batch"]]
         self._seen = set(state.get("seen", ()))  # absent: the study calls mark_seen
         self._updates = int(state["updates"])
+        self._elite.load(state.get("elite", []))
+        if "walk_rng" in state:
+            self._walk_rng.bit_generator.state = dict(state["walk_rng"])
 
     def mark_seen(self, arch_ids: Iterable[str]) -> None:
         self._seen.update(arch_ids)
@@ -278,6 +307,7 @@ class Reinforce(Controller):
         self._generator.manual_seed(
             int(np.random.SeedSequence([stream, self.seed or 0]).generate_state(1)[0])
         )
+        self._walk_rng = np.random.default_rng([stream, self.seed or 0, 1])
 
     def config(self) -> dict[str, Any]:
         return {
@@ -290,4 +320,5 @@ class Reinforce(Controller):
             "hidden": self.hidden,
             "temperature": self.temperature,
             "max_tries": self.max_tries,
+            "walk": self.walk,
         }

@@ -1,0 +1,55 @@
+"""The best results a controller has seen, where its neighbourhood walks start.
+
+On NB201-like landscapes the optimum is a few one-gene steps from the best results
+seen, so a step to an unseen neighbour of the best one finds it far more often than a
+fresh draw (benchmarks/RESULTS.md). Evolution and REINFORCE take such steps for a share
+of their asks (``walk``); they differ in which neighbour: a uniform one, or the one the
+policy finds most probable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterator
+from typing import Any
+
+from autosearch.architecture import Architecture
+from autosearch.space import SearchSpace
+
+
+class Elite:
+    """The ``size`` best results ever (architecture JSON, reward), best first."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.members: list[tuple[str, float]] = []
+        # member JSON -> its neighbours within the budget not seen when last looked at
+        # (a cache: seen architectures only accumulate, so the lists only shrink)
+        self._near: dict[str, list[Architecture]] = {}
+
+    def add(self, arch: Architecture, reward: float) -> None:
+        self.members.append((arch.to_json(), float(reward)))
+        self.members.sort(key=lambda m: -m[1])  # stable: the earlier of equals first
+        del self.members[self.size :]
+        kept = {m[0] for m in self.members}
+        self._near = {k: v for k, v in self._near.items() if k in kept}
+
+    def neighbourhoods(
+        self, space: SearchSpace, seen: Collection[str]
+    ) -> Iterator[list[Architecture]]:
+        """The unseen one-gene neighbours within the budget of each member, best member
+        first, skipping members whose neighbourhood is all seen."""
+        for arch_json, _ in self.members:
+            near = self._near.get(arch_json)
+            if near is None:
+                parent = Architecture.from_json(arch_json)
+                near = [a for a in space.neighbours(parent) if space.within_budget(a)]
+            near = self._near[arch_json] = [a for a in near if a.arch_id not in seen]
+            if near:
+                yield near
+
+    def state(self) -> list[list[Any]]:
+        return [list(m) for m in self.members]
+
+    def load(self, state: list[list[Any]]) -> None:
+        self.members = [(str(a), float(r)) for a, r in state]
+        self._near = {}
