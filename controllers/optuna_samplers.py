@@ -18,6 +18,7 @@ from autosearch.errors import AutosearchError, ConfigError, UnknownNameError
 from autosearch.pareto import Direction
 from autosearch.registry import register_controller, resolve_loaded
 from autosearch.space import SearchSpace
+from controllers._walk import Walker
 
 __all__ = ["GP", "NSGA2", "TPE", "OptunaController", "register_sampler"]
 
@@ -88,9 +89,17 @@ class OptunaController(Controller):
             objectives directly (multi-objective samplers); None maximises the reward.
         options: Keyword arguments for the sampler (e.g. ``{"n_startup_trials": 5}``).
         max_tries: Proposals per ask before giving up on an unseen architecture.
+        walk: The share of asks, once ``walk_after`` results are in, that take a
+            predictor-guided step to an unseen one-gene neighbour of the best result
+            (multi-objective: of the Pareto front) instead of the sampler's proposal,
+            as :class:`~controllers.RegularizedEvolution` does; the sampler learns from
+            those results too. 0: the sampler alone. None: 0 here, 0.8 for
+            :class:`TPE` and :class:`NSGA2` (measured on NB201: benchmarks/RESULTS.md).
+        walk_after: Results before the first walk.
     """
 
     sampler_name: ClassVar[str | None] = None  # fixed by the named subclasses
+    default_walk: ClassVar[float] = 0.0  # the named subclasses' measured choice
 
     def __init__(
         self,
@@ -101,8 +110,16 @@ class OptunaController(Controller):
         objectives: Mapping[str, Direction] | None = None,
         options: Mapping[str, Any] | None = None,
         max_tries: int = 100,
+        walk: float | None = None,
+        walk_after: int = 10,
     ) -> None:
         super().__init__(space)
+        walk = self.default_walk if walk is None else walk
+        if not 0 <= walk <= 1 or walk_after < 1:
+            raise ConfigError(
+                f"need 0 <= walk <= 1 and walk_after >= 1, got walk={walk}, walk_after={walk_after}"
+            )
+        self.walk, self.walk_after = walk, walk_after
         self.sampler = self.sampler_name or sampler
         self._factory = _sampler_factory(self.sampler)
         self.seed = seed
@@ -125,6 +142,10 @@ class OptunaController(Controller):
         self._asks = 0
         self._pending: dict[str, int] = {}  # arch_id -> trial number
         self._known: dict[str, list[float] | None] = {}  # arch_id -> values (None: failed)
+        self._walker = Walker(
+            self.space, 20, list(self.objectives.values()) if self.objectives else None
+        )
+        self._results = 0  # ok results told
 
     def _new_sampler(self, index: int) -> optuna.samplers.BaseSampler:
         seed = None
@@ -138,6 +159,10 @@ class OptunaController(Controller):
         self._stream = stream
 
     def ask(self) -> Architecture:
+        step = self._walk()
+        if step is not None:
+            self._pending[step.arch_id] = _NO_TRIAL  # told as a trial the sampler did not ask
+            return step
         for _ in range(self.max_tries):
             self._study.sampler = self._new_sampler(self._asks)
             self._asks += 1
@@ -162,6 +187,17 @@ class OptunaController(Controller):
         )
         self._pending[arch.arch_id] = _NO_TRIAL  # told as a trial the sampler did not ask
         return arch
+
+    def _walk(self) -> Architecture | None:
+        """A walk's step, when this ask walks (decided by a draw seeded like the
+        sampler's, so that a restored controller decides alike)."""
+        if self.walk <= 0 or self._results < self.walk_after:
+            return None
+        draw = np.random.default_rng([self._asks, self.seed or 0, self._stream or 0]).random()
+        self._asks += 1
+        if draw >= self.walk:
+            return None
+        return self._walker.step(self._known.keys() | self._pending.keys())
 
     def _values(self, outcome: Outcome) -> list[float] | None:
         if not outcome.ok:
@@ -192,6 +228,10 @@ class OptunaController(Controller):
         else:  # never asked here: record it as a finished trial the sampler learns from
             self._add(dict(arch), values)
         self._known[arch.arch_id] = values
+        if values is not None:
+            self._results += 1
+            reward = outcome.reward if outcome.reward is not None else values[0]
+            self._walker.add(arch, reward, values if self.objectives else ())
 
     def _add(
         self,
@@ -226,6 +266,8 @@ class OptunaController(Controller):
             "trials": trials,
             "pending": dict(self._pending),
             "known": dict(self._known),
+            "walker": self._walker.state(),
+            "results": self._results,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -239,6 +281,8 @@ class OptunaController(Controller):
         self._stream = state.get("stream")
         self._pending = {k: int(v) for k, v in state["pending"].items()}
         self._known = {k: (list(v) if v is not None else None) for k, v in state["known"].items()}
+        self._walker.load(state.get("walker", {}))
+        self._results = int(state.get("results", sum(v is not None for v in self._known.values())))
 
     def config(self) -> dict[str, Any]:
         config = {
@@ -246,6 +290,8 @@ class OptunaController(Controller):
             "objectives": self.objectives,
             "options": self.options,
             "max_tries": self.max_tries,
+            "walk": self.walk,
+            "walk_after": self.walk_after,
         }
         return config if self.sampler_name else {"sampler": self.sampler, **config}
 
@@ -253,9 +299,13 @@ class OptunaController(Controller):
 @register_controller("tpe")
 class TPE(OptunaController):
     """Optuna's multivariate TPE with constant liar; multi-objective (MOTPE) when given
-    ``objectives``."""
+    ``objectives``. By default 80 % of the asks after the first 10 results are
+    predictor-guided walks (``walk=0.8``): on NB201 that found the best cell by 150
+    evaluations in 74 % of seeds against TPE's 60 %, and 99.2 % of the front's
+    hypervolume by 300 against 98.3 %; ``walk=0`` is TPE alone."""
 
     sampler_name = "tpe"
+    default_walk = 0.8
 
 
 @register_controller("nsga2")
@@ -264,9 +314,13 @@ class NSGA2(OptunaController):
     of 10 (Optuna's default of 50 makes the first generation, which is random, as large
     as a small study: measured on NB201, 50 fell behind random search up to 100
     evaluations, 10 did not; benchmarks/RESULTS.md). ``options={"population_size": N}``
-    sets another size."""
+    sets another size. By default 80 % of the asks after the first 10 results step
+    from the front to the neighbour with the largest predicted hypervolume gain
+    (``walk=0.8``; 99.0 % of the true front's hypervolume by 300 evaluations on NB201
+    against 97.7 %); ``walk=0`` is NSGA-II alone."""
 
     sampler_name = "nsga2"
+    default_walk = 0.8
     multi_objective: ClassVar[bool] = True
 
     def __init__(

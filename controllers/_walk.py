@@ -1,0 +1,135 @@
+"""Predictor-guided neighbourhood walks, shared by the controllers that take them.
+
+On NB201-like landscapes the optimum is a few one-gene steps from the best results,
+and the Pareto front is made of near neighbours, so a step to an unseen neighbour of
+the best result (or of a front member) finds them far sooner than a fresh draw
+(benchmarks/RESULTS.md). Which neighbour is decided by a predictor (ridge regression
+on one-hot genes, :mod:`controllers._predictor`) fitted on the best and the most
+recent results: single objective, the neighbour predicted best; multi-objective, the
+one whose predicted objectives would add the most hypervolume to the front.
+
+Everything a walker keeps is bounded (the best ``size`` results, the last ``size``,
+and at most ``front_size`` front members), so a controller's saved state does not grow
+with the study.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Collection, Sequence
+from typing import Any
+
+import numpy as np
+
+from autosearch.architecture import Architecture
+from autosearch.pareto import Direction, crowding_distance, hypervolume_gains, pareto_mask
+from autosearch.space import SearchSpace
+from controllers._elite import Elite
+from controllers._predictor import OneHotRidge
+
+
+class Walker:
+    """Where the next walk steps, from the results it was given.
+
+    Args:
+        space: The search space.
+        size: How many of the best (single objective) and of the latest results it keeps.
+        directions: The objectives' directions for multi-objective walks; None: the
+            reward, maximised.
+        front_size: Multi-objective: the most non-dominated results kept (the most
+            crowded are dropped beyond it).
+        ridge: L2 penalty of the predictor.
+    """
+
+    def __init__(
+        self,
+        space: SearchSpace,
+        size: int,
+        directions: Sequence[Direction] | None = None,
+        front_size: int = 100,
+        ridge: float = 1.0,
+    ) -> None:
+        self.space, self.size, self.front_size = space, size, front_size
+        self.directions = list(directions) if directions else None
+        self.elite = Elite(size)
+        self.recent: deque[tuple[str, float, list[float]]] = deque(maxlen=size)
+        self.front: list[tuple[str, list[float]]] = []  # (JSON, objective values)
+        self._front_near: dict[str, list[Architecture]] = {}  # a cache, like Elite's
+        self._predictor = OneHotRidge(space, ridge)
+
+    def add(self, arch: Architecture, reward: float, values: Sequence[float] = ()) -> None:
+        """A result: its reward and (multi-objective) its objective values."""
+        arch_json = arch.to_json()
+        self.recent.append((arch_json, float(reward), [float(v) for v in values]))
+        if self.directions is None:
+            self.elite.add(arch, reward)
+        else:
+            self._add_to_front(arch_json, [float(v) for v in values])
+
+    def step(self, seen: Collection[str]) -> Architecture | None:
+        """The unseen neighbour to evaluate next; None when every neighbourhood it
+        starts from is seen."""
+        if self.directions is not None:
+            return self._front_step(seen)
+        for options in self.elite.neighbourhoods(self.space, seen):
+            known = dict(self.elite.members)
+            known.update((a, r) for a, r, _ in self.recent)
+            model = self._predictor.fit(
+                [Architecture.from_json(a) for a in known], np.array(list(known.values()))
+            )
+            return options[int(np.argmax(model.predict(options)[:, 0]))]
+        return None
+
+    def _front_step(self, seen: Collection[str]) -> Architecture | None:
+        options: dict[str, Architecture] = {}
+        for arch_json, _ in self.front:
+            near = self._front_near.get(arch_json)
+            if near is None:
+                parent = Architecture.from_json(arch_json)
+                near = [a for a in self.space.neighbours(parent) if self.space.within_budget(a)]
+            near = self._front_near[arch_json] = [a for a in near if a.arch_id not in seen]
+            options.update((a.arch_id, a) for a in near)
+        if not options:
+            return None
+        candidates = list(options.values())
+        assert self.directions is not None
+        sign = np.array([-1.0 if d == "maximize" else 1.0 for d in self.directions])
+        known = {a: v for a, v in self.front}
+        known.update((a, v) for a, _, v in self.recent)
+        model = self._predictor.fit(
+            [Architecture.from_json(a) for a in known], np.array(list(known.values())) * sign
+        )
+        front = model.standardise(np.array([v for _, v in self.front]) * sign)
+        predicted = model.predict(candidates)
+        reference = np.maximum(front.max(axis=0), predicted.max(axis=0)) + 0.1
+        gains = hypervolume_gains(front, predicted, reference)
+        return candidates[int(np.argmax(gains))]  # the first of equals: deterministic
+
+    def _add_to_front(self, arch_json: str, values: list[float]) -> None:
+        assert self.directions is not None
+        points = np.array([v for _, v in self.front] + [values])
+        keep = pareto_mask(points, self.directions)
+        if not keep[-1]:
+            return
+        self.front = [m for m, k in zip([*self.front, (arch_json, values)], keep, strict=True) if k]
+        if len(self.front) > self.front_size:  # drop the most crowded
+            crowd = crowding_distance(np.array([v for _, v in self.front]))
+            del self.front[int(np.argmin(crowd))]
+        kept = {m[0] for m in self.front}
+        self._front_near = {k: v for k, v in self._front_near.items() if k in kept}
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "elite": self.elite.state(),
+            "recent": [list(m) for m in self.recent],
+            "front": [list(m) for m in self.front],
+        }
+
+    def load(self, state: dict[str, Any]) -> None:
+        self.elite.load(state.get("elite", []))
+        self.recent = deque(
+            ((str(a), float(r), [float(x) for x in v]) for a, r, v in state.get("recent", [])),
+            maxlen=self.size,
+        )
+        self.front = [(str(a), [float(x) for x in v]) for a, v in state.get("front", [])]
+        self._front_near = {}
