@@ -47,6 +47,11 @@ class Elite:
             if near:
                 yield near
 
+    def unseen_near(self, arch_json: str) -> list[Architecture] | None:
+        """A member's unseen neighbours as :meth:`neighbourhoods` last found them (None
+        if it has not looked at that member since it joined)."""
+        return self._near.get(arch_json)
+
     def state(self) -> list[list[Any]]:
         return [list(m) for m in self.members]
 

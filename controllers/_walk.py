@@ -5,8 +5,10 @@ and the Pareto front is made of near neighbours, so a step to an unseen neighbou
 the best result (or of a front member) finds them far sooner than a fresh draw
 (benchmarks/RESULTS.md). Which neighbour is decided by a predictor (ridge regression
 on one-hot genes, :mod:`controllers._predictor`) fitted on the best and the most
-recent results: single objective, the neighbour predicted best; multi-objective, the
-one whose predicted objectives would add the most hypervolume to the front.
+recent results: single objective, the neighbour of the best result predicted best
+(once the best is a local optimum, every neighbour seen, the predicted best neighbour
+of any of the best results); multi-objective, the neighbour of a front member whose
+predicted objectives would add the most hypervolume to the front.
 
 Everything a walker keeps is bounded (the best ``size`` results, the last ``size``,
 and at most ``front_size`` front members), so a controller's saved state does not grow
@@ -15,6 +17,7 @@ with the study.
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from collections.abc import Collection, Sequence
 from typing import Any
@@ -71,14 +74,21 @@ class Walker:
         starts from is seen."""
         if self.directions is not None:
             return self._front_step(seen)
-        for options in self.elite.neighbourhoods(self.space, seen):
-            known = dict(self.elite.members)
-            known.update((a, r) for a, r, _ in self.recent)
-            model = self._predictor.fit(
-                [Architecture.from_json(a) for a in known], np.array(list(known.values()))
-            )
-            return options[int(np.argmax(model.predict(options)[:, 0]))]
-        return None
+        near = self.elite.neighbourhoods(self.space, seen)
+        options = next(near, None)
+        if options is None:
+            return None
+        if not self.elite.unseen_near(self.elite.members[0][0]):
+            # The best result is a local optimum, all its neighbours seen: the
+            # predicted best of all the elite's unseen neighbours (two steps from the
+            # optimum), rather than the next best's alone, escapes to a better basin.
+            options = list({a.arch_id: a for a in itertools.chain(options, *near)}.values())
+        known = dict(self.elite.members)
+        known.update((a, r) for a, r, _ in self.recent)
+        model = self._predictor.fit(
+            [Architecture.from_json(a) for a in known], np.array(list(known.values()))
+        )
+        return options[int(np.argmax(model.predict(options)[:, 0]))]
 
     def _front_step(self, seen: Collection[str]) -> Architecture | None:
         options: dict[str, Architecture] = {}

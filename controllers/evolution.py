@@ -46,8 +46,8 @@ class RegularizedEvolution(Controller):
         max_tries: Draws per ask to find an architecture not seen before.
         walk: The share of asks after the warm-up that walk instead of mutating a
             tournament's winner. Single objective, the walk steps to the predicted best
-            unseen one-gene neighbour of the best result (of the best ``population``
-            ever, the first whose neighbourhood is not all seen); multi-objective, to
+            unseen one-gene neighbour of the best result, or once that is a local
+            optimum, of any of the best ``population`` ever; multi-objective, to
             the neighbour of a front member with the largest predicted hypervolume
             gain. On NB201-like landscapes, whose optimum is a few one-gene steps from
             the best results, this finds the best cell and the front far sooner

@@ -34,9 +34,11 @@ class LocalSearch(Controller):
 
     The first ``warmup`` asks are uniform samples. After that each ask proposes the
     unseen neighbour (one gene changed) of the best result that the predictor ranks
-    highest; when every neighbour of the best is seen (a local optimum), the next best
-    result's neighbourhood is walked, and so on through the best ``size``; when all
-    are seen, an unseen architecture near the best
+    highest; when every neighbour of the best is seen (a local optimum), the predicted
+    best of all the unseen neighbours of the best ``size`` results (two steps from the
+    optimum: on NB201-like tables this escaped to the optimum's basin far more often
+    than walking the next best result's neighbourhood alone); when all are seen, an
+    unseen architecture near the best
     (:func:`autosearch.controller.unseen_architecture`). Pending asks count as seen, so
     parallel workers walk different neighbours, and results of architectures it never
     asked for (other workers, a resumed study) are learnt from alike.

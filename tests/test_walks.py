@@ -199,3 +199,22 @@ def test_local_search_reads_a_state_saved_before_the_walker():
     assert step.arch_id in {n.arch_id for n in space.neighbours(best)}
     assert local.state_dict()["results"] == 12
     assert len(local.state_dict()["walker"]["recent"]) == 10  # bounded from now on
+
+
+def test_at_a_local_optimum_the_walker_steps_from_any_of_the_best_results():
+    space = _nb201()
+    rng = np.random.default_rng(4)
+    walker = Walker(space, size=5)
+    told = [space.sample(rng) for _ in range(8)]
+    for arch in told:
+        walker.add(arch, _accuracy(space, arch))
+    best = Architecture.from_json(walker.elite.members[0][0])
+    seen = {a.arch_id for a in told} | {n.arch_id for n in space.neighbours(best)}
+    step = walker.step(seen)  # the best's neighbourhood is all seen
+    assert step is not None and step.arch_id not in seen
+    pooled = {
+        n.arch_id
+        for a, _ in walker.elite.members[1:]
+        for n in space.neighbours(Architecture.from_json(a))
+    }
+    assert step.arch_id in pooled
