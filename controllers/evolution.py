@@ -51,8 +51,9 @@ class RegularizedEvolution(Controller):
             the neighbour of a front member with the largest predicted hypervolume
             gain. On NB201-like landscapes, whose optimum is a few one-gene steps from
             the best results, this finds the best cell and the front far sooner
-            (benchmarks/RESULTS.md). None: 0.5 single-objective, 0.8 multi-objective
-            (the best of those measured); 0 is Real et al.'s algorithm.
+            (benchmarks/RESULTS.md); 0.8 found the best cell by 150 evaluations in 92 %
+            of seeds, 0.5 in 88 %, and 0.8 won on two other tables too. 0 is Real et
+            al.'s algorithm.
         front_size: Multi-objective: the most non-dominated results kept as the
             walks' starting points (the most crowded are dropped beyond it).
     """
@@ -68,7 +69,7 @@ class RegularizedEvolution(Controller):
         seed: int | None = None,
         objectives: Mapping[str, Direction] | None = None,
         max_tries: int = 100,
-        walk: float | None = None,
+        walk: float = 0.8,
         front_size: int = 100,
     ) -> None:
         super().__init__(space)
@@ -82,12 +83,11 @@ class RegularizedEvolution(Controller):
         self.seed = seed
         self.objectives = dict(objectives) if objectives else None
         self.max_tries = max_tries
-        if walk is not None and not 0 <= walk <= 1:
-            raise ConfigError(f"walk is a probability in [0, 1] (or None), got {walk}")
+        if not 0 <= walk <= 1:
+            raise ConfigError(f"walk is a probability in [0, 1], got {walk}")
         if front_size < 1:
             raise ConfigError(f"front_size must be >= 1, got {front_size}")
         self.walk, self.front_size = walk, front_size
-        self._walk_share = walk if walk is not None else (0.5 if objectives is None else 0.8)
         self._rng = np.random.default_rng(seed)
         # Each member: (architecture JSON, reward, objective values in `objectives` order).
         self._population: deque[tuple[str, float, list[float]]] = deque()
@@ -135,7 +135,7 @@ class RegularizedEvolution(Controller):
 
     def _walks(self) -> bool:
         """Whether this ask walks (with probability ``walk``)."""
-        return self._walk_share > 0 and self._rng.random() < self._walk_share
+        return self.walk > 0 and self._rng.random() < self.walk
 
     def _walk(self) -> Architecture | None:
         """The predicted best unseen neighbour (see the class); None when none is left."""
