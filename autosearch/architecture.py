@@ -6,6 +6,7 @@ import hashlib
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from autosearch.errors import InvalidArchitectureError, MissingGeneError
@@ -89,9 +90,13 @@ class Architecture(Mapping[str, Gene]):
 
     def to_json(self) -> str:
         """Canonical JSON: sorted keys, no whitespace; the basis of :attr:`arch_id`."""
+        return self._json
+
+    @cached_property
+    def _json(self) -> str:  # computed once: an architecture never changes
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
 
-    @property
+    @cached_property
     def arch_id(self) -> str:
         """A 16-hex-digit content hash of the canonical JSON."""
         return hashlib.sha256(self.to_json().encode()).hexdigest()[:16]

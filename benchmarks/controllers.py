@@ -192,15 +192,18 @@ def markdown(result: dict[str, object]) -> str:
     lines = [
         f"Table: {result['table']} (best validation accuracy {result['table_best_val']:.4f}); "
         f"{result['seeds']} seeds.",
-        "",
-        "| controller | found the best by "
-        + " / ".join(map(str, budgets))
-        + " | best validation accuracy at "
-        + " / ".join(map(str, budgets))
-        + " | ms per ask + tell |",
-        "| --- | --- | --- | --- |",
     ]
-    for name, row in result["single"].items():  # type: ignore[attr-defined]
+    if "single" in result:
+        lines += [
+            "",
+            "| controller | found the best by "
+            + " / ".join(map(str, budgets))
+            + " | best validation accuracy at "
+            + " / ".join(map(str, budgets))
+            + " | ms per ask + tell |",
+            "| --- | --- | --- | --- |",
+        ]
+    for name, row in result.get("single", {}).items():  # type: ignore[attr-defined]
         lines.append(
             f"| {name} | "
             + " / ".join(f"{100 * row['found_best'][b]:.0f} %" for b in budgets)
@@ -246,7 +249,7 @@ def main() -> None:
         help="NAME=COLUMN, a metric column: latency=lat_ms",
     )
     parser.add_argument("--budgets", default="50,100,150,300")
-    parser.add_argument("--seeds", type=int, default=50)
+    parser.add_argument("--seeds", type=int, default=50, help="0: no single-objective runs")
     parser.add_argument("--mo-seeds", type=int, default=20, help="0: no multi-objective runs")
     parser.add_argument("--cost", default="flops", help="the cost objective: flops or a --metric")
     parser.add_argument("--reference", default=None, help="ACCURACY,COST (default 0.8,max cost)")
@@ -277,8 +280,9 @@ def main() -> None:
         "table_best_val": land.top,
         "budgets": budgets,
         "seeds": args.seeds,
-        "single": single_objective(names, land, space, budgets, args.seeds),
     }
+    if args.seeds:  # 0: multi-objective runs only
+        result["single"] = single_objective(names, land, space, budgets, args.seeds)
     if args.mo_seeds:
         if args.reference:
             ref_acc, ref_cost = (float(x) for x in args.reference.split(","))

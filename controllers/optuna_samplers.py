@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 import optuna
+from optuna.search_space import IntersectionSearchSpace
 from optuna.storages import InMemoryStorage
 from optuna.trial import TrialState, create_trial
 
@@ -63,6 +64,25 @@ def _sampler_factory(name: str) -> Callable[..., optuna.samplers.BaseSampler]:
         raise ConfigError(f"{name!r} is not an Optuna sampler class")
     make: Callable[..., optuna.samplers.BaseSampler] = cls  # every sampler takes seed=
     return lambda seed, **options: make(seed=seed, **options)
+
+
+def _carry_caches(
+    old: optuna.samplers.BaseSampler, new: optuna.samplers.BaseSampler
+) -> optuna.samplers.BaseSampler:
+    """Hand the previous sampler's search-space cache to the next one.
+
+    Optuna's TPE and GP samplers keep an incremental ``IntersectionSearchSpace`` over
+    the study's trials. The controller makes a sampler afresh for each ask (its seed
+    derives from the ask's index, so that a restored controller decides alike); without
+    this, each would rebuild that cache from every trial, O(n) distribution comparisons
+    per ask (at 300 trials half of TPE's ask + tell). Same study, same answer: the
+    intersection does not depend on when it was computed."""
+    if type(old) is type(new):
+        for name in ("_search_space", "_intersection_search_space"):
+            cache = getattr(old, name, None)
+            if isinstance(cache, IntersectionSearchSpace) and hasattr(new, name):
+                setattr(new, name, cache)
+    return new
 
 
 @register_controller("optuna")
@@ -164,7 +184,7 @@ class OptunaController(Controller):
             self._pending[step.arch_id] = _NO_TRIAL  # told as a trial the sampler did not ask
             return step
         for _ in range(self.max_tries):
-            self._study.sampler = self._new_sampler(self._asks)
+            self._study.sampler = _carry_caches(self._study.sampler, self._new_sampler(self._asks))
             self._asks += 1
             trial = self._study.ask()
             genes = {gene: suggest(trial, gene, d) for gene, d in self.space.domains().items()}
