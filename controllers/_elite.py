@@ -35,9 +35,9 @@ class Elite:
 
     def neighbourhoods(
         self, space: SearchSpace, seen: Collection[str]
-    ) -> Iterator[list[Architecture]]:
-        """The unseen one-gene neighbours within the budget of each member, best member
-        first, skipping members whose neighbourhood is all seen."""
+    ) -> Iterator[tuple[str, list[Architecture]]]:
+        """Each member (its JSON) with its unseen one-gene neighbours within the
+        budget, best member first, skipping members whose neighbourhood is all seen."""
         for arch_json, _ in self.members:
             near = self._near.get(arch_json)
             if near is None:
@@ -45,7 +45,7 @@ class Elite:
                 near = [a for a in space.neighbours(parent) if space.within_budget(a)]
             near = self._near[arch_json] = [a for a in near if a.arch_id not in seen]
             if near:
-                yield near
+                yield arch_json, near
 
     def unseen_near(self, arch_json: str) -> list[Architecture] | None:
         """A member's unseen neighbours as :meth:`neighbourhoods` last found them (None

@@ -8,7 +8,8 @@ on one-hot genes, :mod:`controllers._predictor`) fitted on the best and the most
 recent results: single objective, the neighbour of the best result predicted best
 (once the best is a local optimum, every neighbour seen, the predicted best neighbour
 of any of the best results); multi-objective, the neighbour of a front member whose
-predicted objectives would add the most hypervolume to the front.
+predicted objectives (anchored on that member's measured ones) would add the most
+hypervolume to the front, or when none would, the one predicted nearest to it.
 
 Everything a walker keeps is bounded (the best ``size`` results, the last ``size``,
 and at most ``front_size`` front members), so a controller's saved state does not grow
@@ -17,9 +18,8 @@ with the study.
 
 from __future__ import annotations
 
-import itertools
 from collections import deque
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -74,34 +74,36 @@ class Walker:
         starts from is seen."""
         if self.directions is not None:
             return self._front_step(seen)
-        near = self.elite.neighbourhoods(self.space, seen)
-        options = next(near, None)
-        if options is None:
+        hoods = self.elite.neighbourhoods(self.space, seen)
+        first = next(hoods, None)
+        if first is None:
             return None
+        starts = [first]
         if not self.elite.unseen_near(self.elite.members[0][0]):
             # The best result is a local optimum, all its neighbours seen: the
             # predicted best of all the elite's unseen neighbours (two steps from the
             # optimum), rather than the next best's alone, escapes to a better basin.
-            options = list({a.arch_id: a for a in itertools.chain(options, *near)}.values())
+            starts += hoods
         known = dict(self.elite.members)
         known.update((a, r) for a, r, _ in self.recent)
         model = self._predictor.fit(
             [Architecture.from_json(a) for a in known], np.array(list(known.values()))
         )
-        return options[int(np.argmax(model.predict(options)[:, 0]))]
+        candidates, _ = self._pool(starts)
+        return candidates[int(np.argmax(model.predict(candidates)[:, 0]))]
 
     def _front_step(self, seen: Collection[str]) -> Architecture | None:
-        options: dict[str, Architecture] = {}
+        starts: list[tuple[str, list[Architecture]]] = []
         for arch_json, _ in self.front:
             near = self._front_near.get(arch_json)
             if near is None:
                 parent = Architecture.from_json(arch_json)
                 near = [a for a in self.space.neighbours(parent) if self.space.within_budget(a)]
             near = self._front_near[arch_json] = [a for a in near if a.arch_id not in seen]
-            options.update((a.arch_id, a) for a in near)
-        if not options:
+            if near:
+                starts.append((arch_json, near))
+        if not starts:
             return None
-        candidates = list(options.values())
         assert self.directions is not None
         sign = np.array([-1.0 if d == "maximize" else 1.0 for d in self.directions])
         known = {a: v for a, v in self.front}
@@ -109,11 +111,39 @@ class Walker:
         model = self._predictor.fit(
             [Architecture.from_json(a) for a in known], np.array(list(known.values())) * sign
         )
+        candidates, parents = self._pool(starts)
+        # Each prediction anchored on the front member it neighbours: plus that member's
+        # residual (what the model got wrong about it, measured), so that the
+        # neighbours of a member the model underrates are not underrated too (fronts at
+        # 300 evaluations: +0.1 to +0.5 points of hypervolume; benchmarks/RESULTS.md).
+        members = [a for a, _ in starts]
+        residual = model.standardise(np.array([known[a] for a in members]) * sign) - model.predict(
+            [Architecture.from_json(a) for a in members]
+        )
+        predicted = model.predict(candidates) + residual[parents]
         front = model.standardise(np.array([v for _, v in self.front]) * sign)
-        predicted = model.predict(candidates)
-        reference = np.maximum(front.max(axis=0), predicted.max(axis=0)) + 0.1
+        # The reference a standard deviation beyond the worst: the front's ends (the most
+        # accurate, the cheapest) count as much as its middle.
+        reference = np.maximum(front.max(axis=0), predicted.max(axis=0)) + 1.0
         gains = hypervolume_gains(front, predicted, reference)
-        return candidates[int(np.argmax(gains))]  # the first of equals: deterministic
+        if gains.max() > 0:
+            return candidates[int(np.argmax(gains))]  # the first of equals: deterministic
+        # Every candidate is predicted dominated: the one nearest to the front (the
+        # smallest shift of all its objectives that would make it non-dominated).
+        shift = (predicted[:, None, :] - front[None, :, :]).min(axis=2).max(axis=1)
+        return candidates[int(np.argmin(shift))]
+
+    @staticmethod
+    def _pool(
+        starts: Iterable[tuple[str, list[Architecture]]],
+    ) -> tuple[list[Architecture], np.ndarray]:
+        """The unseen neighbours of ``starts`` (result JSON, its unseen neighbours), each
+        once, and the index in ``starts`` of the first result it neighbours."""
+        candidates: dict[str, tuple[Architecture, int]] = {}
+        for i, (_, near) in enumerate(starts):
+            for arch in near:
+                candidates.setdefault(arch.arch_id, (arch, i))
+        return [a for a, _ in candidates.values()], np.array([i for _, i in candidates.values()])
 
     def _add_to_front(self, arch_json: str, values: list[float]) -> None:
         assert self.directions is not None

@@ -218,3 +218,70 @@ def test_at_a_local_optimum_the_walker_steps_from_any_of_the_best_results():
         for n in space.neighbours(Architecture.from_json(a))
     }
     assert step.arch_id in pooled
+
+
+class _Lookup:
+    """A stand-in for the walker's predictor: fixed predictions (signed: every
+    objective minimised) by architecture id, and no standardisation."""
+
+    def __init__(self, values):
+        self.values = values
+
+    def fit(self, archs, targets):
+        return self
+
+    def standardise(self, targets):
+        return np.asarray(targets, dtype=float)
+
+    def predict(self, archs):
+        return np.array([self.values[a.arch_id] for a in archs], dtype=float)
+
+
+def _front_walker(space, members):
+    """A multi-objective walker told ``members`` (architecture, accuracy, cost), and
+    the members' neighbours all seen but two of each."""
+    walker = Walker(space, size=10, directions=["maximize", "minimize"])
+    for arch, accuracy, cost in members:
+        walker.add(arch, accuracy, [accuracy, cost])
+    unseen = []
+    for arch, _, _ in members:
+        near = [n for n in space.neighbours(arch) if n.arch_id not in {a.arch_id for a in unseen}]
+        unseen += near[:2]
+    near_all = {n.arch_id for arch, _, _ in members for n in space.neighbours(arch)}
+    seen = near_all - {a.arch_id for a in unseen} | {arch.arch_id for arch, _, _ in members}
+    return walker, unseen, seen
+
+
+def test_a_front_walk_anchors_each_prediction_on_the_member_it_neighbours():
+    space = _nb201()
+    rng = np.random.default_rng(5)
+    a, b = space.sample(rng), space.sample(rng)
+    walker, unseen, seen = _front_walker(space, [(a, 0.9, 10.0), (b, 0.8, 5.0)])
+    near_a, near_b = unseen[0], unseen[2]
+    # The model underrates a by 0.4 and gets b right; a's neighbour is predicted as
+    # poor as a is predicted, b's neighbour a little more accurate than b.
+    values = {a.arch_id: [-0.5, 10.0], b.arch_id: [-0.8, 5.0]}
+    values |= {n.arch_id: [0.0, 20.0] for n in unseen}  # far behind the front
+    values[near_a.arch_id] = [-0.52, 8.0]
+    values[near_b.arch_id] = [-0.85, 6.0]
+    walker._predictor = _Lookup(values)
+    # Anchored on a (its residual, -0.4 in accuracy), a's neighbour is predicted at
+    # 0.92, 8: more than b's neighbour adds; unanchored, b's neighbour would win.
+    assert walker.step(seen) == near_a
+    front = np.array([[-0.9, 10.0], [-0.8, 5.0]])
+    reference = np.array([1.0, 21.0])  # as the walker puts it: beyond the worst
+    raw = hypervolume_gains(front, np.array([[-0.52, 8.0], [-0.85, 6.0]]), reference)
+    assert raw[1] > raw[0]
+
+
+def test_when_every_neighbour_is_predicted_dominated_the_walk_takes_the_nearest():
+    space = _nb201()
+    a = space.sample(np.random.default_rng(6))
+    walker, unseen, seen = _front_walker(space, [(a, 0.9, 5.0)])
+    first, second = unseen
+    walker._predictor = _Lookup(
+        {a.arch_id: [-0.9, 5.0], first.arch_id: [-0.5, 7.0], second.arch_id: [-0.85, 6.0]}
+    )
+    # Both are dominated by a; the second needs the smaller shift (0.05) to join the
+    # front, the first 0.4.
+    assert walker.step(seen) == second
