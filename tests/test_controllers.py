@@ -104,6 +104,9 @@ def test_evolution_walks_the_best_results_unseen_neighbourhood():
     neighbours = {a.arch_id for a in space.neighbours(best)} - {a.arch_id for a in told}
     assert {a.arch_id for a in steps[: len(neighbours)]} == neighbours  # each once
     assert RegularizedEvolution(space, walk=0).config()["walk"] == 0
+    assert RegularizedEvolution(space).config()["walk"] == 0.9  # the measured defaults
+    both = {"accuracy": "maximize", "flops": "minimize"}
+    assert RegularizedEvolution(space, objectives=both).config()["walk"] == 0.8
     with pytest.raises(ConfigError, match="walk is a probability"):
         RegularizedEvolution(space, walk=1.5)
 
