@@ -191,7 +191,7 @@ def test_local_search_reads_a_state_saved_before_the_walker():
         "results": [[a.to_json(), _accuracy(space, a)] for a in told],
         "pending": [],
     }
-    local = LocalSearch(space, seed=0)
+    local = LocalSearch(space, seed=0, size=10)
     local.load_state_dict(json.loads(json.dumps(old)))
     local.mark_seen(a.arch_id for a in told)
     best = max(told, key=lambda a: _accuracy(space, a))
