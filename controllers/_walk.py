@@ -27,7 +27,7 @@ import numpy as np
 from autosearch.architecture import Architecture
 from autosearch.pareto import Direction, crowding_distance, hypervolume_gains, pareto_mask
 from autosearch.space import SearchSpace
-from controllers._elite import Elite
+from controllers._elite import Elite, Neighbourhoods
 from controllers._predictor import OneHotRidge
 
 
@@ -57,7 +57,7 @@ class Walker:
         self.elite = Elite(size)
         self.recent: deque[tuple[str, float, list[float]]] = deque(maxlen=size)
         self.front: list[tuple[str, list[float]]] = []  # (JSON, objective values)
-        self._front_near: dict[str, list[Architecture]] = {}  # a cache, like Elite's
+        self._front_near = Neighbourhoods()
         self._predictor = OneHotRidge(space, ridge)
 
     def add(self, arch: Architecture, reward: float, values: Sequence[float] = ()) -> None:
@@ -95,11 +95,7 @@ class Walker:
     def _front_step(self, seen: Collection[str]) -> Architecture | None:
         starts: list[tuple[str, list[Architecture]]] = []
         for arch_json, _ in self.front:
-            near = self._front_near.get(arch_json)
-            if near is None:
-                parent = Architecture.from_json(arch_json)
-                near = [a for a in self.space.neighbours(parent) if self.space.within_budget(a)]
-            near = self._front_near[arch_json] = [a for a in near if a.arch_id not in seen]
+            near = self._front_near.unseen(self.space, arch_json, seen)
             if near:
                 starts.append((arch_json, near))
         if not starts:
@@ -108,9 +104,8 @@ class Walker:
         sign = np.array([-1.0 if d == "maximize" else 1.0 for d in self.directions])
         known = {a: v for a, v in self.front}
         known.update((a, v) for a, _, v in self.recent)
-        model = self._predictor.fit(
-            [Architecture.from_json(a) for a in known], np.array(list(known.values())) * sign
-        )
+        parsed = {a: Architecture.from_json(a) for a in known}
+        model = self._predictor.fit(list(parsed.values()), np.array(list(known.values())) * sign)
         candidates, parents = self._pool(starts)
         # Each prediction anchored on the front member it neighbours: plus that member's
         # residual (what the model got wrong about it, measured), so that the
@@ -118,7 +113,7 @@ class Walker:
         # 300 evaluations: +0.1 to +0.5 points of hypervolume; benchmarks/RESULTS.md).
         members = [a for a, _ in starts]
         residual = model.standardise(np.array([known[a] for a in members]) * sign) - model.predict(
-            [Architecture.from_json(a) for a in members]
+            [parsed[a] for a in members]
         )
         predicted = model.predict(candidates) + residual[parents]
         front = model.standardise(np.array([v for _, v in self.front]) * sign)
@@ -155,8 +150,7 @@ class Walker:
         if len(self.front) > self.front_size:  # drop the most crowded
             crowd = crowding_distance(np.array([v for _, v in self.front]))
             del self.front[int(np.argmin(crowd))]
-        kept = {m[0] for m in self.front}
-        self._front_near = {k: v for k, v in self._front_near.items() if k in kept}
+        self._front_near.keep({m[0] for m in self.front})
 
     def state(self) -> dict[str, Any]:
         return {
@@ -172,4 +166,4 @@ class Walker:
             maxlen=self.size,
         )
         self.front = [(str(a), [float(x) for x in v]) for a, v in state.get("front", [])]
-        self._front_near = {}
+        self._front_near.clear()
