@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import optuna
 from optuna.storages import BaseStorage
@@ -51,25 +52,67 @@ def _writable_file(path: Path, url: str) -> None:
 
 
 def _existing(path: Path, url: str) -> None:
-    """Opening a study to read it creates nothing: the file must be there, and not empty."""
-    if not path.is_file():
+    """Opening a study to read it creates nothing: the file must be there, readable, and
+    not empty."""
+    try:
+        size = path.stat().st_size
+    except PermissionError:
+        raise StorageError(
+            f"storage {url!r}: permission denied on the folder of {path}; ask for read "
+            "access, or copy the study somewhere you can read"
+        ) from None
+    except OSError:
         raise StorageError(
             f"storage {url!r}: {path} does not exist; check the path (or run the study first)"
+        ) from None
+    if not path.is_file():
+        raise StorageError(f"storage {url!r} names a folder, not a file: {path}")
+    if not os.access(path, os.R_OK):
+        raise StorageError(
+            f"storage {url!r}: permission denied: {path} is not readable by this user; ask "
+            "for read access (the file itself is not damaged)"
         )
-    if path.stat().st_size == 0:
+    if size == 0:
         raise StorageError(f"storage {url!r}: {path} is empty (0 bytes), not a study's storage")
 
 
-def _check_sqlite(path: Path, url: str) -> None:
+def _read_only_uri(path: Path, url: str) -> str:
+    """A SQLite URI that opens ``path`` without writing anything: read-only where its
+    folder lets SQLite keep its shared-memory file (``-shm``, which a write-ahead-log
+    database needs even to be read), else immutable, which needs none. An immutable
+    reader would miss what a write-ahead log not yet merged holds, so that case is
+    refused, saying how to merge it."""
+    absolute = path.resolve()
+    wal = absolute.with_name(absolute.name + "-wal")
+    shm = absolute.with_name(absolute.name + "-shm")
+    if os.access(absolute.parent, os.W_OK) or (shm.exists() and wal.exists()):
+        return f"file:{quote(str(absolute))}?mode=ro"
+    if wal.exists() and wal.stat().st_size > 0:
+        raise StorageError(
+            f"storage {url!r}: {path} is in a folder this user cannot write, and its "
+            f"write-ahead log ({wal.name}) holds commits not yet merged into it; open the "
+            "study once where its folder is writable (any autosearch command does), or "
+            "copy the three files somewhere writable"
+        )
+    return f"file:{quote(str(absolute))}?immutable=1"
+
+
+def _check_sqlite(path: Path, url: str, uri: str | None = None) -> None:
     """Refuse a damaged SQLite file before anything reads or writes it (SQLite's quick
-    integrity check reads every page once)."""
+    integrity check reads every page once); ``uri``: open it so (read-only)."""
     if not path.is_file() or path.stat().st_size == 0:
         return  # a new storage
     try:
-        with contextlib.closing(sqlite3.connect(path, timeout=60)) as db:
+        connect = sqlite3.connect(uri, timeout=60, uri=True) if uri else sqlite3.connect(path)
+        with contextlib.closing(connect) as db:
             found = [row[0] for row in db.execute("PRAGMA quick_check(3)")]
     except sqlite3.DatabaseError as exc:
         found = [str(exc)]
+    if found and "unable to open" in found[0]:
+        raise StorageError(
+            f"storage {url!r}: SQLite cannot open {path} ({found[0]}): check that this user "
+            "may read it and its folder (the file is not necessarily damaged)"
+        )
     if found != ["ok"]:
         raise StorageError(
             f"storage {url!r}: {path} is damaged or not a SQLite database "
@@ -82,13 +125,15 @@ def _sqlite(url: str, create: bool) -> BaseStorage:
     assert path is not None  # local_path knows every sqlite URL
     if create:
         _writable_file(path, url)
-    else:
-        _existing(path, url)
-    _check_sqlite(path, url)
-    storage = _rdb(url, create=create)
-    if create:
+        _check_sqlite(path, url)
+        storage = _rdb(url, create=True)
         _write_ahead_log(storage)
-    return _cached(storage)
+        return _cached(storage)
+    # Read-only: nothing written, not even SQLite's own files where the folder forbids it.
+    _existing(path, url)
+    uri = _read_only_uri(path, url)
+    _check_sqlite(path, url, uri)
+    return _cached(_rdb(f"sqlite:///{uri}&uri=true", create=False, shown=url))
 
 
 def _write_ahead_log(storage: BaseStorage) -> None:
@@ -110,7 +155,8 @@ def _write_ahead_log(storage: BaseStorage) -> None:
     engine.dispose()  # connections opened before the listener reconnect with it
 
 
-def _rdb(url: str, *, create: bool, attempts: int = 5) -> BaseStorage:
+def _rdb(url: str, *, create: bool, attempts: int = 5, shown: str | None = None) -> BaseStorage:
+    """An RDB storage at ``url`` (``shown`` in errors, if given)."""
     try:
         storage = optuna.storages.RDBStorage(
             url, engine_kwargs=_engine_kwargs(url), skip_table_creation=not create
@@ -123,19 +169,21 @@ def _rdb(url: str, *, create: bool, attempts: int = 5) -> BaseStorage:
         # collide with other workers' commits on a busy server: try again shortly.
         if attempts <= 1:
             raise StorageError(
-                f"cannot open storage {url!r}: its schema check kept colliding with other "
-                "writers; try again"
+                f"cannot open storage {shown or url!r}: its schema check kept colliding with "
+                "other writers; try again"
             ) from None
         time.sleep(0.2 * (6 - attempts))
-        return _rdb(url, create=create, attempts=attempts - 1)
+        return _rdb(url, create=create, attempts=attempts - 1, shown=shown)
     except ImportError as exc:
         raise StorageError(
-            f"storage {url!r} needs a database driver that is not installed ({exc}); "
+            f"storage {shown or url!r} needs a database driver that is not installed ({exc}); "
             "for PostgreSQL: pip install 'autosearch[postgres]'"
         ) from None
     except Exception as exc:  # SQLAlchemy raises many types; all mean "unusable"
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        raise StorageError(f"cannot open storage {url!r}: {type(exc).__name__}: {first}") from None
+        raise StorageError(
+            f"cannot open storage {shown or url!r}: {type(exc).__name__}: {first}"
+        ) from None
 
 
 def _engine_kwargs(url: str) -> dict[str, object]:

@@ -31,6 +31,7 @@ import logging
 import pprint
 import re
 import warnings
+import zipfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -213,7 +214,7 @@ def write_export(
     reference = derived.reference if derived else None
     for name, net in ((programs["program"], network), (programs["int8_program"], reference)):
         if name and net is not None:
-            torch.export.save(_program(net, samples[:2]), str(out / name))
+            _save_program(_program(net, _example(input_shape)), out / name)
     card["onnx"] = {
         "max_abs_diff": write_onnx(network, samples, out / "model.onnx"),
         "checked_images": len(samples),
@@ -287,10 +288,32 @@ def _dynamic_batch() -> tuple[dict[int, Any]]:
     return ({0: torch.export.Dim("batch", min=1, max=_MAX_BATCH)},)
 
 
+def _example(input_shape: tuple[int, int, int]) -> torch.Tensor:
+    """What programs are traced on: zeros of the input's shape. A saved program keeps
+    its example inputs (and a view's whole storage), so tracing on the user's images
+    would ship them inside the model file."""
+    return torch.zeros(2, *input_shape)
+
+
 def _program(network: nn.Module, example: torch.Tensor) -> torch.export.ExportedProgram:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return torch.export.export(network, (example,), dynamic_shapes=_dynamic_batch())
+
+
+def _save_program(program: torch.export.ExportedProgram, path: Path) -> None:
+    """``torch.export.save``, compressed: its archive stores the graph's JSON and the
+    weights uncompressed, several times the float weights for a small network.
+    ``torch.export.load`` reads the deflated archive as it is."""
+    buffer = io.BytesIO()
+    torch.export.save(program, buffer)
+    buffer.seek(0)
+    with (
+        zipfile.ZipFile(buffer) as saved,
+        zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as packed,
+    ):
+        for entry in saved.infolist():
+            packed.writestr(entry.filename, saved.read(entry.filename))
 
 
 @contextlib.contextmanager
@@ -321,7 +344,7 @@ def write_onnx(network: nn.Module, samples: torch.Tensor, path: str | Path) -> f
         with _quiet():
             torch.onnx.export(
                 network.cpu().eval(),
-                (samples[:2].cpu(),),
+                (torch.zeros(2, *samples.shape[1:]),),  # traced on zeros: no data in the file
                 str(path),
                 input_names=["images"],
                 output_names=["logits"],

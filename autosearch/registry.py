@@ -1,13 +1,14 @@
 """Name → class registries for search spaces and controllers.
 
 Plugins register themselves when their package is imported; a lookup imports the
-plugin package lazily, so the core never imports a plugin at import time.
+plugin package lazily, so the core never imports a plugin at import time. Names read
+from a stored study resolve only here (and in the plugins' own registries: NNI model
+spaces, Optuna samplers), never through a module path or attribute taken from data.
 """
 
 from __future__ import annotations
 
 import importlib
-import sys
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
@@ -20,7 +21,6 @@ __all__ = [
     "controllers",
     "register_controller",
     "register_space",
-    "resolve_loaded",
     "spaces",
 ]
 
@@ -67,32 +67,3 @@ spaces: Registry[type[SearchSpace]] = Registry("search space", plugins=("search_
 controllers: Registry[type[Controller]] = Registry("controller", plugins=("controllers",))
 register_space = spaces.register
 register_controller = controllers.register
-
-
-def resolve_loaded(path: str, *, what: str, trusted: tuple[str, ...], how: str) -> object:
-    """The object a stored dotted name (``"pkg.mod.Name"`` or ``"pkg.mod:Name"``) names,
-    without importing anything it names: a name stored in a study (a database someone
-    sent, a shared server) must never choose code to run. The module must already be
-    imported by the caller's code, or belong to one of the ``trusted`` packages (those
-    autosearch itself depends on); ``how`` tells the user how to make theirs known.
-
-    Raises:
-        ConfigError: the module is not imported and not trusted, or has no such name.
-    """
-    module, sep, name = path.partition(":")
-    if not sep:
-        module, _, name = path.rpartition(".")
-    loaded = sys.modules.get(module)
-    if loaded is None and module.split(".")[0] in trusted:
-        loaded = importlib.import_module(module)
-    if loaded is None:
-        raise ConfigError(
-            f"{what} {path!r} names module {module!r}, which is not imported: autosearch "
-            f"never imports code named by a stored study. {how}"
-        )
-    target: object = loaded
-    for part in name.split("."):
-        if not part or not hasattr(target, part):
-            raise ConfigError(f"{what} {path!r}: module {module!r} has no {name!r}")
-        target = getattr(target, part)
-    return target

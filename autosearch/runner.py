@@ -402,7 +402,9 @@ def _variant(
 ) -> VariantResult:
     saved = plan.work / "variants" / f"{spec.name}.json" if plan.work else None
     if saved is not None and saved.is_file():  # derived by an attempt this one resumes
-        return VariantResult(**json.loads(saved.read_text()))
+        earlier = _read_variant(saved, spec.name)
+        if earlier is not None:
+            return earlier
     start = time.perf_counter()
     try:
         derived = derive_variant(plan, spec, model, data, teacher=teacher)
@@ -423,6 +425,25 @@ def _variant(
     if saved is not None:
         _save_json(saved, dataclasses.asdict(result))
     return result
+
+
+def _read_variant(path: Path, name: str) -> VariantResult | None:
+    """A variant's result saved by an earlier attempt; None (logged) where it cannot be
+    read as one: it is then derived again."""
+    try:
+        stored = json.loads(path.read_text())
+        result = VariantResult(
+            name=str(stored["name"]),
+            metrics={str(k): float(v) for k, v in stored["metrics"].items()},
+            reason=str(stored.get("reason", "")),
+        )
+        if result.name == name:
+            return result
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+        logger.warning("%s cannot be read (%s); deriving variant %s again", path, exc, name)
+        return None
+    logger.warning("%s holds variant %s, not %s; deriving it again", path, result.name, name)
+    return None
 
 
 def _save_json(path: Path, value: object) -> None:

@@ -49,8 +49,10 @@ class StudySpec:
         train: How every candidate is trained (a candidate's searched hyperparameters
             override it, for training, its variants and its export alike).
         storage: Storage URL; default ``sqlite:///runs/NAME/study.db``.
-        artifacts: Folder for trained weights and checkpoints; default ``artifacts/``
-            beside a file storage.
+        artifacts: Folder (or ``s3://bucket/prefix``) for trained weights and
+            checkpoints; default ``artifacts/`` beside a file storage, else
+            ``runs/NAME/artifacts``. Stored with the study as an absolute location,
+            which every process of the study uses.
         seed: Seed of the data split and of every trial's training.
         table: Evaluate architectures by looking them up in this benchmark table
             instead of training them (``data`` and ``train`` are then unused).
@@ -75,10 +77,17 @@ class StudySpec:
     early_stopping: SuccessiveHalving | None = None
     n_trials: int = 10
 
-    def create(self, *, storage: str | None = None, load_if_exists: bool = True) -> Study:
+    def create(
+        self,
+        *,
+        storage: str | None = None,
+        artifacts: str | None = None,
+        load_if_exists: bool = True,
+    ) -> Study:
         options = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         del options["name"], options["n_trials"]
         options["storage"] = storage or self.storage
+        options["artifacts"] = artifacts or self.artifacts
         return create_study(self.name, **options, load_if_exists=load_if_exists)
 
 

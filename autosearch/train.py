@@ -18,6 +18,7 @@ import contextlib
 import copy
 import dataclasses
 import io
+import json
 import logging
 import math
 import numbers
@@ -232,7 +233,7 @@ def _train(
     state_path = Path(checkpoint) if checkpoint else None
     first, history = 1, list[EpochResult]()
     if state_path is not None and state_path.is_file():
-        first, history = _restore(state_path, loop)
+        first, history = _restore(state_path, loop, _settings(config, seed, data))
     for epoch in range(first, config.epochs + 1):
         start = time.perf_counter()
         train_loss = loop.epoch(epoch)
@@ -246,7 +247,7 @@ def _train(
         )
         history.append(result)
         if state_path is not None and runtime.rank == 0:
-            _save(state_path, epoch, history, loop)
+            _save(state_path, epoch, history, loop, _settings(config, seed, data))
         if on_epoch is not None:
             on_epoch(result)
     return TrainResult(
@@ -410,12 +411,26 @@ def _finite_everywhere(loss: torch.Tensor, runtime: Runtime) -> bool:
     return bool(finite.item())
 
 
-def _save(path: Path, epoch: int, history: list[EpochResult], loop: _Loop) -> None:
+def _settings(config: TrainConfig, seed: int, data: Dataset) -> dict[str, Any]:
+    """What a run's result depends on besides the model: a checkpoint resumes only a run
+    with the same (the same training config, seed and data)."""
+    return {
+        **dataclasses.asdict(config),
+        "seed": seed,
+        "data": data.name,
+        "images": [len(data.train), len(data.val)],
+    }
+
+
+def _save(
+    path: Path, epoch: int, history: list[EpochResult], loop: _Loop, settings: dict[str, Any]
+) -> None:
     """Write the run's state after ``epoch``: to a temporary file of this process, then
     renamed, so a crash mid-write leaves the previous checkpoint whole. A file that
     cannot be written is the platform's failure (a read-only or full disk), not the
     candidate's."""
     state = {
+        "settings": json.dumps(settings, sort_keys=True),
         "epoch": epoch,
         "history": [vars(e) for e in history],
         "model": loop.model.state_dict(),
@@ -440,14 +455,23 @@ def _save(path: Path, epoch: int, history: list[EpochResult], loop: _Loop) -> No
         raise PlatformError(f"cannot write checkpoint {path}: {exc.strerror or exc}") from None
 
 
-def _restore(path: Path, loop: _Loop) -> tuple[int, list[EpochResult]]:
+def _restore(path: Path, loop: _Loop, settings: dict[str, Any]) -> tuple[int, list[EpochResult]]:
     """Resume from the checkpoint at ``path``: (next epoch, history so far). One that
     cannot be read (corrupt, truncated, or holding anything but tensors and plain
-    values) is moved aside and the run starts from scratch."""
+    values) is moved aside and the run starts from scratch; one of a run with other
+    ``settings`` is not resumed (it is overwritten after the first epoch)."""
     fresh = (copy.deepcopy(loop.model.state_dict()), copy.deepcopy(loop.optimizer.state_dict()))
     try:
         # weights_only: a checkpoint holds tensors and plain values, never objects.
         state = torch.load(path, weights_only=True, map_location="cpu")
+        differ = _differences(state.get("settings"), settings)
+        if differ:
+            logger.warning(
+                "checkpoint %s is of a run with other settings (%s); training from scratch",
+                path,
+                differ,
+            )
+            return 1, []
         loop.model.load_state_dict(state["model"])
         loop.optimizer.load_state_dict(state["optimizer"])
         loop.schedule.load_state_dict(state["schedule"])
@@ -472,6 +496,19 @@ def _restore(path: Path, loop: _Loop) -> tuple[int, list[EpochResult]]:
             aside,
         )
         return 1, []
+
+
+def _differences(stored: Any, settings: dict[str, Any]) -> str:
+    """The settings a checkpoint's run differs in (``lr 0.05 -> 0.9``), or "". A
+    checkpoint that records none (written before settings were recorded) is resumed."""
+    if stored is None:
+        return ""
+    then = json.loads(stored) if isinstance(stored, str) else {}
+    return ", ".join(
+        f"{key} {then.get(key)!r} -> {value!r}"
+        for key, value in settings.items()
+        if json.loads(json.dumps(value)) != then.get(key)
+    )
 
 
 @torch.no_grad()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import inspect
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
@@ -17,7 +18,7 @@ from autosearch.controller import Controller, Outcome, unseen_architecture
 from autosearch.distributions import distributions, suggest
 from autosearch.errors import AutosearchError, ConfigError, UnknownNameError
 from autosearch.pareto import Direction
-from autosearch.registry import register_controller, resolve_loaded
+from autosearch.registry import register_controller
 from autosearch.space import SearchSpace
 from controllers._walk import Walker
 
@@ -25,45 +26,98 @@ __all__ = ["GP", "NSGA2", "TPE", "OptunaController", "register_sampler"]
 
 _NO_TRIAL = -1  # a pending architecture the sampler did not propose (a fallback)
 
-_SAMPLERS: dict[str, Callable[..., optuna.samplers.BaseSampler]] = {
-    # Constant liar: pending asks count as bad results, so parallel workers spread out.
-    "tpe": lambda seed, **o: optuna.samplers.TPESampler(
-        seed=seed, **{"multivariate": True, "constant_liar": True, **o}
-    ),
-    "nsga2": lambda seed, **o: optuna.samplers.NSGAIISampler(seed=seed, **o),
-    "gp": lambda seed, **o: optuna.samplers.GPSampler(seed=seed, **o),
-    "random": lambda seed, **o: optuna.samplers.RandomSampler(seed=seed, **o),
+_Factory = Callable[..., optuna.samplers.BaseSampler]
+
+# The samplers a (stored) controller may name: name -> (factory(seed, **options), the
+# class whose constructor the options reach, for checking them). Code fills it; a
+# stored study only reads it.
+_SAMPLERS: dict[str, tuple[_Factory, Callable[..., Any]]] = {}
+
+# Optuna's own samplers that take seed=, also by their dotted paths (which earlier
+# studies stored): fixed names in a fixed module, registered on first use.
+_OPTUNA_SAMPLERS = {
+    "random": "RandomSampler",
+    "qmc": "QMCSampler",
+    "cmaes": "CmaEsSampler",
+    "nsga3": "NSGAIIISampler",
+    "bruteforce": "BruteForceSampler",
 }
 
 
-def register_sampler(name: str, factory: Callable[..., optuna.samplers.BaseSampler]) -> None:
-    """Make an Optuna sampler known by ``name`` to ``OptunaController(sampler=name)``;
-    ``factory(seed=..., **options)`` makes one. A study stores the name, so the code that
-    opens the study registers it again (as it imports its own spaces and controllers)."""
-    if name in _SAMPLERS and _SAMPLERS[name] is not factory:
-        raise ConfigError(f"sampler name {name!r} is already registered")
-    _SAMPLERS[name] = lambda seed, **options: factory(seed=seed, **options)
-
-
-def _sampler_factory(name: str) -> Callable[..., optuna.samplers.BaseSampler]:
-    """A registered sampler, or an Optuna sampler class by its dotted path: Optuna's own,
-    or one whose module the caller's code has imported (a stored study never makes
-    autosearch import a module)."""
-    if name in _SAMPLERS:
-        return _SAMPLERS[name]
-    if "." not in name and ":" not in name:
-        raise UnknownNameError("Optuna sampler", name, _SAMPLERS)
-    cls: Any = resolve_loaded(
-        name,
-        what="Optuna sampler",
-        trusted=("optuna",),
-        how="Register the sampler in the code that opens the study "
-        "(controllers.register_sampler('name', MySampler)), or import its module first.",
+def _builtin() -> None:
+    # Constant liar: pending asks count as bad results, so parallel workers spread out.
+    _SAMPLERS["tpe"] = (
+        lambda seed, **o: optuna.samplers.TPESampler(
+            seed=seed, **{"multivariate": True, "constant_liar": True, **o}
+        ),
+        optuna.samplers.TPESampler,
     )
-    if not (isinstance(cls, type) and issubclass(cls, optuna.samplers.BaseSampler)):
-        raise ConfigError(f"{name!r} is not an Optuna sampler class")
-    make: Callable[..., optuna.samplers.BaseSampler] = cls  # every sampler takes seed=
+    _SAMPLERS["nsga2"] = (_plain(optuna.samplers.NSGAIISampler), optuna.samplers.NSGAIISampler)
+    _SAMPLERS["gp"] = (_plain(optuna.samplers.GPSampler), optuna.samplers.GPSampler)
+    for name, attr in _OPTUNA_SAMPLERS.items():
+        cls = getattr(optuna.samplers, attr)
+        _SAMPLERS[name] = (_plain(cls), cls)
+    for attr in ("TPESampler", "NSGAIISampler", "GPSampler", *_OPTUNA_SAMPLERS.values()):
+        cls = getattr(optuna.samplers, attr)
+        _SAMPLERS[f"optuna.samplers.{attr}"] = (_plain(cls), cls)
+
+
+def _plain(make: Callable[..., Any]) -> _Factory:
     return lambda seed, **options: make(seed=seed, **options)
+
+
+def register_sampler(name: str, factory: _Factory) -> None:
+    """Make an Optuna sampler known by ``name`` to ``OptunaController(sampler=name)``;
+    ``factory(seed=..., **options)`` makes one (a sampler class, or a function). A study
+    stores the name, never the code: the code that opens the study registers it again
+    (as it imports its own spaces and controllers)."""
+    if not isinstance(name, str) or not name or not callable(factory):
+        raise ConfigError(
+            f"register_sampler takes a name and a sampler class or factory, got {name!r}, "
+            f"{factory!r}"
+        )
+    existing = _SAMPLERS.get(name)
+    if existing is not None and existing[1] is not factory:
+        raise ConfigError(f"sampler name {name!r} is already registered")
+    _SAMPLERS[name] = (_plain(factory), factory)
+
+
+def _sampler_factory(name: str, options: Mapping[str, Any]) -> _Factory:
+    """The registered sampler ``name`` stands for, its ``options`` checked against the
+    constructor they reach. Nothing else: a name, stored or given, never makes
+    autosearch import a module or reach an attribute."""
+    if not isinstance(name, str) or name not in _SAMPLERS:
+        shown = [n for n in _SAMPLERS if not n.startswith("optuna.samplers.")]
+        error = UnknownNameError("Optuna sampler", str(name), shown)
+        error.args = (
+            f"{error.args[0]} Register another in the code that opens the study: "
+            "controllers.register_sampler('name', MySampler)",
+        )
+        raise error
+    factory, constructor = _SAMPLERS[name]
+    _check_options(name, constructor, options)
+    return factory
+
+
+def _check_options(name: str, constructor: Callable[..., Any], options: Mapping[str, Any]) -> None:
+    """Refuse, in one line, options the sampler's constructor does not take."""
+    if not isinstance(options, Mapping) or not all(isinstance(k, str) for k in options):
+        raise ConfigError(f"sampler options must be a mapping of names, got {options!r}")
+    try:
+        params = inspect.signature(constructor).parameters
+    except (TypeError, ValueError):
+        return  # a factory that hides its parameters: its own errors say what is wrong
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return
+    unknown = sorted((set(options) - set(params)) | ({"seed"} & set(options)))
+    if unknown:
+        takes = ", ".join(n for n in params if n not in ("self", "seed"))
+        raise ConfigError(
+            f"sampler {name!r} takes no option {', '.join(map(repr, unknown))}; it takes {takes}"
+        )
+
+
+_builtin()
 
 
 def _carry_caches(
@@ -99,11 +153,11 @@ class OptunaController(Controller):
     Args:
         space: The search space.
         sampler: ``"tpe"`` (multivariate, constant liar), ``"nsga2"``, ``"gp"``,
-            ``"random"``, a name given to :func:`register_sampler`, or the dotted
-            path of an Optuna sampler class that takes ``seed=``
-            (``"optuna.samplers.QMCSampler"``; another package's only once its module
-            is imported). A name, not an instance, so that a stored study can rebuild
-            its controller; opening a study never imports a module it names.
+            ``"random"``, ``"qmc"``, ``"cmaes"``, ``"nsga3"``, ``"bruteforce"`` (also
+            by Optuna's paths, ``"optuna.samplers.QMCSampler"``), or a name given to
+            :func:`register_sampler`. A registered name, not an instance, so that a
+            stored study can rebuild its controller; a stored name never makes
+            autosearch import a module.
         seed: Seed of the derived sampler seeds.
         objectives: ``{name: "maximize" | "minimize"}`` to optimise the study's
             objectives directly (multi-objective samplers); None maximises the reward.
@@ -141,7 +195,7 @@ class OptunaController(Controller):
             )
         self.walk, self.walk_after = walk, walk_after
         self.sampler = self.sampler_name or sampler
-        self._factory = _sampler_factory(self.sampler)
+        self._factory = _sampler_factory(self.sampler, options or {})
         self.seed = seed
         self.objectives = dict(objectives) if objectives else None
         self.options = dict(options or {})

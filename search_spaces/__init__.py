@@ -4,7 +4,7 @@ from search_spaces.densenet import DenseNetSpace
 from search_spaces.hyper import HyperparameterSpace
 from search_spaces.mobilenet import MobileNetSpace
 from search_spaces.nb201 import NB201Space
-from search_spaces.nni_space import NNISpace, from_nni
+from search_spaces.nni_space import NNISpace, from_nni, register_nni_space
 from search_spaces.resnet import ResNetSpace
 from search_spaces.small_cnn import SmallCNNSpace
 
@@ -17,4 +17,5 @@ __all__ = [
     "ResNetSpace",
     "SmallCNNSpace",
     "from_nni",
+    "register_nni_space",
 ]

@@ -63,6 +63,10 @@ CASES = {
         ["run", F, "--nproc-per-node", "0"],
         "--nproc-per-node: expected an integer >= 1",
     ),
+    "run: another artifacts folder than the stored one": (
+        ["run", F, "--artifacts", "{root}/elsewhere"],
+        "keeps its weights in",
+    ),
     "run: unwritable output": (
         ["run", F, "--out", "/proc/autosearch/out"],
         "cannot write the report",
@@ -125,6 +129,14 @@ CASES = {
         ["search", "x", "--space", "nb201", "--table", "t.csv", "--table-columns", "acc=v"],
         "--table-columns: expected NAME=COLUMN pairs",
     ),
+    "search: artifacts URL without a bucket": (
+        ["search", "x", "--space", "resnet", "--artifacts", "s3://"],
+        "names no bucket",
+    ),
+    "search: huge seed": (
+        ["search", "x", "--space", "resnet", "--seed", "9" * 30],
+        "--seed: expected an integer from 0 to 2147483647",
+    ),
     "search: bad storage": (
         ["search", "x", "--space", "resnet", "--storage", "runs/x.db"],
         "has no scheme",
@@ -141,6 +153,7 @@ CASES = {
     ),
     "export: no such trial": (["export", F, "--trial", "7"], "no trial number 7"),
     "export: negative trial": (["export", F, "--trial", "-1"], "--trial: expected an integer >= 0"),
+    "export: huge trial": (["export", F, "--trial", "9" * 30], "expected an integer from 0 to"),
     "export: budget nothing fits": (["export", F, "--best", "--max-flops", "1"], "smallest has"),
     "export: unmeasured variant": (["export", F, "--variant", "int8"], "no complete 'int8' record"),
     "export: unknown variant": (
@@ -182,6 +195,7 @@ CASES = {
         "TrainConfig crop_padding=-2",
     ),
     "train: negative seed": (["train", EXPORT, "--seed", "-1"], "--seed: expected an integer >= 0"),
+    "train: huge seed": (["train", EXPORT, "--seed", "1" + "0" * 25], "from 0 to 2147483647"),
     "train: no processes": (
         ["train", EXPORT, "--nproc-per-node", "0"],
         "--nproc-per-node: expected an integer >= 1",
@@ -192,10 +206,12 @@ CASES = {
 
 
 def _fingerprint(root: Path) -> dict[str, str]:
+    """Every file's hash and every folder: a bad value creates nothing, not even an
+    empty output folder."""
     return {
-        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else ""
         for p in sorted(root.rglob("*"))
-        if p.is_file() and "full" not in p.parts
+        if "full" not in p.parts and "__pycache__" not in p.parts
     }
 
 

@@ -13,6 +13,7 @@ RANKS = {
     "_version": 0,
     "_torch_build": 0,
     "_logs": 0,  # stdlib only: the set-up runs it before anything is installed
+    "_paths": 0,  # paths from outside names, confined to their folder (stdlib only)
     "cost": 0,  # counting FLOPs needs only torch; spaces use it for budgets
     "pareto": 1,
     "architecture": 1,

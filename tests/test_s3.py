@@ -45,6 +45,9 @@ def test_weights_live_in_the_bucket_and_checkpoints_go_when_complete(bucket, tmp
 
 
 def test_a_cut_trial_resumes_from_the_bucket_on_a_fresh_disk(bucket, tmp_path, tiny_space):
+    """Objects of other shapes in the bucket (a key climbing out of the work folder, a
+    stray object where an attempt's folder is, an unreadable variant result) are
+    skipped: nothing lands outside the attempt's folder, and the trial resumes."""
     from controllers import RandomSearch
 
     name, client = bucket
@@ -55,6 +58,7 @@ def test_a_cut_trial_resumes_from_the_bucket_on_a_fresh_disk(bucket, tmp_path, t
         storage=url,
         artifacts=f"s3://{name}/cut",
         train=TrainConfig(epochs=3, batch_size=128, lr=0.1),
+        variants=("base", "prune-l1@0.5"),
     )
 
     def stop_after_two(trial: int, epoch) -> None:  # as Ctrl-C would: after the checkpoint
@@ -67,18 +71,32 @@ def test_a_cut_trial_resumes_from_the_bucket_on_a_fresh_disk(bucket, tmp_path, t
     arch_id = cut.user_attrs["arch_id"]
     assert f"cut/checkpoints/{arch_id}/0/train.pt" in _keys(client, name)
     shutil.rmtree(study.artifacts.folder)  # another machine: this disk's copy is gone
+    escape = tmp_path / "escape" / "zz.pth"
+    planted = {
+        f"cut/checkpoints/{arch_id}/0/{'../' * 40}{str(escape).lstrip('/')}": b"import os",
+        f"cut/checkpoints/{arch_id}/0/..": b"x",
+        f"cut/checkpoints/{arch_id}/0": b"a stray object where a folder is",
+        f"cut/checkpoints/{arch_id}/9": b"an attempt with no file",
+        f"cut/checkpoints/{arch_id}/0/variants/prune-l1@0.5.json": b"\x00not json",
+    }
+    for key, body in planted.items():
+        client.put_object(Bucket=name, Key=key, Body=body)
+    assert set(planted) <= set(_keys(client, name))  # the server keeps the keys as given
 
     again = autosearch.load_study("cut", storage=url)
-    (done,) = again.optimize(1)
-    attrs = again.optuna_study.get_trials()[done.trial].user_attrs
-    assert done.arch.arch_id == arch_id and attrs["resumes"] == 0
+    done = again.optimize(1)
+    assert len(done) == 1 and done[0].state == "complete"
+    attrs = again.optuna_study.get_trials()[done[0].trial].user_attrs
+    assert done[0].arch.arch_id == arch_id and attrs["resumes"] == 0
     assert attrs["result"]["resumed_from_epoch"] == 2  # epochs 1-2 came from the bucket
+    assert not escape.parent.exists()  # nothing written outside the attempt's folder
+    # The variant's unreadable result was derived again, not taken as a failure.
+    (variant,) = [r for r in again.records() if r.variant == "prune-l1@0.5"]
+    assert variant.state == "complete"
     assert [k for k in _keys(client, name) if "/checkpoints/" in k] == []
 
 
-def test_an_unreachable_bucket_is_a_platform_error_and_the_trial_resumes(
-    bucket, tmp_path, tiny_space
-):
+def test_a_missing_bucket_is_refused_before_any_trial(bucket, tmp_path, tiny_space):
     from autosearch.errors import PlatformError
     from controllers import RandomSearch
 
@@ -89,7 +107,66 @@ def test_an_unreachable_bucket_is_a_platform_error_and_the_trial_resumes(
         artifacts="s3://no-such-bucket/x",
         train=TrainConfig(epochs=1, batch_size=128, lr=0.1),
     )
-    with pytest.raises(PlatformError, match=r"s3://no-such-bucket/x.*NoSuchBucket"):
+    with pytest.raises(PlatformError, match=r"s3://no-such-bucket/x.*does not exist"):
         study.optimize(1)
-    (trial,) = study.optuna_study.get_trials()
-    assert trial.user_attrs["resume"] is True and study.records() == []
+    assert study.optuna_study.get_trials() == []  # refused before anything ran
+
+
+def test_a_bucket_failing_mid_trial_keeps_the_trial_and_its_whole_curve(
+    bucket, tmp_path, tiny_space
+):
+    """A push that fails after an epoch is the platform's failure: the trial stays
+    resumable, and its resumed learning curve holds every epoch trained."""
+    from autosearch.errors import PlatformError
+    from controllers import RandomSearch
+
+    name, client = bucket
+    url = f"sqlite:///{tmp_path}/s.db"
+    study = autosearch.create_study(
+        "flaky",
+        controller=RandomSearch(tiny_space, seed=0),
+        storage=url,
+        artifacts=f"s3://{name}/flaky",
+        train=TrainConfig(epochs=3, batch_size=128, lr=0.1),
+    )
+
+    def break_the_bucket(trial: int, epoch) -> None:
+        if epoch.epoch == 1:
+            for key in _keys(client, name):
+                client.delete_object(Bucket=name, Key=key)
+            client.delete_bucket(Bucket=name)
+
+    with pytest.raises(PlatformError, match="object storage"):
+        study.optimize(1, epoch_callbacks=[break_the_bucket])
+    (cut,) = study.optuna_study.get_trials()
+    assert cut.user_attrs["resume"] is True and study.records() == []
+    assert sorted(cut.intermediate_values) == [1, 2]  # epoch 2 was trained and recorded
+
+    client.create_bucket(Bucket=name)
+    again = autosearch.load_study("flaky", storage=url)
+    (done,) = again.optimize(1)
+    trial = again.optuna_study.get_trials()[done.trial]
+    assert trial.user_attrs["result"]["resumed_from_epoch"] == 2  # this disk's checkpoint
+    assert sorted(trial.intermediate_values) == [1, 2, 3]
+
+
+def test_damaged_weights_in_the_bucket_are_named_in_one_line(bucket, tmp_path, tiny_space, capsys):
+    from autosearch.cli import main
+    from controllers import RandomSearch
+
+    name, client = bucket
+    url = f"sqlite:///{tmp_path}/s.db"
+    study = autosearch.create_study(
+        "bad",
+        controller=RandomSearch(tiny_space, seed=0),
+        storage=url,
+        artifacts=f"s3://{name}/bad",
+        train=TrainConfig(epochs=1, batch_size=128, lr=0.1),
+    )
+    study.optimize(1)
+    (key,) = [k for k in _keys(client, name) if "/weights/" in k]
+    client.put_object(Bucket=name, Key=key, Body=os.urandom(4096))
+    code = main(["export", "--study", "bad", "--storage", url, "--out", str(tmp_path / "x")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "Traceback" not in err and len(err.splitlines()) == 1
+    assert f"s3://{name}/bad/weights/{key.rsplit('/', 1)[1]}" in err and "damaged" in err

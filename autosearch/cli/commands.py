@@ -7,6 +7,7 @@ as AutosearchError, which ``main`` prints in one line with exit status 2.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -14,7 +15,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -87,9 +88,13 @@ def _open(args: argparse.Namespace) -> Study:
     return load_study(args.study, storage=url, read_only=True)
 
 
-def _out_dir(args: argparse.Namespace, name: str) -> Path:
-    """Where the report and the export go; refused before any training if not writable."""
+@contextlib.contextmanager
+def _out_dir(args: argparse.Namespace, name: str) -> Iterator[Path]:
+    """Where the report and the export go; refused before any training if not writable.
+    The folders it makes are removed again (while empty) when the command fails, so a
+    bad name given with it leaves nothing behind."""
     out = Path(args.out) if args.out else Path("runs") / name
+    missing = [p for p in (out, *out.parents) if not p.exists()]  # deepest first
     try:
         out.mkdir(parents=True, exist_ok=True)
         tempfile.TemporaryFile(dir=out).close()
@@ -98,7 +103,13 @@ def _out_dir(args: argparse.Namespace, name: str) -> Path:
             f"cannot write the report and export to {out} ({exc.strerror or exc}); choose "
             "a writable folder with --out"
         ) from None
-    return out
+    try:
+        yield out
+    except BaseException:
+        for folder in missing:
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # only while empty
+        raise
 
 
 def _run_to_budget(
@@ -164,26 +175,33 @@ def cmd_run(args: argparse.Namespace) -> int:
     total = args.n_trials if args.n_trials is not None else spec.n_trials
     if not total:  # nothing to run: report on the stored study, create none
         study = load_study(spec.name, storage=url, read_only=True)
-        return _run_to_budget(study, 0, _out_dir(args, spec.name))
-    out = _out_dir(args, spec.name)
-    if not init_distributed(spec.train.device):
-        return _run_to_budget(spec.create(storage=url), total, out, args=args)
-    # Under torchrun: rank 0 creates (or opens) the study before the others open it.
-    rank, _ = world()
-    try:
-        if rank == 0:
-            study = spec.create(storage=url)
-        dist.barrier()
-        if rank != 0:
-            load_study(spec.name, storage=url).optimize(0)  # follow rank 0 to the end
-            return 0
-        return _run_to_budget(study, total, out)
-    finally:
-        dist.destroy_process_group()
+        with _out_dir(args, spec.name) as out:
+            return _run_to_budget(study, 0, out)
+    with _out_dir(args, spec.name) as out:
+        if not init_distributed(spec.train.device):
+            return _run_to_budget(
+                spec.create(storage=url, artifacts=args.artifacts), total, out, args=args
+            )
+        # Under torchrun: rank 0 creates (or opens) the study before the others open it.
+        rank, _ = world()
+        try:
+            if rank == 0:
+                study = spec.create(storage=url, artifacts=args.artifacts)
+            dist.barrier()
+            if rank != 0:
+                load_study(spec.name, storage=url).optimize(0)  # follow rank 0 to the end
+                return 0
+            return _run_to_budget(study, total, out)
+        finally:
+            dist.destroy_process_group()
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    out = _out_dir(args, args.name)
+    with _out_dir(args, args.name) as out:
+        return _search(args, out)
+
+
+def _search(args: argparse.Namespace, out: Path) -> int:
     budget: dict[str, Any] = {
         k: v
         for k, v in (("max_flops", args.max_flops), ("max_params", args.max_params))
@@ -209,6 +227,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         variants=tuple(v for v in args.variants.split(",") if v),
         train=TrainConfig(epochs=args.epochs),
         storage=args.storage,
+        artifacts=args.artifacts,
         seed=args.seed,
         table=table,
         load_if_exists=True,

@@ -40,10 +40,17 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+_LARGEST = 2**31 - 1  # trial numbers, seeds and counts: what storages and RNGs take
+
+
 def _integer(least: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
-        if not text.lstrip("-").isdigit() or int(text) < least:
+        if not (text.lstrip("-").isascii() and text.lstrip("-").isdigit()) or int(text) < least:
             raise argparse.ArgumentTypeError(f"expected an integer >= {least}, got {text!r}")
+        if int(text) > _LARGEST:
+            raise argparse.ArgumentTypeError(
+                f"expected an integer from {least} to {_LARGEST}, got {text[:40]!r}"
+            )
         return int(text)
 
     return parse
@@ -88,6 +95,11 @@ def build_parser() -> argparse.ArgumentParser:
 Subparsers = Any  # argparse's _SubParsersAction: private, so not named in signatures
 STORAGE_HELP = "storage URL (default sqlite:///runs/NAME/study.db)"
 JSON_HELP = "machine-readable output"
+ARTIFACTS_HELP = (
+    "where a new study keeps weights and checkpoints: a folder every worker reaches, or "
+    "s3://bucket/prefix (default: artifacts/ beside a file storage, else runs/NAME/artifacts); "
+    "stored with the study, and used by every process of it"
+)
 
 
 def _add_run(sub: Subparsers) -> None:
@@ -100,6 +112,7 @@ def _add_run(sub: Subparsers) -> None:
         "--storage", help="storage URL (default: the file's, or sqlite:///runs/NAME/study.db)"
     )
     run.add_argument("--out", help="folder for report.html and best/ (default runs/NAME)")
+    run.add_argument("--artifacts", help=ARTIFACTS_HELP)
     run.add_argument(
         "--workers",
         type=_integer(1),
@@ -156,6 +169,7 @@ def _add_search(sub: Subparsers) -> None:
     add("--max-params", type=_positive, help="budget: parameters")
     add("--seed", type=_integer(0), default=0, help="seed of the controller and trials")
     add("--storage", help=STORAGE_HELP)
+    add("--artifacts", help=ARTIFACTS_HELP)
     add("--out", help="folder for report.html and best/ (default runs/NAME)")
     search.set_defaults(func=commands.cmd_search)
 

@@ -229,12 +229,26 @@ def _saved_size(converted: torch.fx.GraphModule) -> int:
     return len(save(tensors))
 
 
+def _only_used(graph: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """``graph`` without the parameters and buffers it no longer reads: converting keeps
+    the float weights that the int8 ones replaced, which a saved program would carry."""
+    used = {str(n.target) for n in graph.graph.nodes if n.op == "get_attr"}
+    named = [*graph.named_parameters(), *graph.named_buffers()]
+    for name, _ in named:
+        if name not in used:
+            owner, _, attr = name.rpartition(".")
+            module = graph.get_submodule(owner) if owner else graph
+            delattr(module, attr)
+    graph.delete_all_unused_submodules()
+    return graph
+
+
 def _finish(
     prepared: torch.fx.GraphModule, parent: nn.Module, example: torch.Tensor, details: dict
 ) -> Derived:
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e
 
-    converted = convert_pt2e(prepared)
+    converted = _only_used(convert_pt2e(prepared))
     size = _saved_size(converted)
     lowered = Frozen(_lower(converted, example))
     if not int8_ops(lowered):

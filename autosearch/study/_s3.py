@@ -17,7 +17,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from autosearch.errors import ConfigError
+from autosearch.errors import ConfigError, PlatformError
 
 __all__ = ["S3Folder", "is_s3"]
 
@@ -44,6 +44,28 @@ class S3Folder:
         except ImportError:
             raise ConfigError(_INSTALL) from None
         return boto3.client("s3")
+
+    def check(self) -> None:
+        """Refuse, within seconds and in one line, a bucket that is missing or cannot be
+        reached (before any worker starts, not at the end of a trial)."""
+        from botocore.config import Config
+
+        try:
+            import boto3
+
+            probe = boto3.client(
+                "s3", config=Config(connect_timeout=5, read_timeout=10, retries={"max_attempts": 1})
+            )
+            probe.head_bucket(Bucket=self.bucket)
+        except ImportError:
+            raise ConfigError(_INSTALL) from None
+        except Exception as exc:  # botocore's: no credentials, no bucket, no endpoint
+            code = getattr(exc, "response", {}).get("Error", {}).get("Code", "")
+            why = "it does not exist" if code in ("404", "NoSuchBucket") else str(exc)
+            raise PlatformError(
+                f"artifacts {self.url}: bucket {self.bucket!r} cannot be used ({why}); create "
+                "it, or check AWS_ENDPOINT_URL and the credentials"
+            ) from None
 
     def key(self, relative: str) -> str:
         return f"{self.prefix}/{relative}" if self.prefix else relative

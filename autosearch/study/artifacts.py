@@ -14,6 +14,7 @@ again, and a stalled worker that wakes up never overwrites its successor's files
 from __future__ import annotations
 
 import contextlib
+import logging
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -27,21 +28,52 @@ from optuna.artifacts import FileSystemArtifactStore, download_artifact, upload_
 from optuna.storages import BaseStorage
 from safetensors.torch import load_file, save_file
 
+from autosearch._paths import inside, plain_name
 from autosearch._storage import local_path
 from autosearch.architecture import Architecture
 from autosearch.errors import ConfigError, ExportError, PlatformError
 from autosearch.runner import TRAIN_STATE
 from autosearch.study._s3 import S3Folder, is_s3
 
-__all__ = ["Artifacts", "default_folder"]
+__all__ = ["Artifacts", "default_folder", "location_of", "opened_location"]
 
 T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
 
 
 def default_folder(storage_url: str, study: str) -> Path:
     """``artifacts/`` beside a file storage, else ``runs/STUDY/artifacts``."""
     path = local_path(storage_url)
     return (path.parent if path else Path("runs") / study) / "artifacts"
+
+
+def location_of(given: str | Path | None, storage_url: str, study: str) -> str:
+    """Where a new study keeps its weights, as it is stored with the study: a bucket URL,
+    or an absolute folder (``given``, else ``artifacts/`` beside a file storage, else
+    ``runs/STUDY/artifacts`` under the creating process's folder), so that every process
+    of the study, wherever it starts, uses the same one."""
+    if given is not None and not isinstance(given, str | Path):
+        raise ConfigError(f"artifacts= takes a folder or an s3:// URL, got {given!r}")
+    if given is not None and is_s3(str(given)):
+        S3Folder(str(given))  # refuses a URL without a bucket
+        return str(given).rstrip("/")
+    folder = Path(given) if given else default_folder(storage_url, study)
+    return str(folder.expanduser().resolve())
+
+
+def opened_location(stored: str | None, storage_url: str, study: str) -> str:
+    """Where an opened study's weights are: the stored location. A study stored before
+    locations were stored uses the default beside its storage; a study whose stored
+    folder is missing here, but which was moved with its file storage (its
+    ``artifacts/`` beside the file exists), uses that one, saying so."""
+    if stored is None:
+        return str(default_folder(storage_url, study))
+    beside = default_folder(storage_url, study) if local_path(storage_url) else None
+    if not is_s3(stored) and not Path(stored).exists() and beside is not None and beside.is_dir():
+        logger.info("artifacts of study %s: %s is missing here; using %s", study, stored, beside)
+        return str(beside)
+    return stored
 
 
 class Artifacts:
@@ -61,6 +93,27 @@ class Artifacts:
             remote = S3Folder(str(location))
             return cls(remote.cache(), remote)
         return cls(Path(location))
+
+    def check_reachable(self) -> None:
+        """Before training: refuse, in one line, a location this process cannot use
+        (a stored folder this machine does not have or cannot write; a bucket that is
+        missing or unreachable), rather than scattering weights or failing late."""
+        if self.remote is not None:
+            self.remote.check()
+            return
+        if not self.folder.is_dir():
+            raise PlatformError(
+                f"the study keeps its weights in {self.folder}, which this machine does not "
+                "have: run workers where that folder is mounted (a folder every worker "
+                "reaches), or create the study with artifacts='s3://bucket/prefix'"
+            )
+        try:
+            tempfile.TemporaryFile(dir=self.folder).close()
+        except OSError as exc:
+            raise PlatformError(
+                f"the study keeps its weights in {self.folder}, which this process cannot "
+                f"write ({exc.strerror or exc})"
+            ) from None
 
     def attempt(self, arch: Architecture, number: int) -> Path:
         """The folder of trial ``number``'s attempt at ``arch``."""
@@ -89,20 +142,27 @@ class Artifacts:
 
     def _fetch_latest(self, arch: Architecture, number: int, work: Path) -> None:
         """Copy the most recent earlier attempt's work from the bucket (an attempt run
-        on another machine) into ``work``."""
+        on another machine) into ``work``. Only keys of the attempts' shape,
+        ``checkpoints/ARCH_ID/N/PATH`` with PATH staying inside ``work``, are fetched;
+        any other is skipped with a log line."""
         assert self.remote is not None
-        found: dict[int, list[str]] = {}
+        found: dict[int, list[tuple[str, Path]]] = {}
         for key in self._remote(self.remote.list, f"checkpoints/{arch.arch_id}"):
-            attempt = key.split("/")[2]
-            if attempt.isdigit() and int(attempt) != number:
-                found.setdefault(int(attempt), []).append(key)
-        done = [n for n, keys in found.items() if any(k.endswith("/" + TRAIN_STATE) for k in keys)]
+            parsed = _attempt_key(key, arch, work)
+            if parsed is None:
+                logger.warning(
+                    "skipping object %s in %s: not a file of an attempt's work",
+                    key,
+                    self.location,
+                )
+                continue
+            if parsed[0] != number:
+                found.setdefault(parsed[0], []).append((key, parsed[1]))
+        done = [n for n, files in found.items() if work / TRAIN_STATE in (p for _, p in files)]
         if not done:
             return
-        latest = max(done)
-        for key in found[latest]:
-            relative = key.split("/", 3)[3]
-            self._remote(self.remote.get, key, work / relative)
+        for key, path in found[max(done)]:
+            self._remote(self.remote.get, key, path)
 
     def push(self, arch: Architecture, number: int) -> None:
         """Copy what the attempt wrote since the last push to the bucket (nothing to do
@@ -169,7 +229,18 @@ class Artifacts:
                 ) from None
 
     def load_weights(self, artifact_id: str, *, trial: int) -> dict[str, torch.Tensor]:
-        """The weights of artifact ``artifact_id`` (trial ``trial``'s, for errors)."""
+        """The weights of artifact ``artifact_id`` (trial ``trial``'s, for errors).
+
+        Raises:
+            ExportError: the trial names no readable artifact, or it is missing.
+            PlatformError: the stored weights are damaged (not safetensors).
+        """
+        if not plain_name(artifact_id):
+            raise ExportError(
+                f"trial {trial} names its weights {artifact_id!r}, which is not an artifact "
+                "id; its stored result was edited or damaged"
+            )
+        where = f"{self.location.rstrip('/')}/{'weights/' if self.remote else ''}{artifact_id}"
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "model.safetensors"
             try:
@@ -178,10 +249,17 @@ class Artifacts:
                 )
             except Exception as exc:
                 raise ExportError(
-                    f"the weights of trial {trial} are missing from {self.location} "
+                    f"the weights of trial {trial} are missing: {where} "
                     f"({type(exc).__name__}); was the artifacts folder moved or deleted?"
                 ) from None
-            return load_file(str(path))
+            try:
+                return load_file(str(path))
+            except Exception as exc:  # safetensors' own error types: a damaged file
+                raise PlatformError(
+                    f"the weights of trial {trial} are damaged: {where} is not a safetensors "
+                    f"file ({type(exc).__name__}: {exc}); restore it from a copy, or run the "
+                    "trial again"
+                ) from None
 
     @cached_property
     def _store(self) -> Any:  # created on first use
@@ -189,3 +267,16 @@ class Artifacts:
             return self.remote.artifact_store()
         self.folder.mkdir(parents=True, exist_ok=True)
         return FileSystemArtifactStore(str(self.folder))
+
+
+def _attempt_key(key: str, arch: Architecture, work: Path) -> tuple[int, Path] | None:
+    """``checkpoints/ARCH_ID/N/PATH`` → (N, where PATH goes in ``work``); None for a key
+    of any other shape, or a PATH that would leave ``work``."""
+    parts = key.split("/", 3) if isinstance(key, str) else []
+    if len(parts) != 4 or parts[:2] != ["checkpoints", arch.arch_id]:
+        return None
+    attempt, relative = parts[2], parts[3]
+    if not (attempt.isascii() and attempt.isdigit() and len(attempt) <= 18):
+        return None
+    path = inside(work, relative)
+    return (int(attempt), path) if path is not None else None

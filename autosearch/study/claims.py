@@ -111,7 +111,14 @@ class Claims:
         """Create a running trial for ``arch`` (a claim not yet checked), stamped with
         its first heartbeat; its id."""
         template = records.new_trial(self.space, arch, system_attrs=first_stamp(), **attrs)
-        return self.storage.create_new_trial(self.study_id, template_trial=template)
+        try:
+            return self.storage.create_new_trial(self.study_id, template_trial=template)
+        except ValueError as exc:  # Optuna: a gene's domain differs from earlier trials'
+            raise StudyError(
+                f"the study's earlier trials searched other gene domains than its space "
+                f"({self.space.name}) has now ({exc}); its stored definition was changed "
+                "after they ran: restore it, or search the new space in a new study"
+            ) from None
 
     def holds(
         self,

@@ -13,9 +13,9 @@ import hashlib
 import json
 import logging
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import optuna
@@ -27,7 +27,14 @@ from autosearch.compress import Compression, VariantSpec, parse_variants
 from autosearch.controller import Controller
 from autosearch.data import Dataset
 from autosearch.early_stopping import SuccessiveHalving, from_dict
-from autosearch.errors import ConfigError, StorageError, StudyError, suggest
+from autosearch.errors import (
+    AutosearchError,
+    ConfigError,
+    PlatformError,
+    StorageError,
+    StudyError,
+    suggest,
+)
 from autosearch.pareto import Direction
 from autosearch.registry import controllers, spaces
 from autosearch.scoring import Reward, objective, parse_reward, resolve_reward
@@ -98,13 +105,24 @@ class StudyDefinition:
     def directions(self) -> list[Direction]:
         return [objective(o).direction for o in self.objectives]
 
-    def build_space(self) -> SearchSpace:
-        space = spaces.get(self.space.name)(**self.space.config)
-        space.domains()  # a space that cannot be rebuilt (a stored name refused) fails here
-        return space
+    def build(self, *, where: str) -> Controller:
+        """The study's controller over its space, rebuilt from the stored components:
+        each name resolves only through its registry, and the stored configuration
+        reaches only that component's own constructor. Anything a stored definition
+        holds either builds or fails in one line (a StudyError naming ``where``)."""
 
-    def build_controller(self, space: SearchSpace) -> Controller:
-        return controllers.get(self.controller.name)(space, **self.controller.config)
+        def make_space() -> SearchSpace:
+            space = spaces.get(self.space.name)(**self.space.config)
+            space.domains()  # a space that cannot be rebuilt (a stored name refused) fails here
+            return space
+
+        space = _rebuilt("search space", self.space, make_space, where)
+        return _rebuilt(
+            "controller",
+            self.controller,
+            lambda: controllers.get(self.controller.name)(space, **self.controller.config),
+            where,
+        )
 
     # JSON, once each way --------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
@@ -128,13 +146,17 @@ class StudyDefinition:
 
     @classmethod
     def from_json(cls, stored: Mapping[str, Any], *, where: str) -> StudyDefinition:
-        """Read a stored definition; ``where`` names the study in errors."""
-        if not isinstance(stored, Mapping) or int(stored.get("format", 0)) > FORMAT:
+        """Read a stored definition; ``where`` names the study in errors. Whatever it
+        holds, it is read or refused in one line: a StudyError."""
+        if not isinstance(stored, Mapping) or _format(stored) > FORMAT:
             raise StudyError(
                 f"{where} was stored by {_get(stored, 'created_by')}, which this autosearch "
                 f"({__version__}) cannot read; upgrade autosearch"
             )
         try:
+            artifacts = stored.get("artifacts")
+            if artifacts is not None and not (isinstance(artifacts, str) and artifacts):
+                raise ValueError(f"artifacts location {artifacts!r} is not a path or URL")
             return cls(
                 space=Component(**stored["space"]),
                 controller=Component(**stored["controller"]),
@@ -145,16 +167,17 @@ class StudyDefinition:
                 compression=Compression(**(stored.get("compression") or {})),
                 train=TrainConfig(**stored["train"]),
                 seed=int(stored["seed"]),
-                artifacts=stored.get("artifacts"),
+                artifacts=artifacts,
                 table=Table(**stored["table"]) if stored.get("table") else None,
                 early_stopping=from_dict(stored.get("early_stopping")),
                 data_report=stored.get("data_report"),
                 created_by=str(stored.get("created_by", "")),
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError, AttributeError) as exc:
+            first = (str(exc).strip().splitlines() or [""])[0]
             raise StudyError(
-                f"{where}: its stored definition cannot be read ({type(exc).__name__}: {exc}); "
-                f"it was written by {_get(stored, 'created_by')}"
+                f"{where}: its stored definition cannot be read ({type(exc).__name__}: "
+                f"{first}); it was written by {_get(stored, 'created_by')}"
             ) from None
 
     # Continuing -------------------------------------------------------------------------
@@ -265,9 +288,11 @@ def store_definition(
     definition: StudyDefinition,
     *,
     load_if_exists: bool,
+    artifacts_given: bool = False,
 ) -> StudyDefinition:
     """Create study ``name`` with ``definition``; or, with ``load_if_exists``, continue
-    the stored one if it measures the same: the definition the study then runs with."""
+    the stored one if it measures the same (and, ``artifacts_given``, keeps its weights
+    where the definition says): the definition the study then runs with."""
     if name not in {s.study_name for s in storage.get_all_studies()}:
         created = optuna.create_study(
             storage=storage, study_name=name, directions=definition.directions
@@ -284,6 +309,12 @@ def store_definition(
         )
     study_id, stored = read_definition(storage, name, url)
     definition.check_continues(stored, name)
+    if artifacts_given and definition.artifacts != stored.artifacts:
+        raise StudyError(
+            f"study {name!r} keeps its weights in {stored.artifacts or 'the default folder'}, "
+            f"not {definition.artifacts}: every process of a study uses the location stored "
+            "with it. Leave artifacts unset to use it, or choose another study name"
+        )
     if stored.controller != definition.controller:
         # Continuing with another controller is allowed; record it, so that load_study
         # rebuilds the controller that ran last.
@@ -325,8 +356,32 @@ def resolve_components(
     return controller.space, controller
 
 
+T = TypeVar("T")
+
+
+def _rebuilt(what: str, component: Component, make: Callable[[], T], where: str) -> T:
+    """``make()``, its failures on stored values told in one line."""
+    if not isinstance(component.name, str) or not isinstance(component.config, Mapping):
+        raise StudyError(f"{where}: its stored {what} is not a name and a configuration")
+    try:
+        return make()
+    except PlatformError:
+        raise
+    except (AutosearchError, TypeError, ValueError, KeyError, OverflowError) as exc:
+        first = (str(exc).strip().splitlines() or [""])[0]
+        raise StudyError(
+            f"{where}: its stored {what} {component.name!r} cannot be rebuilt "
+            f"({type(exc).__name__}: {first})"
+        ) from None
+
+
 def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True)
+
+
+def _format(stored: Mapping[str, Any]) -> int:
+    value = stored.get("format", 0)
+    return value if isinstance(value, int) else FORMAT + 1  # unknown: not ours to read
 
 
 def _get(stored: Any, key: str) -> str:

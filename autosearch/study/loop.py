@@ -302,10 +302,12 @@ class StudyContext(TrialContext):
 
     def epoch_done(self, epoch: EpochResult) -> None:
         study = self.loop.study
-        self.work_saved()  # the epoch's checkpoint, to the bucket (where there is one)
+        # The curve first: the epoch's checkpoint is on this disk already, so a bucket
+        # failure in the push below must not leave the epoch out of the resumed curve.
         study.storage.set_trial_intermediate_value(
             self.claim.trial_id, epoch.epoch, epoch.val_accuracy
         )
+        self.work_saved()  # the epoch's checkpoint, to the bucket (where there is one)
         for callback in self.loop.epoch_callbacks:
             callback(self.claim.number, epoch)
 

@@ -17,7 +17,7 @@ import torch.nn as nn
 
 from autosearch._provenance import provenance
 from autosearch._version import __version__
-from autosearch.errors import ExportError, StudyError
+from autosearch.errors import ExportError, PlatformError, StudyError
 from autosearch.export import write_export
 from autosearch.runner import TrialPlan, derive_variant, train_candidate
 from autosearch.study import records
@@ -57,7 +57,15 @@ def load_model(study: Study, record: Record) -> nn.Module:
     model = study.space.build(
         record.arch, input_shape=study.data.input_shape, num_classes=study.data.num_classes
     )
-    model.load_state_dict(study.artifacts.load_weights(artifact, trial=record.trial))
+    try:
+        model.load_state_dict(study.artifacts.load_weights(artifact, trial=record.trial))
+    except RuntimeError as exc:  # tensors of other names or shapes
+        first = (str(exc).strip().splitlines() or [""])[0]
+        raise PlatformError(
+            f"the stored weights of trial {record.trial} (artifact {artifact} in "
+            f"{study.artifacts.location}) do not fit its network ({first}); restore them "
+            "from a copy, or run the trial again"
+        ) from None
     return model.eval()
 
 

@@ -63,15 +63,33 @@ class ControllerReplay:
         """Load the stored state (if it is this controller's), mark every architecture
         in the study seen, then replay."""
         saved = self.storage.get_study_system_attrs(self.study_id).get(_STATE)
-        if saved and saved["controller"] == self._spec():
-            self.controller.load_state_dict(saved["state"])
-            self.told = _numbers(saved["told"])
-            self._told_runs = None
         trials = self.storage.get_all_trials(self.study_id, deepcopy=False)
+        if isinstance(saved, dict) and saved.get("controller") == self._spec():
+            self._load(saved, len(trials))
         self.controller.mark_seen(
             {t.user_attrs[ARCH_ID] for t in trials if isinstance(t.user_attrs.get(ARCH_ID), str)}
         )
         self.sync(trials)
+
+    def _load(self, saved: dict[str, Any], n_trials: int) -> None:
+        """The saved state; one that cannot be loaded (damaged) is logged and left out:
+        the controller then learns again from every finished trial."""
+        fresh = self.controller.state_dict()
+        try:
+            self.controller.load_state_dict(saved["state"])
+            self.told = _numbers(saved["told"], below=n_trials)
+        except Exception as exc:  # stored data of any shape: never a reason to fail
+            logger.warning(
+                "the stored state of controller %s cannot be read (%s: %s); it learns again "
+                "from the study's trials",
+                self.controller.name,
+                type(exc).__name__,
+                exc,
+            )
+            self.controller.load_state_dict(fresh)
+            self.told = set()
+            return
+        self._told_runs = None
 
     def sync(self, trials: list[FrozenTrial] | None = None) -> None:
         """Tell the controller every finished trial it has not been told, in trial
@@ -152,16 +170,22 @@ def _runs(numbers: set[int]) -> list[list[int]]:
     return runs
 
 
-def _numbers(saved: list[Any]) -> set[int]:
-    """The trial numbers of :func:`_runs`, or of the earlier plain list."""
+def _numbers(saved: list[Any], *, below: int) -> set[int]:
+    """The trial numbers (those below ``below``, the study's trial count) of
+    :func:`_runs`, or of the earlier plain list."""
     told: set[int] = set()
     for item in saved:
-        told.update(range(item[0], item[1] + 1) if isinstance(item, list) else (item,))
+        first, last = (item[0], item[1]) if isinstance(item, list) else (item, item)
+        told.update(range(max(int(first), 0), min(int(last) + 1, below)))
     return told
 
 
 def stored_told(storage: BaseStorage, study_id: int) -> set[int]:
-    """The trial numbers the study's saved controller state has been told (none saved:
-    empty)."""
+    """The trial numbers the study's saved controller state has been told (none saved,
+    or unreadable: empty)."""
     saved = storage.get_study_system_attrs(study_id).get(_STATE)
-    return _numbers(saved["told"]) if saved else set()
+    n_trials = len(storage.get_all_trials(study_id, deepcopy=False))
+    try:
+        return _numbers(saved["told"], below=n_trials) if saved else set()
+    except (KeyError, TypeError, ValueError, IndexError):
+        return set()

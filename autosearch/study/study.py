@@ -6,6 +6,7 @@ The storage is the single source of truth; the package docstring maps each conce
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterable, Mapping
 from functools import cached_property
@@ -23,13 +24,13 @@ from autosearch.compress import Compression, VariantSpec
 from autosearch.controller import Controller
 from autosearch.data import Dataset, load_data, spec_of
 from autosearch.early_stopping import SuccessiveHalving
-from autosearch.errors import StudyError
+from autosearch.errors import PlatformError, StudyError
 from autosearch.runner import TrialPlan
 from autosearch.runtime import broadcast_object, world
 from autosearch.scoring import Reward
 from autosearch.space import SearchSpace
 from autosearch.study import progress, rebuild, records, results, workers
-from autosearch.study.artifacts import Artifacts, default_folder
+from autosearch.study.artifacts import Artifacts, location_of, opened_location
 from autosearch.study.claims import Claims, heartbeat_settings
 from autosearch.study.definition import (
     StudyDefinition,
@@ -99,8 +100,19 @@ def create_study(
     dataset = _check_data(space, data, table=table, seed=seed)
     definition = definition.with_data(space, dataset)
     url = storage or default_storage(name)
+    # Where weights go, stored with the study: refused here if unusable, before storage.
+    definition = dataclasses.replace(definition, artifacts=location_of(artifacts, url, name))
     backend = open_storage(url)
-    definition = store_definition(backend, name, url, definition, load_if_exists=load_if_exists)
+    definition = store_definition(
+        backend,
+        name,
+        url,
+        definition,
+        load_if_exists=load_if_exists,
+        artifacts_given=artifacts is not None,
+    )
+    if table is None:
+        _make_folder(definition.artifacts)
     return Study(
         name=name,
         url=url,
@@ -110,6 +122,20 @@ def create_study(
         data=dataset,
         data_source=None if isinstance(data, str) else data,
     )
+
+
+def _make_folder(location: str | None) -> None:
+    """Create a new study's artifacts folder, so that its other processes find it (they
+    never create a stored folder: on a machine without it, that would scatter weights)."""
+    if location is None or location.startswith("s3://"):
+        return
+    try:
+        Path(location).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PlatformError(
+            f"cannot create the artifacts folder {location}: {exc.strerror or exc}; choose a "
+            "writable folder with artifacts="
+        ) from None
 
 
 def _check_data(
@@ -143,7 +169,7 @@ def load_study(
                 f"given {spec_of(data)}); pass the arrays it was created from"
             )
         dataset = load_data(data, seed=definition.seed)
-    controller = definition.build_controller(definition.build_space())
+    controller = definition.build(where=f"study {name!r} in {storage}")
     return Study(
         name=name,
         url=storage,
@@ -182,8 +208,7 @@ class Study:
         self._decoded: dict[int, list[Record]] = {}  # finished trials never change
         self.unreadable: dict[int, str] = {}  # stored trials left out: number -> why
         self.heartbeat_interval, self.heartbeat_grace = heartbeat_settings()
-        folder = definition.artifacts or default_folder(url, name)
-        self.artifacts = Artifacts.at(folder)
+        self.artifacts = Artifacts.at(opened_location(definition.artifacts, url, name))
         self.claims = Claims(storage, self._study_id, self.space, grace=self.heartbeat_grace)
         self.replay = ControllerReplay(controller, storage, self._study_id, self.objectives)
         self.replay.restore()
@@ -394,6 +419,8 @@ class Study:
         rank, size = world()
         check_run(n_trials, n_workers, max_failures_in_a_row, epoch_callbacks, ranks=size)
         _ = self.training_data  # data that cannot be loaded stops the study here, not in a trial
+        if self.table is None and n_trials:
+            self.artifacts.check_reachable()  # where weights go, before any worker starts
         if size > 1 and rank != 0:
             return workers.follow(self)  # under torchrun, rank 0 alone drives the search
         epochs = self.train_config.epochs if n_workers == 1 and self.table is None else None

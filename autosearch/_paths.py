@@ -1,0 +1,36 @@
+"""Paths built from names that came from outside (an object storage's keys, a stored
+study's artifact ids): confined to their folder by construction."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = ["inside", "plain_name"]
+
+
+def inside(root: Path, relative: str) -> Path | None:
+    """``root / relative`` when ``relative`` is a plain relative path (``/``-separated
+    names: no absolute part, no ``..``, ``.`` or empty part, no backslash or NUL) that,
+    with every link resolved, stays inside ``root``; otherwise None."""
+    if not isinstance(relative, str) or not relative or "\\" in relative or "\x00" in relative:
+        return None
+    parts = relative.split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        return None
+    candidate = Path(root).joinpath(*parts)
+    try:
+        resolved, base = candidate.resolve(), Path(root).resolve()
+    except (OSError, RuntimeError):  # a link loop
+        return None
+    return candidate if resolved.is_relative_to(base) and resolved != base else None
+
+
+def plain_name(name: object) -> bool:
+    """Whether ``name`` is one plain file name (an artifact id): no separator, not ``.``
+    or ``..``, no NUL, at most 255 characters."""
+    return (
+        isinstance(name, str)
+        and name not in ("", ".", "..")
+        and len(name) <= 255
+        and not any(c in name for c in "/\\\x00")
+    )
