@@ -35,6 +35,7 @@ from autosearch.registry import register_controller, register_space
 from autosearch.space import Categorical, IntRange, NetworkSpec, SearchSpace
 from autosearch.study import RayExecutor, Record, SlurmExecutor, Study, create_study, load_study
 from autosearch.studyfile import StudySpec
+from autosearch.supernet import SupernetConfig
 from autosearch.tabular import Table
 from autosearch.train import TrainConfig
 
@@ -63,6 +64,7 @@ __all__ = [
     "StudyError",
     "StudyFileError",
     "StudySpec",
+    "SupernetConfig",
     "Table",
     "TrainConfig",
     "TrialFailed",

@@ -50,9 +50,9 @@ def beating(
             try:
                 storage.set_trial_system_attr(trial_id, HEARTBEAT, time.time())
             except Exception as exc:  # the trial may have finished meanwhile; keep trying
-                logger.debug("heartbeat of trial %d not written: %s", trial_id, exc)
+                logger.debug("heartbeat of trial id %d not written: %s", trial_id, exc)
 
-    thread = threading.Thread(target=beat, name=f"heartbeat-{trial_id}", daemon=True)
+    thread = threading.Thread(target=beat, name=f"heartbeat-trial-id-{trial_id}", daemon=True)
     thread.start()
     try:
         yield

@@ -20,6 +20,7 @@ import dataclasses
 import importlib.util
 import json
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -131,8 +132,12 @@ def train_export(
     out = Path(folder) / "full"
     try:
         out.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=out).close()  # before training, not after it
     except OSError as exc:
-        raise ExportError(f"cannot write into {out}: {exc}") from None
+        raise ExportError(
+            f"cannot write the trained weights into {out} ({exc.strerror or exc}); copy the "
+            "export folder somewhere writable and train it there"
+        ) from None
     runtime = runtime or resolve(device=config.device, precision=config.precision)
     torch.manual_seed(seed)
     model = exported.build()  # seeded initial weights
@@ -163,6 +168,9 @@ def train_export(
             "history": [vars(e) for e in result.history],
         }
         state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
-        save_file(state, str(out / "model.safetensors"))
-        (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+        try:
+            save_file(state, str(out / "model.safetensors"))
+            (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+        except Exception as exc:  # OSError, or safetensors' own error for the same
+            raise ExportError(f"cannot write the trained weights into {out}: {exc}") from None
     return metrics

@@ -31,13 +31,15 @@ import torch.nn as nn
 from autosearch.architecture import Architecture
 from autosearch.compress import Compression, Derived, VariantSpec, derive
 from autosearch.controller import Outcome
-from autosearch.cost import latency, measure, saved_bytes, sparse_macs
+from autosearch.cost import latency as time_latency
+from autosearch.cost import measure, saved_bytes, sparse_macs
 from autosearch.data import Dataset
 from autosearch.early_stopping import SuccessiveHalving
 from autosearch.errors import AutosearchError, PlatformError
 from autosearch.runtime import broadcast_object, world
 from autosearch.scoring import Reward
 from autosearch.space import SearchSpace
+from autosearch.supernet import SubnetEvaluator
 from autosearch.tabular import Table
 from autosearch.train import EpochResult, TrainConfig, evaluate, train
 
@@ -51,6 +53,7 @@ __all__ = [
     "TrialResult",
     "VariantResult",
     "derive_variant",
+    "evaluate_on_supernet",
     "profile",
     "run_trial",
     "train_candidate",
@@ -76,6 +79,8 @@ class TrialPlan:
         compression: How variants are derived.
         early_stopping: Stops the trial when it falls behind its peers.
         table: Look the candidate up in this benchmark table instead of training.
+        supernet: Evaluate the candidate on this trained supernet instead of training
+            it (weights inherited, batch norm recalibrated).
         work: This attempt's folder: training writes its checkpoint there every epoch,
             and each variant's result once derived; what it already holds (an attempt
             resumed) is not done again.
@@ -91,6 +96,7 @@ class TrialPlan:
     compression: Compression = field(default_factory=Compression)
     early_stopping: SuccessiveHalving | None = None
     table: Table | None = None
+    supernet: SubnetEvaluator | None = None
     work: Path | None = None
 
     @property
@@ -174,6 +180,7 @@ class TrialResult:
     precision: str = "fp32"
     resumed_from_epoch: int = 0
     note: str = ""
+    evaluated_by: Literal["training", "table", "supernet"] = "training"
 
     @property
     def base(self) -> VariantResult:
@@ -217,8 +224,16 @@ def run_trial(
     context = context or TrialContext()
     if plan.table is not None:
         metrics = plan.table.evaluate(plan.space, plan.arch)
-        return TrialResult(status="complete", points=(_scored(plan, "base", metrics),))
+        base = _scored(plan, "base", metrics)
+        return TrialResult(status="complete", points=(base,), evaluated_by="table")
     assert data is not None, "a trained trial needs its data"
+    if plan.supernet is not None:
+        model, metrics = evaluate_on_supernet(plan, data)
+        base = _scored(plan, "base", metrics)
+        variants, note = _variants(plan, model, data, base.metrics, context)
+        return TrialResult(
+            status="complete", points=(base, *variants), note=note, evaluated_by="supernet"
+        )
     reported: list[EpochResult] = []
     try:
         trained = train_candidate(plan, data, on_epoch=_EpochHook(plan, context, reported))
@@ -276,6 +291,21 @@ def train_candidate(
     return Trained(model=model, metrics=metrics, history=result.history, precision=result.precision)
 
 
+def evaluate_on_supernet(plan: TrialPlan, data: Dataset) -> tuple[nn.Module, dict[str, float]]:
+    """Check the candidate's budget, then score it on the plan's trained supernet: its
+    inherited, recalibrated subnet and that subnet's metrics (accuracy on the evaluator's
+    images, costs, latency where the supernet config asks for it)."""
+    assert plan.supernet is not None
+    plan.space.check_budget(plan.arch)
+    start = time.perf_counter()
+    model, metrics = plan.supernet.evaluate(plan.arch)
+    measured = profile(
+        Derived(model=model, float_model=model), data, latency=plan.supernet.config.latency
+    )
+    metrics = {**metrics, **measured, "eval_seconds": time.perf_counter() - start}
+    return model, metrics
+
+
 def derive_variant(
     plan: TrialPlan,
     spec: VariantSpec | str,
@@ -298,24 +328,29 @@ def derive_variant(
     )
 
 
-def profile(derived: Derived, data: Dataset) -> dict[str, float]:
+def profile(derived: Derived, data: Dataset, *, latency: bool = True) -> dict[str, float]:
     """Measure a model: FLOPs, MACs, sparse MACs and params counted on the float network
     with the variant's structure, BOPs at the variant's bit widths, saved bytes, and
-    latency of the model that really runs (conventions: autosearch.cost)."""
+    (``latency``) latency of the model that really runs (conventions: autosearch.cost)."""
     shape = data.input_shape
     cost = measure(derived.float_model, shape)
-    runs = derived.model
-    if next(runs.parameters(), torch.empty(0)).device.type != "cpu":
-        runs = copy.deepcopy(runs).cpu()  # latency is reported on one CPU thread
-    return {
+    measured = {
         "flops": float(cost.flops),
         "macs": float(cost.macs),
         "sparse_macs": float(sparse_macs(derived.float_model, shape)),
         "params": float(cost.params),
         "bops": float(cost.macs * derived.weight_bits * derived.activation_bits),
         "bytes": float(derived.saved_bytes or saved_bytes(derived.float_model)),
-        "latency": latency(runs, shape, batch=1),
-        "latency_batched": latency(runs, shape, batch=LATENCY_BATCH),
+    }
+    if not latency:
+        return measured
+    runs = derived.model
+    if next(runs.parameters(), torch.empty(0)).device.type != "cpu":
+        runs = copy.deepcopy(runs).cpu()  # latency is reported on one CPU thread
+    return {
+        **measured,
+        "latency": time_latency(runs, shape, batch=1),
+        "latency_batched": time_latency(runs, shape, batch=LATENCY_BATCH),
     }
 
 

@@ -398,6 +398,11 @@ class SearchSpace(abc.ABC):
         or None to count on a meta-device build. It must equal :func:`measure`."""
         return None
 
+    def plain(self, arch: Architecture) -> Architecture:
+        """``arch`` as an architecture of the space that builds its network (a wrapper
+        space's inner space; the architecture itself for a plain space)."""
+        return arch
+
     def train_overrides(self, arch: Architecture) -> dict[str, Any]:
         """Training settings this architecture carries (searched hyperparameters);
         the trainer applies them over the study's TrainConfig."""

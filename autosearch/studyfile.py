@@ -13,6 +13,7 @@ from autosearch.early_stopping import SuccessiveHalving
 from autosearch.errors import StudyFileError
 from autosearch.space import SearchSpace
 from autosearch.study import Study, create_study
+from autosearch.supernet import SupernetConfig
 from autosearch.tabular import Table
 from autosearch.train import TrainConfig
 
@@ -58,6 +59,9 @@ class StudySpec:
             instead of training them (``data`` and ``train`` are then unused).
         early_stopping: Stop unpromising trials early (SuccessiveHalving, Hyperband),
             judged on validation accuracy after each epoch against the other trials.
+        supernet: Evaluate candidates on one weight-sharing supernet instead of training
+            each (the space is then an elastic one: ``MobileNetSpace(...).supernet()``);
+            ``autosearch run`` trains the supernet before the trials.
         n_trials: How many trials ``autosearch run`` runs the study to.
     """
 
@@ -75,6 +79,7 @@ class StudySpec:
     seed: int = 0
     table: Table | None = None
     early_stopping: SuccessiveHalving | None = None
+    supernet: SupernetConfig | None = None
     n_trials: int = 10
 
     def create(

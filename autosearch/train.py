@@ -277,6 +277,9 @@ class _Loop:
         config, runtime = self.config, self.runtime
         memory = torch.channels_last if config.channels_last else torch.contiguous_format
         self.model.train()
+        set_epoch = getattr(self.criterion, "set_epoch", None)
+        if set_epoch is not None:  # a criterion that changes over the epochs (a supernet's)
+            set_epoch(epoch)
         total_loss = torch.zeros((), device=runtime.device)
         seen = torch.zeros((), device=runtime.device)
         for step, (x, y, share) in enumerate(self.batches(epoch)):

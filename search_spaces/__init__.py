@@ -1,6 +1,7 @@
 """Search-space plugins. Importing this package registers every space in it."""
 
 from search_spaces.densenet import DenseNetSpace
+from search_spaces.elastic import ElasticSpace
 from search_spaces.hyper import HyperparameterSpace
 from search_spaces.mobilenet import MobileNetSpace
 from search_spaces.nb201 import NB201Space
@@ -10,6 +11,7 @@ from search_spaces.small_cnn import SmallCNNSpace
 
 __all__ = [
     "DenseNetSpace",
+    "ElasticSpace",
     "HyperparameterSpace",
     "MobileNetSpace",
     "NB201Space",

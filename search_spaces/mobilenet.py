@@ -10,12 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch.nn as nn
 
 from autosearch.architecture import Architecture, Gene
 from autosearch.cost import Cost, Tally
 from autosearch.errors import ConfigError
 from autosearch.registry import register_space
 from autosearch.space import Categorical, Domain, IntRange, NetworkSpec, SearchSpace
+
+if TYPE_CHECKING:
+    from search_spaces.elastic import ElasticSpace
 
 __all__ = ["MobileNetSpace"]
 
@@ -240,6 +246,43 @@ class MobileNetSpace(SearchSpace):
             f"stem{arch['stem.width']}/{arch['stem.stride']} {' '.join(stages)} "
             f"head{arch['head.width']}"
         )
+
+    # Weight sharing ----------------------------------------------------------------------
+    def elastic_genes(self) -> tuple[str, ...]:
+        """Genes a supernet shares weights across, per stage: depth (its first blocks
+        run), width and expansion (the first channels of every weight), kernel (the
+        centred crop of the largest) and squeeze-excitation (on or off)."""
+        per_stage = ("depth", "width", "expansion", "kernel", "se")
+        stages = range(1, self.max_stages + 1)
+        return tuple(f"stage{i}.{part}" for i in stages for part in per_stage)
+
+    def supernet(
+        self,
+        *,
+        elastic: Sequence[str] = (),
+        fixed: Mapping[str, Gene] | None = None,
+        **options: Any,
+    ) -> ElasticSpace:
+        """The elastic sub-space one supernet holds (see search_spaces.elastic);
+        ``kernel_transform=True`` learns OFA's kernel transformations."""
+        from search_spaces.elastic import ElasticSpace
+
+        return ElasticSpace(space=self, elastic=tuple(elastic), fixed=dict(fixed or {}), **options)
+
+    def build_supernet(
+        self,
+        largest: Architecture,
+        *,
+        input_shape: Sequence[int],
+        num_classes: int,
+        kernels: tuple[int, ...] = (),
+        transforms: bool = False,
+    ) -> nn.Module:
+        """The supernet module at ``largest``'s sizes (search_spaces._mobilenet_super)."""
+        from search_spaces._mobilenet_super import MobileNetSupernet
+
+        spec = self.network(largest, input_shape=input_shape, num_classes=num_classes)
+        return MobileNetSupernet(**spec.kwargs, kernels=kernels, transforms=transforms)
 
     def references(self) -> list[str]:
         return sorted(_REFERENCES)

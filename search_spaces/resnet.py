@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import torch.nn as nn
 
 from autosearch.architecture import Architecture, Gene
 from autosearch.cost import Cost, Tally
@@ -17,6 +19,9 @@ from autosearch.errors import ConfigError
 from autosearch.registry import register_space
 from autosearch.space import Categorical, Domain, IntRange, NetworkSpec, SearchSpace
 from search_spaces._stem import STEMS, choose_stem, tally_stem
+
+if TYPE_CHECKING:
+    from search_spaces.elastic import ElasticSpace
 
 __all__ = ["ResNetSpace"]
 
@@ -195,6 +200,35 @@ class ResNetSpace(SearchSpace):
             for i in range(1, int(arch["stages"]) + 1)
         )
         return f"resnet {arch['block']} {arch['shortcut']} stem{arch['stem.width']} {stages}"
+
+    # Weight sharing ----------------------------------------------------------------------
+    def elastic_genes(self) -> tuple[str, ...]:
+        """Genes a supernet shares weights across: the stem width, and each stage's depth
+        (its first blocks run) and width (the first channels of every weight)."""
+        per_stage = ("depth", "width")
+        stages = range(1, self.max_stages + 1)
+        return ("stem.width", *(f"stage{i}.{part}" for i in stages for part in per_stage))
+
+    def supernet(
+        self,
+        *,
+        elastic: Sequence[str] = (),
+        fixed: Mapping[str, Gene] | None = None,
+        **options: Any,
+    ) -> ElasticSpace:
+        """The elastic sub-space one supernet holds (see search_spaces.elastic)."""
+        from search_spaces.elastic import ElasticSpace
+
+        return ElasticSpace(space=self, elastic=tuple(elastic), fixed=dict(fixed or {}), **options)
+
+    def build_supernet(
+        self, largest: Architecture, *, input_shape: Sequence[int], num_classes: int, **_: Any
+    ) -> nn.Module:
+        """The supernet module at ``largest``'s sizes (search_spaces._resnet_super)."""
+        from search_spaces._resnet_super import ResNetSupernet
+
+        spec = self.network(largest, input_shape=input_shape, num_classes=num_classes)
+        return ResNetSupernet(**spec.kwargs)
 
     def references(self) -> list[str]:
         """Names of the published networks :meth:`reference` knows."""

@@ -170,3 +170,73 @@ def test_a_flops_budget_is_counted_at_the_datas_image_size(tmp_path, monkeypatch
     study = autosearch.load_study("b", storage="sqlite:///runs/b/study.db")
     assert study.space.budget_input == (1, 8, 8)
     assert all(r.flops <= 2e6 for r in study.records())
+
+
+def test_a_run_where_every_trial_failed_says_why(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bad.py").write_text(
+        TINY_STUDY.replace("lr=0.1", "lr=1e30").replace("cli-tiny", "cli-bad")
+    )
+    assert main(["run", "bad.py"]) == 1
+    out = capsys.readouterr().out
+    assert "all 2 trials failed; the last said: TrialFailed: loss became" in out
+    assert "Run trials with" not in out  # more trials would fail the same way
+
+
+def test_an_interrupted_run_says_so_and_exits_with_the_signal(tmp_path):
+    """SIGTERM mid-trial: the epoch's checkpoint is written, the run says it was
+    interrupted (no Pareto front, no export, as if done) and exits 128 + 15."""
+    import os
+    import signal
+    import time
+
+    import autosearch
+
+    (tmp_path / "slow.py").write_text(
+        TINY_STUDY.replace("epochs=1", "epochs=4").replace("cli-tiny", "cli-slow")
+    )
+    cli = Path(sys.executable).with_name("autosearch")
+    run = subprocess.Popen(
+        [str(cli), "run", "slow.py"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ},
+    )
+    url = f"sqlite:///{tmp_path}/runs/cli-slow/study.db"
+
+    def one_epoch_in() -> bool:
+        try:
+            trials = autosearch.load_study("cli-slow", storage=url, read_only=True).optuna_trials()
+        except autosearch.AutosearchError:
+            return False  # not created yet
+        return bool(trials) and len(trials[0].intermediate_values) >= 1
+
+    try:
+        for _ in range(18000):  # waits on the storage's state; the bound keeps a hang out
+            if one_epoch_in():
+                break
+            time.sleep(0.1)
+        run.send_signal(signal.SIGTERM)
+        out, _ = run.communicate(timeout=1800)
+    finally:
+        run.kill()
+    assert run.returncode == 128 + signal.SIGTERM, out[-2000:]
+    assert "interrupted (SIGTERM) after 0 of 2 trials" in out and "Run the same command" in out
+    assert "Pareto front" not in out and "export:" not in out
+
+
+def test_the_readmes_python_snippets_can_run_again():
+    """A snippet run again (after a fault, or Ctrl-C) continues its study instead of
+    failing on "already exists": every create_study in the README says
+    load_if_exists=True."""
+    import re
+
+    readme = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
+    calls = [b[b.index("create_study(") :] for b in blocks if "create_study(" in b]
+    assert len(calls) >= 4
+    for call in calls:
+        closing = call.index("\n)")  # the call's own closing parenthesis
+        assert "load_if_exists=True" in call[:closing], call[:closing]

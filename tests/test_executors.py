@@ -91,6 +91,35 @@ def _wait_for(predicate, what: str, bound: float = 1800.0) -> None:
         time.sleep(0.1)
 
 
+def test_a_dead_ray_head_is_named_in_one_line(make_study, tmp_path):
+    """A --ray-address where no head answers: refused at once (a closed port) or within
+    the probe's few seconds, never after Ray's minutes of retries."""
+    pytest.importorskip("ray", reason="the Ray executor is an extra: autosearch[ray]")
+    import ray
+
+    from autosearch.errors import PlatformError
+
+    ray.shutdown()  # this process joins no cluster before the probe
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed again: nothing listens there
+    study = make_study("dead")
+    with pytest.raises(PlatformError, match=f"no Ray head answers at 127.0.0.1:{port}"):
+        study.optimize(2, n_workers=2, executor=RayExecutor(address=f"127.0.0.1:{port}"))
+    assert study.optuna_study.get_trials() == []
+
+
+def test_workers_no_ray_node_can_run_are_refused(ray_cluster, make_study):
+    """Each worker asking for more than any node has would wait for ever: refused."""
+    study = make_study("big")
+    executor = RayExecutor(
+        address=ray_cluster, num_cpus=4, num_gpus=0.5, init={"_node_ip_address": "127.0.0.1"}
+    )
+    with pytest.raises(ConfigError, match=r"asks Ray for 4 CPUs and 0\.5 GPUs.*1 CPUs and 0 GPUs"):
+        study.optimize(2, n_workers=2, executor=executor)
+    assert study.optuna_study.get_trials() == []
+
+
 def test_a_table_study_through_ray_stores_what_the_local_pool_stores(ray_cluster, tmp_path):
     from autosearch import Table
     from controllers import RandomSearch

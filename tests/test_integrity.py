@@ -719,3 +719,17 @@ def test_every_process_keeps_weights_where_the_study_says(postgres_url, tiny_spa
     again = autosearch.load_study("pg", storage=postgres_url, read_only=True)
     assert again.count("complete", "failed", "running") == 1  # nothing was started
     assert not stored.exists()  # and nothing made it again
+
+
+def test_training_into_a_read_only_export_is_refused_before_training(
+    make_study, tmp_path, read_only, capsys
+):
+    study = make_study("t")
+    study.optimize(1)
+    out = study.export(study.best(), tmp_path / "ex" / "best")
+    assert main(["train", str(out), "--epochs", "1", "--json"]) == 0  # full/ exists now
+    capsys.readouterr()
+    read_only(tmp_path / "ex")
+    code, output = _cli(["train", str(out), "--epochs", "2"], capsys)
+    assert code == 2 and "Traceback" not in output and len(output.strip().splitlines()) == 1
+    assert "cannot write the trained weights into" in output and "Read-only" in output

@@ -34,6 +34,7 @@ RANKS = {
     "_feed": 6,  # each epoch's batches, augmented on the device, each rank its share
     "train": 7,
     "compress": 8,  # derives variants with the trainer
+    "supernet": 8,  # trains a supernet with the trainer, evaluates its subnets
     "runner": 9,  # a whole trial: train, variants, costs, rewards
     "export": 9,
     "retrain": 9,  # trains an export folder in full with the shared stack
@@ -54,7 +55,17 @@ CORE_FOR_PLUGINS = {
     "pareto",
     "distributions",
 }
-NO_OPTUNA = {"data", "cost", "train", "compress", "runner", "architecture", "space", "controller"}
+NO_OPTUNA = {
+    "data",
+    "cost",
+    "train",
+    "compress",
+    "supernet",
+    "runner",
+    "architecture",
+    "space",
+    "controller",
+}
 
 
 def _imports(path: Path, *, runtime: bool = False) -> set[str]:
@@ -132,6 +143,7 @@ STUDY_RANKS = {
     "executors": 0,
     "records": 1,
     "artifacts": 1,
+    "supernet_job": 1,  # the supernet's training as a job of the study; its evaluator
     "results": 2,
     "claims": 2,
     "replay": 2,

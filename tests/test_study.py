@@ -324,3 +324,101 @@ def test_a_python_study_draws_trial_and_epoch_bars_when_asked(tmp_path):
     err = _script(tmp_path, "study.optimize(2, show_progress_bar=True)")
     assert "2/2" in err and ("trial/s" in err or "s/trial" in err)
     assert "epoch" in err
+
+
+def test_a_pool_logs_each_trial_once(tmp_path):
+    """The parent logs every finished trial; its workers do not say it again."""
+    err = _script(tmp_path, "study.optimize(2, n_workers=2)")
+    for n in (0, 1):
+        assert err.count(f"trial {n} complete:") == 1, err[-3000:]
+
+
+def test_ctrl_c_ends_the_call_once_the_epoch_is_checkpointed(make_study):
+    """Ctrl-C lets the epoch's checkpoint finish and marks the trial to resume, then
+    interrupts the caller (a test run, a notebook cell), as Ctrl-C does in Python."""
+    import os
+    import signal
+
+    study = make_study(train=autosearch.TrainConfig(epochs=3, batch_size=128, lr=0.1))
+    after = []
+
+    def ctrl_c(trial: int, epoch) -> None:
+        if epoch.epoch == 1:
+            os.kill(os.getpid(), signal.SIGINT)
+        after.append(epoch.epoch)
+
+    with pytest.raises(KeyboardInterrupt):
+        study.optimize(2, epoch_callbacks=[ctrl_c])
+    assert after == [1]  # stopped at the first epoch's end, not after the trial
+    (cut,) = study.optuna_study.get_trials()
+    assert "interrupted by the user" in cut.user_attrs["superseded"] and cut.user_attrs["resume"]
+    (done,) = study.optimize(1)
+    assert (
+        study.optuna_study.get_trials()[done.trial].user_attrs["result"]["resumed_from_epoch"] == 1
+    )
+
+
+def test_a_space_without_a_budget_says_how_large_its_candidates_get(make_study, caplog):
+    from search_spaces import ResNetSpace
+
+    wide = ResNetSpace(widths=(256, 512), stem_widths=(256,), min_stages=3, max_stages=3)
+    with caplog.at_level("DEBUG", logger="autosearch"):
+        make_study("wide", controller=RandomSearch(wide, seed=0))
+    (said,) = [r for r in caplog.records if "has no budget" in r.getMessage()]
+    assert said.levelname == "WARNING" and "takes long to train" in said.getMessage()
+    assert "on 1x8x8 images" in said.getMessage() and "max_flops=" in said.getMessage()
+    caplog.clear()
+    with caplog.at_level("DEBUG", logger="autosearch"):
+        make_study("bounded", controller=RandomSearch(ResNetSpace(max_flops=2e6), seed=0))
+    assert "has no budget" not in caplog.text
+
+
+def test_a_damaged_controller_state_is_left_out_and_the_controller_learns_again(make_study, caplog):
+    from autosearch.cli import main
+
+    study = make_study("c")
+    study.optimize(2)
+    state = study.storage.get_study_system_attrs(study._study_id)["autosearch:controller"]
+    state["state"] = {"rng": "not a state", "seen": 7}
+    state["told"] = [["x", None]]
+    study.storage.set_study_system_attr(study._study_id, "autosearch:controller", state)
+    with caplog.at_level("WARNING", logger="autosearch"):
+        again = autosearch.load_study("c", storage=study.storage_url, read_only=True)
+    assert "cannot be read" in caplog.text and again.replay.told == {0, 1}  # told again
+    assert main(["status", "--study", "c", "--storage", study.storage_url]) == 0
+    with pytest.raises(autosearch.StudyError, match="opened read-only"):
+        again.optimize(1)
+    assert len(autosearch.load_study("c", storage=study.storage_url).optimize(1)) == 1
+
+
+def test_the_heartbeat_names_a_trial_id_as_an_id():
+    """Storages number trials within a study and id them across studies: a log line
+    about a heartbeat (which has only the id) says "trial id"."""
+    import logging
+    import threading
+
+    from autosearch._heartbeat import beating
+
+    class Failing:
+        def set_trial_system_attr(self, trial_id, key, value):
+            raise RuntimeError("storage gone")
+
+    said = threading.Event()
+    lines: list[str] = []
+
+    class Seen(logging.Handler):
+        def emit(self, record):
+            lines.append(record.getMessage())
+            said.set()
+
+    logger = logging.getLogger("autosearch._heartbeat")
+    handler, level = Seen(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        with beating(Failing(), 42, 0.01, stamped=True):
+            assert said.wait(timeout=1800)  # the first beat, a hundredth of a second in
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    assert lines[0].startswith("heartbeat of trial id 42 not written")

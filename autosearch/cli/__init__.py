@@ -31,6 +31,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     optuna.logging.set_verbosity(optuna.logging.INFO if args.verbose else optuna.logging.WARNING)
     try:
         return int(args.func(args))
+    except KeyboardInterrupt:  # Ctrl-C outside a trial (a trial's own stop is graceful)
+        print("autosearch: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:  # `autosearch status | head`: the reader has gone; so do we
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
         return 141  # 128 + SIGPIPE, as a shell reports a pipe's writer

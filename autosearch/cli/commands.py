@@ -12,6 +12,7 @@ import dataclasses
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -50,6 +51,7 @@ __all__ = [
     "cmd_run",
     "cmd_search",
     "cmd_status",
+    "cmd_supernet",
     "cmd_train",
     "cmd_worker",
 ]
@@ -129,19 +131,28 @@ def _run_to_budget(
         f"({study.storage_url})"
     )
     workers = getattr(args, "workers", 1) or 1
-    study.optimize(
-        remaining,
-        show_progress_bar=show_progress_bar,
-        n_workers=min(workers, remaining) if remaining else 1,
-        executor=_executor(args),
-    )
-    report = write_report(study, out / "report.html")
-    if not study.count("complete"):
-        print(
-            f"no complete trial yet; report: {report}. Run trials with "
-            f"`autosearch run FILE --n-trials N` (N > {finished})"
+    interrupted = None
+    try:
+        study.optimize(
+            remaining,
+            show_progress_bar=show_progress_bar,
+            n_workers=min(workers, remaining) if remaining else 1,
+            executor=_executor(args),
         )
-        return 1
+        interrupted = study.interrupted
+    except KeyboardInterrupt:
+        interrupted = "SIGINT"
+    report = write_report(study, out / "report.html")
+    done = study.count("complete", "failed")
+    if interrupted:
+        print(
+            f"\ninterrupted ({interrupted}) after {done} of {total} trials; report so far: "
+            f"{report}. Run the same command again to go on: a cut trial resumes from its "
+            "last checkpoint"
+        )
+        return 128 + signal.Signals[interrupted].value  # as a shell reports the signal
+    if not study.count("complete"):
+        return _nothing_complete(study, done, report)
     best = study.best()
     print("\nPareto front (validation accuracy against FLOPs = 2 x MACs per image):")
     print(_table(study.pareto()))
@@ -154,6 +165,23 @@ def _run_to_budget(
     if study.table is None:
         print(f"export:  {study.export(best, out / 'best')}/")
     return 0
+
+
+def _nothing_complete(study: Study, done: int, report: Path) -> int:
+    """Exit status 1, saying why no trial is complete and what to do."""
+    failed = [r for r in study.records(variants=False) if r.state == "failed"]
+    if failed:
+        print(
+            f"all {len(failed)} trials failed; the last said: {failed[-1].reason}\nreport: "
+            f"{report}. Fix the setup (data, training config, budget) before running more; "
+            "`autosearch status` lists every reason"
+        )
+    else:
+        print(
+            f"no complete trial yet; report: {report}. Run trials with "
+            f"`autosearch run FILE --n-trials N` (N > {done})"
+        )
+    return 1
 
 
 def _executor(args: argparse.Namespace | None) -> str | RayExecutor:
@@ -179,9 +207,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             return _run_to_budget(study, 0, out)
     with _out_dir(args, spec.name) as out:
         if not init_distributed(spec.train.device):
-            return _run_to_budget(
-                spec.create(storage=url, artifacts=args.artifacts), total, out, args=args
-            )
+            study = spec.create(storage=url, artifacts=args.artifacts)
+            _supernet_first(study)
+            return _run_to_budget(study, total, out, args=args)
         # Under torchrun: rank 0 creates (or opens) the study before the others open it.
         rank, _ = world()
         try:
@@ -189,10 +217,58 @@ def cmd_run(args: argparse.Namespace) -> int:
                 study = spec.create(storage=url, artifacts=args.artifacts)
             dist.barrier()
             if rank != 0:
-                load_study(spec.name, storage=url).optimize(0)  # follow rank 0 to the end
+                study = load_study(spec.name, storage=url)
+                _supernet_first(study)
+                study.optimize(0)  # follow rank 0 to the end
                 return 0
+            _supernet_first(study)
             return _run_to_budget(study, total, out)
         finally:
+            dist.destroy_process_group()
+
+
+def _supernet_first(study: Study) -> None:
+    """A study that evaluates on a supernet trains it first (a no-op once trained)."""
+    if study.supernet is None:
+        return
+    info = study.train_supernet()
+    if info and world()[0] == 0:
+        print(
+            f"supernet of study {study.name}: trained {info.get('epochs', '?')} epochs "
+            f"({info.get('seconds', 0.0):.1f} s)"
+            + (f", imported from {info['imported_from']}" if "imported_from" in info else "")
+        )
+
+
+def cmd_supernet(args: argparse.Namespace) -> int:
+    """Train the study's supernet (resuming a cut run), and say how it went."""
+    if args.nproc_per_node > 1 and "LOCAL_RANK" not in os.environ:
+        return _torchrun(args.nproc_per_node, args.argv)
+    spec = load_spec(args.study_file)
+    url = args.storage or spec.storage or default_storage(spec.name)
+    if spec.supernet is None:
+        raise StudyError(
+            f"study file {args.study_file} defines no supernet (StudySpec(supernet=...)); "
+            "`autosearch run` trains its candidates"
+        )
+    distributed = init_distributed((spec.supernet.train or spec.train).device)
+    try:
+        rank, _ = world()
+        if rank == 0:
+            study = spec.create(storage=url, artifacts=args.artifacts)
+        if distributed:
+            dist.barrier()
+        if rank != 0:
+            study = load_study(spec.name, storage=url)
+        info = study.train_supernet()
+        if rank == 0:
+            if args.json:
+                print(json.dumps({k: v for k, v in info.items() if k != "history"}, indent=2))
+            else:
+                _supernet_first(study)
+        return 0
+    finally:
+        if distributed:
             dist.destroy_process_group()
 
 
@@ -286,7 +362,11 @@ def cmd_export(args: argparse.Namespace) -> int:
         record = study.record(args.trial, args.variant or "base")
     else:
         record = study.best(max_flops=args.max_flops, variant=args.variant)
-    out = study.export(record, Path(args.out) if args.out else Path("runs") / study.name / "export")
+    out = study.export(
+        record,
+        Path(args.out) if args.out else Path("runs") / study.name / "export",
+        finetune_epochs=args.finetune or 0,
+    )
     card = json.loads((out / "arch.json").read_text())
     if args.json:
         print(
@@ -358,7 +438,17 @@ def cmd_worker(args: argparse.Namespace) -> int:
     study = load_study(args.study, storage=args.storage)
     start_worker(study, worker_id())  # its controller on a random stream of its own
     print(f"worker joined study {study.name} ({study.storage_url}); {args.n_trials} trials")
-    records = study.optimize(args.n_trials, max_failures_in_a_row=args.max_failures)
+    try:
+        records = study.optimize(args.n_trials, max_failures_in_a_row=args.max_failures)
+    except KeyboardInterrupt:
+        study.interrupted = "SIGINT"
+        records = []
+    if study.interrupted:
+        print(
+            f"worker interrupted ({study.interrupted}); its trial resumes from its last "
+            "checkpoint on the next claim"
+        )
+        return 128 + signal.Signals[study.interrupted].value
     print(f"worker finished {len(records)} trials: {[r.trial for r in records]}")
     return 0
 

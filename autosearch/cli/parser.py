@@ -87,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log each trial")
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_run, _add_search, _add_reading, _add_worker, _add_train):
+    for add in (_add_run, _add_supernet, _add_search, _add_reading, _add_worker, _add_train):
         add(sub)
     return parser
 
@@ -135,6 +135,20 @@ def _add_run(sub: Subparsers) -> None:
         help="train each trial with N DDP processes (torchrun; gloo on CPU)",
     )
     run.set_defaults(func=commands.cmd_run)
+
+
+def _add_supernet(sub: Subparsers) -> None:
+    supernet = sub.add_parser(
+        "supernet", help="train a study file's weight-sharing supernet (resumes a cut run)"
+    )
+    supernet.add_argument("study_file")
+    supernet.add_argument("--storage", help=STORAGE_HELP)
+    supernet.add_argument("--artifacts", help=ARTIFACTS_HELP)
+    supernet.add_argument(
+        "--nproc-per-node", type=_integer(1), default=1, help="train with N processes (DDP)"
+    )
+    supernet.add_argument("--json", action="store_true", help=JSON_HELP)
+    supernet.set_defaults(func=commands.cmd_supernet)
 
 
 def _add_search(sub: Subparsers) -> None:
@@ -205,6 +219,11 @@ def _add_reading(sub: Subparsers) -> None:
         "derived again from the trial's weights",
     )
     export.add_argument("--out", help="export folder (default runs/NAME/export)")
+    export.add_argument(
+        "--finetune",
+        type=_integer(0),
+        help="fine-tune the exported network this many epochs first (a supernet's subnet)",
+    )
     export.add_argument("--json", action="store_true", help=JSON_HELP)
     rerun = _reading(
         sub,

@@ -167,16 +167,46 @@ class Artifacts:
     def push(self, arch: Architecture, number: int) -> None:
         """Copy what the attempt wrote since the last push to the bucket (nothing to do
         without one): each file whole, so a reader never sees half of it."""
+        self._push(self.attempt(arch, number), f"checkpoints/{arch.arch_id}/{number}")
+
+    def _push(self, work: Path, prefix: str) -> None:
         if self.remote is None:
             return
-        work = self.attempt(arch, number)
         for path in sorted(p for p in work.rglob("*") if p.is_file() and ".tmp" not in p.name):
             stat = path.stat()
             if self._pushed.get(path) == (stat.st_mtime_ns, stat.st_size):
                 continue
-            relative = f"checkpoints/{arch.arch_id}/{number}/{path.relative_to(work).as_posix()}"
+            relative = f"{prefix}/{path.relative_to(work).as_posix()}"
             self._remote(self.remote.put, path, relative)
             self._pushed[path] = (stat.st_mtime_ns, stat.st_size)
+
+    # The study's supernet: its training's work folder, mirrored like an attempt's.
+    def supernet_work(self, fingerprint: str) -> Path:
+        """The folder of the supernet's training (its per-epoch checkpoint), seeded from
+        the bucket when this disk has none (a run resumed on another machine)."""
+        work = self.folder / "supernet" / fingerprint
+        try:
+            work.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise PlatformError(f"cannot prepare {work}: {exc.strerror or exc}") from None
+        if self.remote is not None and not (work / TRAIN_STATE).exists():
+            for key in self._remote(self.remote.list, f"supernet/{fingerprint}"):
+                relative = key.split("/", 2)[2] if key.count("/") >= 2 else ""
+                path = inside(work, relative)
+                if path is None:
+                    logger.warning("skipping object %s in %s", key, self.location)
+                    continue
+                self._remote(self.remote.get, key, path)
+        return work
+
+    def push_supernet(self, fingerprint: str) -> None:
+        self._push(self.folder / "supernet" / fingerprint, f"supernet/{fingerprint}")
+
+    def finish_supernet(self, fingerprint: str) -> None:
+        """The supernet is trained and its weights stored: its work folder goes."""
+        shutil.rmtree(self.folder / "supernet" / fingerprint, ignore_errors=True)
+        if self.remote is not None:
+            self._remote(self.remote.delete, f"supernet/{fingerprint}")
 
     def finish(self, arch: Architecture) -> None:
         """``arch``'s trial is COMPLETE (or ended for good): its attempts' work goes."""
@@ -204,8 +234,11 @@ class Artifacts:
                 f"object storage {self.location}: {type(exc).__name__}: {exc}"
             ) from None
 
-    def save_weights(self, storage: BaseStorage, trial_id: int, model: nn.Module) -> str:
-        """Upload ``model``'s weights as an artifact of the trial; the artifact id."""
+    def save_weights(
+        self, storage: BaseStorage, trial_id: int | None, model: nn.Module, study: Any = None
+    ) -> str:
+        """Upload ``model``'s weights as an artifact of the trial (or, with ``study``, an
+        Optuna study: of the study itself); the artifact id."""
         state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "model.safetensors"
@@ -214,7 +247,7 @@ class Artifacts:
                 return upload_artifact(
                     artifact_store=self._store,
                     file_path=str(path),
-                    study_or_trial=storage.get_trial(trial_id),
+                    study_or_trial=study if trial_id is None else storage.get_trial(trial_id),
                     storage=storage,
                 )
             except OSError as exc:
@@ -228,17 +261,21 @@ class Artifacts:
                     f"cannot store the weights in {self.location}: {type(exc).__name__}: {exc}"
                 ) from None
 
-    def load_weights(self, artifact_id: str, *, trial: int) -> dict[str, torch.Tensor]:
-        """The weights of artifact ``artifact_id`` (trial ``trial``'s, for errors).
+    def load_weights(
+        self, artifact_id: str, *, trial: int | None = None, owner: str = ""
+    ) -> dict[str, torch.Tensor]:
+        """The weights of artifact ``artifact_id`` (trial ``trial``'s, or ``owner``'s,
+        for errors).
 
         Raises:
             ExportError: the trial names no readable artifact, or it is missing.
             PlatformError: the stored weights are damaged (not safetensors).
         """
+        owner = owner or f"trial {trial}"
         if not plain_name(artifact_id):
             raise ExportError(
-                f"trial {trial} names its weights {artifact_id!r}, which is not an artifact "
-                "id; its stored result was edited or damaged"
+                f"{owner} names its weights {artifact_id!r}, which is not an artifact id; "
+                "its stored record was edited or damaged"
             )
         where = f"{self.location.rstrip('/')}/{'weights/' if self.remote else ''}{artifact_id}"
         with tempfile.TemporaryDirectory() as tmp:
@@ -249,14 +286,14 @@ class Artifacts:
                 )
             except Exception as exc:
                 raise ExportError(
-                    f"the weights of trial {trial} are missing: {where} "
+                    f"the weights of {owner} are missing: {where} "
                     f"({type(exc).__name__}); was the artifacts folder moved or deleted?"
                 ) from None
             try:
                 return load_file(str(path))
             except Exception as exc:  # safetensors' own error types: a damaged file
                 raise PlatformError(
-                    f"the weights of trial {trial} are damaged: {where} is not a safetensors "
+                    f"the weights of {owner} are damaged: {where} is not a safetensors "
                     f"file ({type(exc).__name__}: {exc}); restore it from a copy, or run the "
                     "trial again"
                 ) from None

@@ -191,7 +191,7 @@ class Claims:
             self.storage.set_trial_user_attr(trial_id, SUPERSEDED, reason)
             self.storage.set_trial_state_values(trial_id, TrialState.FAIL)
         except optuna.exceptions.UpdateFinishedTrialError:  # another worker got there first
-            logger.debug("trial %d was already finished", trial_id)
+            logger.debug("trial id %d was already finished", trial_id)
 
     def taken_over(self, trial_id: int) -> str | None:
         """Why our running trial is no longer ours (another worker superseded or ended

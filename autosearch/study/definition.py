@@ -9,6 +9,7 @@ definition measures the same thing (:meth:`StudyDefinition.check_continues`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -25,6 +26,7 @@ from autosearch._version import __version__
 from autosearch.architecture import Architecture
 from autosearch.compress import Compression, VariantSpec, parse_variants
 from autosearch.controller import Controller
+from autosearch.cost import Cost
 from autosearch.data import Dataset
 from autosearch.early_stopping import SuccessiveHalving, from_dict
 from autosearch.errors import (
@@ -39,6 +41,7 @@ from autosearch.pareto import Direction
 from autosearch.registry import controllers, spaces
 from autosearch.scoring import Reward, objective, parse_reward, resolve_reward
 from autosearch.space import SearchSpace
+from autosearch.supernet import ElasticSpaceLike, SupernetConfig
 from autosearch.tabular import Table
 from autosearch.train import TrainConfig
 
@@ -58,7 +61,17 @@ FORMAT = 1
 _ATTR = "autosearch"  # the study user attribute that holds the definition
 # What must match for a stored study to be continued: its results would not be
 # comparable otherwise. (The controller and compression settings may change.)
-_COMPARED = ("space", "objectives", "data", "reward", "train", "seed", "table", "variants")
+_COMPARED = (
+    "space",
+    "objectives",
+    "data",
+    "reward",
+    "train",
+    "seed",
+    "table",
+    "variants",
+    "supernet",
+)
 _FLOAT_BUDGET = {"flops": "max_flops", "params": "max_params"}
 _TARGET_SAMPLES = 64
 
@@ -97,6 +110,7 @@ class StudyDefinition:
     seed: int = 0
     artifacts: str | None = None
     table: Table | None = None
+    supernet: SupernetConfig | None = None
     early_stopping: SuccessiveHalving | None = None
     data_report: Mapping[str, Any] | None = None
     created_by: str = f"autosearch {__version__}"
@@ -139,6 +153,7 @@ class StudyDefinition:
             "seed": self.seed,
             "artifacts": self.artifacts,
             "table": json.loads(json.dumps(dataclasses.asdict(self.table))) if self.table else None,
+            "supernet": self.supernet.to_dict() if self.supernet else None,
             "early_stopping": self.early_stopping.to_dict() if self.early_stopping else None,
             "data_report": dict(self.data_report) if self.data_report else None,
             "created_by": self.created_by,
@@ -169,6 +184,7 @@ class StudyDefinition:
                 seed=int(stored["seed"]),
                 artifacts=artifacts,
                 table=Table(**stored["table"]) if stored.get("table") else None,
+                supernet=SupernetConfig(**stored["supernet"]) if stored.get("supernet") else None,
                 early_stopping=from_dict(stored.get("early_stopping")),
                 data_report=stored.get("data_report"),
                 created_by=str(stored.get("created_by", "")),
@@ -209,6 +225,7 @@ class StudyDefinition:
         artifacts: str | None,
         table: Table | None,
         early_stopping: SuccessiveHalving | None,
+        supernet: SupernetConfig | None = None,
     ) -> StudyDefinition:
         """Check a new study's settings, before any data is read or anything stored. Its
         reward's target is filled in by :meth:`with_data`."""
@@ -223,6 +240,8 @@ class StudyDefinition:
                 "a table study looks results up instead of training, so it has no models to "
                 "compress; use variants=('base',)"
             )
+        if supernet is not None:
+            _check_supernet(space, supernet, table, early_stopping)
         wanted = getattr(controller, "objectives", None) or {}
         if set(wanted) - set(objectives):
             raise ConfigError(
@@ -242,6 +261,7 @@ class StudyDefinition:
             seed=seed,
             artifacts=artifacts,
             table=table,
+            supernet=supernet,
             early_stopping=early_stopping,
         )
 
@@ -251,6 +271,8 @@ class StudyDefinition:
         space's budget input)."""
         shape = data.input_shape if data else space.budget_input
         classes = data.num_classes if data else space.budget_classes
+        if data is not None:
+            _say_how_large(space, shape, classes)
         reward = resolve_reward(
             self.reward, lambda metric: _default_target(space, metric, shape, classes)
         )
@@ -375,6 +397,27 @@ def _rebuilt(what: str, component: Component, make: Callable[[], T], where: str)
         ) from None
 
 
+def _check_supernet(
+    space: SearchSpace,
+    supernet: SupernetConfig,
+    table: Table | None,
+    early_stopping: SuccessiveHalving | None,
+) -> None:
+    if not isinstance(supernet, SupernetConfig):
+        raise ConfigError(f"supernet= takes a SupernetConfig, got {type(supernet).__name__}")
+    if not isinstance(space, ElasticSpaceLike):
+        raise ConfigError(
+            f"supernet= evaluates candidates on a supernet, so the study's space must be the "
+            f"elastic part of one: {space.name!r} is not; use e.g. ResNetSpace(...).supernet() "
+            "or MobileNetSpace(...).supernet(elastic=(...))"
+        )
+    if table is not None or early_stopping is not None:
+        raise ConfigError(
+            "a supernet study evaluates candidates on its supernet: it takes no table= and no "
+            "early_stopping= (they are for looked-up and trained candidates)"
+        )
+
+
 def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True)
 
@@ -399,10 +442,40 @@ def _default_target(
         return float(budget)
     if metric not in ("flops", "macs", "params", "sparse_macs"):
         return None  # latency, bytes, bops: measured after training, not known ahead
-    rng = np.random.default_rng(0)
-    costs = []
-    for _ in range(_TARGET_SAMPLES):
-        cost = space.cost(space.sample(rng), input_shape=shape, num_classes=classes)
-        costs.append(cost.params if metric == "params" else cost.flops)
+    costs = [c.params if metric == "params" else c.flops for c in _drawn(space, shape, classes)]
     value = float(np.median(costs))
     return value / 2 if metric in ("macs", "sparse_macs") else value
+
+
+@functools.lru_cache(maxsize=8)
+def _drawn(space: SearchSpace, shape: tuple[int, int, int], classes: int) -> tuple[Cost, ...]:
+    """The costs of architectures drawn from the space (seeded: always the same)."""
+    rng = np.random.default_rng(0)
+    return tuple(
+        space.cost(space.sample(rng), input_shape=shape, num_classes=classes)
+        for _ in range(_TARGET_SAMPLES)
+    )
+
+
+# Candidates larger than this (per image) make trials minutes long on a CPU: said once.
+_LARGE_FLOPS, _LARGE_PARAMS = 1e8, 1e7
+
+
+def _say_how_large(space: SearchSpace, shape: tuple[int, int, int], classes: int) -> None:
+    """A space without a budget: say how large its candidates get on these images, and
+    how to bound them (loudly when that is large)."""
+    if space.max_flops is not None or space.max_params is not None:
+        return
+    drawn = _drawn(space, shape, classes)
+    flops, params = max(c.flops for c in drawn), max(c.params for c in drawn)
+    large = flops > _LARGE_FLOPS or params > _LARGE_PARAMS
+    (logger.warning if large else logger.debug)(
+        "space %s has no budget: on %s images its candidates reach %.3g MFLOPs and %.3g M "
+        "parameters (the largest of %d drawn)%s; bound them with max_flops= or max_params=",
+        space.name,
+        "x".join(map(str, shape)),
+        flops / 1e6,
+        params / 1e6,
+        len(drawn),
+        ", which takes long to train" if large else "",
+    )

@@ -19,6 +19,8 @@ file on a shared file system, by absolute path) and an absolute folder or a buck
 from __future__ import annotations
 
 import multiprocessing
+import os
+import socket
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
@@ -26,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from autosearch.errors import ConfigError
+from autosearch.errors import ConfigError, PlatformError
 
 __all__ = ["Executor", "ProcessExecutor", "RayExecutor", "SlurmExecutor", "resolve_executor"]
 
@@ -91,7 +93,9 @@ class RayExecutor:
     ) -> list[Any]:
         ray = _require("ray", "ray")
         if not ray.is_initialized():
+            _check_head(self.address or os.environ.get("RAY_ADDRESS"))
             ray.init(address=self.address, **{"log_to_driver": False, **self.init})
+        self._check_fits(ray)
         task = ray.remote(
             num_cpus=self.num_cpus,
             num_gpus=self.num_gpus,
@@ -107,6 +111,24 @@ class RayExecutor:
 
     def resources(self, n_workers: int) -> tuple[int, bool]:
         return max(1, int(self.num_cpus)), False  # Ray sets each task's visible GPUs
+
+    def _check_fits(self, ray: Any) -> None:
+        """Refuse workers no node of the cluster can run (Ray would wait for such a node
+        forever, silently)."""
+        nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+        if any(
+            n.get("CPU", 0) >= self.num_cpus and n.get("GPU", 0) >= self.num_gpus for n in nodes
+        ):
+            return
+        largest = (
+            ", ".join(f"{n.get('CPU', 0):g} CPUs and {n.get('GPU', 0):g} GPUs" for n in nodes)
+            or "no live node"
+        )
+        raise ConfigError(
+            f"each worker asks Ray for {self.num_cpus:g} CPUs and {self.num_gpus:g} GPUs, but "
+            f"no node of the cluster has that (its nodes: {largest}); lower num_cpus / "
+            "num_gpus of the RayExecutor, or add a node that has them"
+        )
 
 
 @dataclass(frozen=True)
@@ -179,6 +201,27 @@ def resolve_executor(executor: str | Executor) -> Executor:
     if not callable(getattr(executor, "map", None)):
         raise ConfigError(f"executor {executor!r} has no map(); use one of {', '.join(_NAMED)}")
     return executor
+
+
+_HEAD_TIMEOUT = 5.0  # seconds to wait for a Ray head to answer before saying it does not
+
+
+def _check_head(address: str | None) -> None:
+    """A Ray head at ``host:port`` that does not answer is refused within seconds, in one
+    line (``ray.init`` would retry for minutes). Other forms (``auto``, ``ray://``,
+    none: a local cluster) are left to Ray."""
+    if not address or "://" in address or address in ("auto", "local"):
+        return
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError(f"Ray address {address!r} is not HOST:PORT (e.g. 127.0.0.1:6379)")
+    try:
+        socket.create_connection((host, int(port)), timeout=_HEAD_TIMEOUT).close()
+    except OSError as exc:
+        raise PlatformError(
+            f"no Ray head answers at {address} ({exc.strerror or exc}); start one with "
+            "`ray start --head`, or check --ray-address / RAY_ADDRESS"
+        ) from None
 
 
 def _require(module: str, extra: str) -> Any:

@@ -98,6 +98,7 @@ class SearchLoop:
         self.callbacks, self.epoch_callbacks = callbacks, epoch_callbacks
         self.max_failures = max_failures_in_a_row
         self.interrupted = False
+        self.signal: str | None = None  # the signal that interrupted the run, if one did
 
     def run(self, n_trials: int) -> list[Record]:
         done: list[Record] = []
@@ -270,8 +271,9 @@ class SearchLoop:
     @contextmanager
     def graceful_interrupts(self) -> Iterator[None]:
         """While the loop runs (in the main thread): the first Ctrl-C or SIGTERM asks the
-        running trial to stop after its epoch's checkpoint; a second Ctrl-C stops at once."""
-        self.interrupted = False
+        running trial to stop after its epoch's checkpoint; a second Ctrl-C stops at once.
+        :attr:`signal` names the signal that stopped the run."""
+        self.interrupted, self.signal = False, None
         if threading.current_thread() is not threading.main_thread():
             yield
             return
@@ -279,7 +281,7 @@ class SearchLoop:
         def handle(signum: int, frame: Any) -> None:
             if self.interrupted and signum == signal.SIGINT:
                 raise KeyboardInterrupt
-            self.interrupted = True
+            self.interrupted, self.signal = True, signal.Signals(signum).name
             logger.warning(
                 "%s: finishing this epoch's checkpoint, then stopping (Ctrl-C again to stop "
                 "at once)",

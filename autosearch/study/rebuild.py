@@ -17,13 +17,13 @@ import torch.nn as nn
 
 from autosearch._provenance import provenance
 from autosearch._version import __version__
-from autosearch.errors import ExportError, PlatformError, StudyError
+from autosearch.errors import ConfigError, ExportError, PlatformError, StudyError
 from autosearch.export import write_export
 from autosearch.runner import TrialPlan, derive_variant, train_candidate
 from autosearch.study import records
 from autosearch.study.loop import teacher
 from autosearch.study.records import Record
-from autosearch.train import evaluate
+from autosearch.train import evaluate, train
 
 if TYPE_CHECKING:
     from autosearch.study.study import Study
@@ -50,6 +50,8 @@ def load_model(study: Study, record: Record) -> nn.Module:
             f"not stored. Load the base (study.record({record.trial})) and derive it again "
             f"with autosearch.compress.derive({record.variant!r}, model, data, config)"
         )
+    if study.supernet is not None:  # inherited again from the supernet, recalibrated
+        return study.supernet_evaluator.subnet(record.arch)
     artifact = records.weights_id(study.optuna_trial(record.trial))
     if artifact is None:
         how = " (it was looked up in a benchmark table, not trained)" if study.table else ""
@@ -69,20 +71,26 @@ def load_model(study: Study, record: Record) -> nn.Module:
     return model.eval()
 
 
-def export(study: Study, record: Record, out_dir: str | Path) -> Path:
+def export(study: Study, record: Record, out_dir: str | Path, *, finetune_epochs: int = 0) -> Path:
     """Write an export folder (``autosearch.export``): ``model.py``, weights, ONNX
     (checked in onnxruntime), ``arch.json`` and a README.
 
     A variant record is derived again from its trial's stored weights, the same way
     and with the same seed and training config as when it was measured (``distill``
     takes the study's best model now as its teacher), and its accuracy is measured
-    again; both the stored and the new figures are written.
+    again; both the stored and the new figures are written. A subnet of a supernet
+    study is exported with its inherited weights (recalibrated batch norm), fine-tuned
+    for ``finetune_epochs`` first when asked (the study's training config at the
+    compression's fine-tuning learning-rate scale); its architecture is written as one
+    of the space the supernet is of, which ``autosearch train`` trains from scratch.
     """
     data = study.data
     base = record if record.is_base else study.record(record.trial)
     model = study.load_model(base)
     metrics: dict[str, Any] = dict(record.metrics)
     plan = stored_plan(study, record)
+    if finetune_epochs:
+        model = _finetuned(study, plan, model, finetune_epochs, metrics)
     derived = None
     if not record.is_base:
         if record.state != "complete":
@@ -95,7 +103,7 @@ def export(study: Study, record: Record, out_dir: str | Path) -> Path:
         metrics["accuracy_exported"] = evaluate(derived.model, data.val, data)[0]
     return write_export(
         out_dir,
-        arch=record.arch,
+        arch=study.space.plain(record.arch),
         spec=study.space.network(
             record.arch, input_shape=data.input_shape, num_classes=data.num_classes
         ),
@@ -117,6 +125,25 @@ def export(study: Study, record: Record, out_dir: str | Path) -> Path:
     )
 
 
+def _finetuned(
+    study: Study, plan: TrialPlan, model: nn.Module, epochs: int, metrics: dict[str, Any]
+) -> nn.Module:
+    """``model`` trained ``epochs`` more with the study's recipe at the fine-tuning
+    learning rate; its accuracy before and after go into ``metrics``."""
+    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 0:
+        raise ConfigError(f"finetune_epochs={epochs!r} cannot be used: expected an integer >= 0")
+    data = study.data
+    metrics["accuracy_inherited"] = evaluate(model, data.val, data)[0]
+    config = dataclasses.replace(
+        plan.config, epochs=epochs, lr=plan.config.lr * study.compression.finetune_lr_scale
+    )
+    train(model, data, config, seed=plan.seed)
+    metrics["accuracy_finetuned"] = evaluate(model, data.val, data)[0]
+    metrics["test_accuracy_finetuned"] = evaluate(model, data.test, data)[0]
+    metrics["finetune_epochs"] = epochs
+    return model.eval()
+
+
 def rerun(study: Study, trial: int) -> dict[str, Any]:
     """Train trial ``trial``'s architecture again, from scratch, with its stored seed
     and the study's data and training config (nothing is stored), and compare.
@@ -128,6 +155,12 @@ def rerun(study: Study, trial: int) -> dict[str, Any]:
     record = study.record(trial)
     if record.state != "complete":
         raise StudyError(f"trial {trial} is {record.state}; only complete trials can be rerun")
+    if study.supernet is not None:
+        raise StudyError(
+            f"trial {trial} was evaluated on the study's supernet: there is no training to "
+            "rerun. Train its subnet from scratch: autosearch export ... --out DIR, then "
+            "autosearch train DIR"
+        )
     if study.table is not None:
         raise StudyError("a table study looks results up; there is no training to rerun")
     stored = study.optuna_trial(trial).user_attrs

@@ -189,6 +189,7 @@ def encode(result: TrialResult, *, weights: str | None) -> dict[str, Any]:
         "resumed_from_epoch": result.resumed_from_epoch,
         "note": result.note,
         "weights": weights,
+        "evaluated_by": result.evaluated_by,
     }
 
 

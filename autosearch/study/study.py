@@ -29,7 +29,7 @@ from autosearch.runner import TrialPlan
 from autosearch.runtime import broadcast_object, world
 from autosearch.scoring import Reward
 from autosearch.space import SearchSpace
-from autosearch.study import progress, rebuild, records, results, workers
+from autosearch.study import progress, rebuild, records, results, supernet_job, workers
 from autosearch.study.artifacts import Artifacts, location_of, opened_location
 from autosearch.study.claims import Claims, heartbeat_settings
 from autosearch.study.definition import (
@@ -43,6 +43,7 @@ from autosearch.study.executors import Executor
 from autosearch.study.loop import EpochCallback, SearchLoop, TrialCallback, check_run
 from autosearch.study.records import Record, State, UnreadableTrial
 from autosearch.study.replay import ControllerReplay
+from autosearch.supernet import SubnetEvaluator, SupernetConfig
 from autosearch.tabular import Table
 from autosearch.train import TrainConfig
 
@@ -67,6 +68,7 @@ def create_study(
     seed: int = 0,
     table: Table | None = None,
     early_stopping: SuccessiveHalving | None = None,
+    supernet: SupernetConfig | None = None,
     load_if_exists: bool = False,
 ) -> Study:
     """Create a study (or, with ``load_if_exists``, continue the stored one of the same
@@ -96,6 +98,7 @@ def create_study(
         artifacts=artifacts,
         table=table,
         early_stopping=early_stopping,
+        supernet=supernet,
     )
     dataset = _check_data(space, data, table=table, seed=seed)
     definition = definition.with_data(space, dataset)
@@ -170,7 +173,7 @@ def load_study(
             )
         dataset = load_data(data, seed=definition.seed)
     controller = definition.build(where=f"study {name!r} in {storage}")
-    return Study(
+    study = Study(
         name=name,
         url=storage,
         storage=backend,
@@ -179,6 +182,8 @@ def load_study(
         data=dataset,
         data_source=data,
     )
+    study.read_only = read_only
+    return study
 
 
 class Study:
@@ -203,6 +208,9 @@ class Study:
         self.controller = controller
         self.data_source = data_source  # (images, labels) a study from arrays was given
         self.worker_attrs: dict[str, Any] = {}  # added to every trial this process starts
+        # The signal that stopped the last optimize() (SIGTERM: it returned early), if any.
+        self.interrupted: str | None = None
+        self.read_only = False  # opened to read (load_study(read_only=True)): runs nothing
         self._dataset = data
         self._study_id = storage.get_study_id_from_name(name)
         self._decoded: dict[int, list[Record]] = {}  # finished trials never change
@@ -245,6 +253,11 @@ class Study:
     @property
     def early_stopping(self) -> SuccessiveHalving | None:
         return self.definition.early_stopping
+
+    @property
+    def supernet(self) -> SupernetConfig | None:
+        """How the study's supernet is trained and evaluated (None: trials train)."""
+        return self.definition.supernet
 
     @property
     def data_report(self) -> Mapping[str, Any] | None:
@@ -383,8 +396,28 @@ class Study:
             compression=d.compression,
             early_stopping=d.early_stopping,
             table=d.table,
-            work=None if d.table else self.artifacts.attempt(arch, number),
+            supernet=self.supernet_evaluator if d.supernet else None,
+            work=None if d.table or d.supernet else self.artifacts.attempt(arch, number),
         )
+
+    # Weight sharing -------------------------------------------------------------------------
+    def train_supernet(self, *, show_progress_bar: bool | None = None) -> dict[str, Any]:
+        """Train the study's supernet, unless it is trained: a job of the study, stored in
+        its storage (weights as a study artifact), resumed from its last epoch after a
+        kill, with an epoch bar on a terminal. Under torchrun every rank trains (DDP) and
+        rank 0 stores. Returns the job's stored state (epochs, seconds, history)."""
+        return supernet_job.train(self, show_progress_bar=show_progress_bar)
+
+    @cached_property
+    def supernet_evaluator(self) -> SubnetEvaluator:
+        """What the study's trials are scored with: its trained supernet (StudyError
+        while it is not trained)."""
+        return supernet_job.evaluator(self)
+
+    def save_supernet(self, path: str | Path) -> Path:
+        """Write the trained supernet's weights, for another study of the same supernet
+        (another budget: ``SupernetConfig(weights=path)``) to use without training."""
+        return supernet_job.export_weights(self, path)
 
     def optimize(
         self,
@@ -410,16 +443,26 @@ class Study:
         ``n_workers=K``, K processes share the trials (and the CPU threads and GPUs),
         each controller on a random stream of its own; ``callbacks`` then run here as
         the workers' trials finish. A trial whose worker died (no heartbeat for the
-        grace period) resumes from its last checkpoint on the next claim; Ctrl-C (or
-        SIGTERM) lets the epoch's checkpoint finish, then returns. ``executor`` places
+        grace period) resumes from its last checkpoint on the next claim. Ctrl-C lets
+        the epoch's checkpoint finish, marks the trial to resume, then raises
+        KeyboardInterrupt (a second Ctrl-C raises it at once); SIGTERM does the same but
+        returns, with :attr:`interrupted` set to ``"SIGTERM"``. ``executor`` places
         the workers: ``"process"`` (this machine), ``"ray"`` or a ``RayExecutor``,
         ``"slurm"`` or a ``SlurmExecutor`` (autosearch.study.executors).
         """
         callbacks, epoch_callbacks = list(callbacks), list(epoch_callbacks)
+        self.interrupted = None
+        if self.read_only and n_trials:
+            raise StudyError(
+                f"study {self.name!r} was opened read-only; open it with "
+                "autosearch.load_study(name, storage=...) to run trials"
+            )
         rank, size = world()
         check_run(n_trials, n_workers, max_failures_in_a_row, epoch_callbacks, ranks=size)
         _ = self.training_data  # data that cannot be loaded stops the study here, not in a trial
-        if self.table is None and n_trials:
+        if self.supernet is not None and n_trials:
+            _ = self.supernet_evaluator  # an untrained supernet stops the study here
+        elif self.table is None and n_trials:
             self.artifacts.check_reachable()  # where weights go, before any worker starts
         if size > 1 and rank != 0:
             return workers.follow(self)  # under torchrun, rank 0 alone drives the search
@@ -443,10 +486,14 @@ class Study:
             )
             try:
                 with loop.graceful_interrupts():
-                    return loop.run(n_trials)
+                    done = loop.run(n_trials)
             finally:
                 if size > 1:
                     broadcast_object(None)  # release the other ranks
+        self.interrupted = loop.signal
+        if loop.signal == "SIGINT":  # the checkpoint is written: now Ctrl-C interrupts
+            raise KeyboardInterrupt
+        return done
 
     def rerun(self, trial: int) -> dict[str, Any]:
         """Train trial ``trial``'s architecture again, from scratch, with its stored seed
@@ -454,11 +501,13 @@ class Study:
         autosearch.study.rebuild.rerun."""
         return rebuild.rerun(self, trial)
 
-    def export(self, record: Record, out_dir: str | Path) -> Path:
+    def export(self, record: Record, out_dir: str | Path, *, finetune_epochs: int = 0) -> Path:
         """Write an export folder of ``record`` (``model.py``, weights, ONNX checked in
         onnxruntime, ``arch.json``, a README); a variant is derived again from its
-        trial's weights: see autosearch.study.rebuild.export."""
-        return rebuild.export(self, record, out_dir)
+        trial's weights; a supernet-evaluated subnet, with its inherited weights,
+        fine-tuned for ``finetune_epochs`` first if asked: see
+        autosearch.study.rebuild.export."""
+        return rebuild.export(self, record, out_dir, finetune_epochs=finetune_epochs)
 
     def load_model(self, record: Record) -> nn.Module:
         """The trained network of a complete base record, in eval mode."""
@@ -484,6 +533,8 @@ def _worker_main(
 ) -> list[int]:
     """One process of ``optimize(n_workers=K)``: the numbers of the trials it finished."""
     study = load_study(name, storage=storage, data=data)
+    # The pool's parent logs each finished trial; a worker logging it too would say it twice.
+    logging.getLogger(progress.__name__).setLevel(logging.WARNING)
     owed = workers.start_worker(
         study, str(worker), run=run, share=n_trials, trials_before=trials_before
     )

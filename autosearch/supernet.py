@@ -1,0 +1,339 @@
+"""Weight sharing: one supernet trained once on the shared stack, its subnets
+evaluated in a fraction of a second each (Once-for-All, Cai et al. 2020; BigNAS, Yu et
+al. 2020).
+
+The space plugin owns its elastic network (``space.supernet(...)``, an elastic space
+whose ``build_supernet`` makes the module, see search_spaces.elastic); this module owns
+how a supernet is trained and how a subnet is evaluated:
+
+* **Training** (:func:`train_supernet`) is :func:`autosearch.train.train` (its
+  optimizer, schedule, AMP, DDP, per-epoch checkpoints and resume) with a criterion that
+  applies the *sandwich rule*: each step trains the largest subnet on the labels, then
+  the smallest and ``sandwich`` random ones, each on the largest's soft predictions
+  (*in-place distillation*), and steps once on the summed loss. With
+  ``schedule="progressive"`` the elastic genes unlock in OFA's order over the epochs
+  (the largest alone first, then kernel sizes, depths, then widths and expansions).
+* **Evaluation** (:class:`SubnetEvaluator`): a subnet inherits its slices of the
+  weights as an ordinary network of the space, its batch-norm statistics are
+  recalibrated on a few hundred training images (the supernet's running statistics
+  mix every subnet's), and it is scored on the validation split.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, runtime_checkable
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from autosearch.architecture import Architecture
+from autosearch.data import Dataset, Split
+from autosearch.errors import ConfigError, require
+from autosearch.runtime import Runtime
+from autosearch.space import SearchSpace
+from autosearch.train import EpochResult, TrainConfig, TrainResult, evaluate, train
+
+__all__ = [
+    "ElasticSpaceLike",
+    "Sandwich",
+    "SubnetEvaluator",
+    "SupernetConfig",
+    "fingerprint",
+    "recalibrate",
+    "train_supernet",
+]
+
+# OFA's order of unlocking elastic genes in progressive shrinking (by the gene's last
+# part); genes of other kinds unlock last, with the widths.
+_PROGRESSIVE = (("kernel",), ("depth",), ("width", "expansion", "se"))
+_SCHEDULES = ("sandwich", "progressive")
+
+
+@runtime_checkable
+class ElasticSpaceLike(Protocol):
+    """What the core needs of an elastic space (search_spaces.elastic.ElasticSpace)."""
+
+    elastic: tuple[str, ...]
+
+    def largest(self) -> Architecture: ...
+
+    def smallest(self) -> Architecture: ...
+
+    def build_supernet(self, *, input_shape: Any, num_classes: int) -> nn.Module: ...
+
+    def fingerprint(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class SupernetConfig:
+    """How a study's supernet is trained and its subnets evaluated.
+
+    Attributes:
+        train: How the supernet trains (None: the study's TrainConfig). Each step
+            costs about ``2 + sandwich`` forward and backward passes of subnets.
+        sandwich: Random subnets per step, besides the largest and the smallest.
+        distill: Train the other subnets on the largest's soft predictions (in-place
+            distillation) rather than on the labels.
+        schedule: ``"sandwich"`` (every elastic gene from the first epoch) or
+            ``"progressive"`` (OFA's progressive shrinking).
+        calibration_images: Training images a subnet's batch-norm statistics are
+            recalibrated on before it is evaluated.
+        eval_images: Validation (and test) images each subnet is scored on; 0: all.
+        latency: Measure each subnet's CPU latency (batch 1 and 32), as trials do.
+        weights: A trained supernet's weights (``study.save_supernet(path)`` of another
+            study of the same supernet) to use instead of training one: one supernet
+            serves studies of several budgets.
+    """
+
+    train: TrainConfig | None = None
+    sandwich: int = 2
+    distill: bool = True
+    schedule: Literal["sandwich", "progressive"] = "sandwich"
+    calibration_images: int = 256
+    eval_images: int = 0
+    latency: bool = True
+    weights: str | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.train, Mapping):  # from a stored study
+            object.__setattr__(self, "train", TrainConfig(**self.train))
+        require(
+            self.train is None or isinstance(self.train, TrainConfig),
+            "SupernetConfig train",
+            self.train,
+            "a TrainConfig or None (the study's)",
+        )
+        for name, least in (("sandwich", 0), ("calibration_images", 1), ("eval_images", 0)):
+            value = getattr(self, name)
+            require(
+                isinstance(value, int) and not isinstance(value, bool) and value >= least,
+                f"SupernetConfig {name}",
+                value,
+                f"an integer >= {least}",
+            )
+        require(
+            self.weights is None or (isinstance(self.weights, str) and bool(self.weights)),
+            "SupernetConfig weights",
+            self.weights,
+            "None or the path of a supernet's weights (study.save_supernet(path))",
+        )
+        require(
+            self.schedule in _SCHEDULES,
+            "SupernetConfig schedule",
+            self.schedule,
+            "'sandwich' or 'progressive'",
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return json.loads(json.dumps(dataclasses.asdict(self)))
+
+
+def fingerprint(space: ElasticSpaceLike, input_shape: Any, num_classes: int) -> str:
+    """A short hash of what a supernet's weights are for: its space (genes, fixed
+    values, options; not its budget) and the images and classes it was built for."""
+    what = {"space": space.fingerprint(), "input": list(input_shape), "classes": num_classes}
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _elastic_space(space: SearchSpace) -> ElasticSpaceLike:
+    if not isinstance(space, ElasticSpaceLike):
+        raise ConfigError(
+            f"space {space.name!r} has no supernet: weight sharing searches the elastic part "
+            "of a space, e.g. MobileNetSpace(...).supernet(elastic=(...)) or ResNetSpace(...)"
+            ".supernet()"
+        )
+    return space
+
+
+class Sandwich:
+    """The supernet's loss for one batch (``criterion(logits, x, y)`` of
+    :func:`autosearch.train.train`, where ``logits`` are the largest subnet's): the
+    sandwich rule with in-place distillation (see the module docstring). Subnets are
+    drawn from torch's global generator, which training checkpoints and restores, so a
+    resumed run draws the same ones."""
+
+    def __init__(
+        self,
+        net: nn.Module,
+        space: ElasticSpaceLike,
+        config: SupernetConfig,
+        *,
+        epochs: int,
+        label_smoothing: float = 0.0,
+    ) -> None:
+        self.net, self.space, self.config = net, space, config
+        self.epochs, self.label_smoothing = epochs, label_smoothing
+        self.largest, self.smallest = space.largest(), space.smallest()
+        self.unlocked: tuple[str, ...] = tuple(space.elastic)
+        self.trained: list[Architecture] = []  # the subnets of the last step (for tests)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Progressive shrinking: unlock the elastic genes of this epoch's phase."""
+        if self.config.schedule != "progressive":
+            return
+        groups = [g for g in _phases(self.space.elastic) if g]
+        phase = min(len(groups), (epoch - 1) * (len(groups) + 1) // self.epochs)
+        self.unlocked = tuple(gene for group in groups[:phase] for gene in group)
+
+    def _draw(self, rng: np.random.Generator) -> Architecture:
+        domains = self.space.domains()  # type: ignore[attr-defined]
+        genes = {
+            g: (domains[g].sample(rng) if g in self.unlocked else self.largest[g])
+            for g in self.space.elastic
+        }
+        return self.space.make(genes)  # type: ignore[attr-defined,no-any-return]
+
+    def subnets(self) -> list[Architecture]:
+        """This step's subnets besides the largest: the smallest (of the unlocked
+        genes), then ``sandwich`` random ones."""
+        if not self.unlocked:
+            return []
+        smallest = self.space.make(  # type: ignore[attr-defined]
+            {g: self.smallest[g] if g in self.unlocked else self.largest[g] for g in self.largest}
+        )
+        seed = int(torch.randint(0, 2**31 - 1, ()).item())
+        rng = np.random.default_rng(seed)
+        return [smallest, *(self._draw(rng) for _ in range(self.config.sandwich))]
+
+    def __call__(self, logits: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        loss = F.cross_entropy(logits, y, label_smoothing=self.label_smoothing)
+        teacher = logits.detach().float().softmax(1)
+        self.trained = [self.largest]
+        try:
+            for arch in self.subnets():
+                self.net.activate(arch)  # type: ignore[operator]
+                out = self.net(x)
+                if self.config.distill:
+                    loss = loss + torch.sum(-teacher * out.float().log_softmax(1), 1).mean()
+                else:
+                    loss = loss + F.cross_entropy(out, y, label_smoothing=self.label_smoothing)
+                self.trained.append(arch)
+        finally:
+            self.net.activate(self.largest)  # type: ignore[operator]
+        return loss
+
+
+def _phases(elastic: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """The elastic genes grouped in progressive shrinking's order."""
+    kinds = [set(kind) for kind in _PROGRESSIVE]
+    groups: list[list[str]] = [[] for _ in kinds]
+    for gene in elastic:
+        part = gene.rsplit(".", 1)[-1]
+        index = next((i for i, kind in enumerate(kinds) if part in kind), len(kinds) - 1)
+        groups[index].append(gene)
+    return [tuple(g) for g in groups]
+
+
+def train_supernet(
+    net: nn.Module,
+    space: SearchSpace,
+    data: Dataset,
+    config: TrainConfig,
+    supernet: SupernetConfig,
+    *,
+    seed: int,
+    checkpoint: Any = None,
+    on_epoch: Callable[[EpochResult], None] | None = None,
+    runtime: Runtime | None = None,
+) -> TrainResult:
+    """Train ``net`` (``space.build_supernet(...)``) in place with the sandwich rule;
+    :func:`autosearch.train.train` does the rest (checkpoints every epoch, resume, AMP,
+    DDP). The per-epoch validation accuracy is the largest subnet's on the supernet's
+    running batch-norm statistics (a progress signal; subnets are scored after
+    recalibration)."""
+    elastic = _elastic_space(space)
+    criterion = Sandwich(
+        net, elastic, supernet, epochs=config.epochs, label_smoothing=config.label_smoothing
+    )
+    net.activate(elastic.largest())  # type: ignore[operator]
+    return train(
+        net,
+        data,
+        config,
+        seed=seed,
+        on_epoch=on_epoch,
+        checkpoint=checkpoint,
+        runtime=runtime,
+        criterion=criterion,
+    )
+
+
+@torch.no_grad()
+def recalibrate(model: nn.Module, images: torch.Tensor, *, batch_size: int = 256) -> None:
+    """Recompute ``model``'s batch-norm running statistics on ``images`` (normalised):
+    each layer's statistics become the mean over these images' batches; the weights are
+    not touched."""
+    norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    if not norms:
+        return
+    saved = [(m, m.momentum) for m in norms]
+    for m in norms:
+        m.reset_running_stats()
+        m.momentum = None  # a cumulative average over the batches
+    was_training = model.training
+    model.train()
+    try:
+        for batch in images.split(batch_size):
+            model(batch)
+    finally:
+        for m, momentum in saved:
+            m.momentum = momentum
+        model.train(was_training)
+
+
+class SubnetEvaluator:
+    """Scores subnets of a trained supernet (see the module docstring): each inherits
+    its weights, its batch-norm statistics are recalibrated on ``calibration_images``
+    training images (the same ones for every subnet), and it is evaluated on
+    ``eval_images`` validation and test images (a seeded draw, the same for every
+    subnet; all when 0)."""
+
+    def __init__(
+        self,
+        net: nn.Module,
+        space: SearchSpace,
+        data: Dataset,
+        config: SupernetConfig,
+        *,
+        seed: int,
+    ) -> None:
+        self.space, self.data, self.config = _elastic_space(space), data, config
+        self.net = net.cpu().eval()
+        generator = torch.Generator().manual_seed(seed)
+        count = min(config.calibration_images, len(data.train))
+        pick = torch.randperm(len(data.train), generator=generator)[:count]
+        self.calibration = data.normalize(data.train.take(pick))
+        self.val = _subset(data.val, config.eval_images, generator)
+        self.test = _subset(data.test, config.eval_images, generator)
+
+    def subnet(self, arch: Architecture) -> nn.Module:
+        """``arch``'s ordinary network with inherited weights and recalibrated batch-norm
+        statistics, in eval mode (on the CPU)."""
+        model = self.net.subnet(arch)  # type: ignore[operator]
+        recalibrate(model, self.calibration)
+        return model.eval()
+
+    def evaluate(self, arch: Architecture) -> tuple[nn.Module, dict[str, float]]:
+        """``arch``'s subnet and its validation and test accuracy (on the evaluation
+        images)."""
+        model = self.subnet(arch)
+        accuracy, loss = evaluate(model, self.val, self.data)
+        test_accuracy, _ = evaluate(model, self.test, self.data)
+        if not math.isfinite(loss):
+            loss = float("inf")
+        return model, {"accuracy": accuracy, "test_accuracy": test_accuracy, "val_loss": loss}
+
+
+def _subset(split: Any, count: int, generator: torch.Generator) -> Any:
+    if not count or count >= len(split):
+        return split
+    pick = torch.randperm(len(split), generator=generator)[:count]
+    return Split(x=split.take(pick), y=split.y[pick])

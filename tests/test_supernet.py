@@ -1,0 +1,455 @@
+"""Weight sharing: supernets of the ResNet and MobileNet spaces, trained on the shared
+stack with the sandwich rule, searched by every controller, exported."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import autosearch
+from autosearch import (
+    BudgetError,
+    ConfigError,
+    InvalidArchitectureError,
+    StudyError,
+    SupernetConfig,
+    TrainConfig,
+)
+from autosearch.cli import main
+from autosearch.registry import controllers
+from autosearch.supernet import Sandwich, recalibrate
+from autosearch.testing import ControllerContract
+from controllers import RandomSearch
+from search_spaces import ElasticSpace, MobileNetSpace, ResNetSpace
+
+SPACES = {
+    "resnet basic pad": lambda: ResNetSpace(
+        max_stages=2, depths=(1, 2), widths=(8, 16), stem_widths=(8, 16)
+    ).supernet(fixed={"stages": 2, "block": "basic", "shortcut": "pad"}),
+    "resnet bottleneck projection": lambda: ResNetSpace(
+        max_stages=3, depths=(1, 2), widths=(8, 16), stem_widths=(8, 16), stem="imagenet"
+    ).supernet(fixed={"stages": 3, "block": "bottleneck", "shortcut": "projection"}),
+    "mobilenet ds and ir, kernels, se": lambda: MobileNetSpace(
+        max_stages=3, depths=(1, 2), widths=(16, 24), expansions=(1, 3, 6), kernels=(3, 5, 7)
+    ).supernet(fixed={"stages": 3, "stage1.block": "ds", "width_mult": 1.0, "head.width": 640}),
+    "mobilenet with kernel transforms": lambda: MobileNetSpace(
+        max_stages=2, depths=(1, 2), widths=(16, 24), expansions=(1, 6), kernels=(3, 5)
+    ).supernet(fixed={"stages": 2, "width_mult": 0.5}, kernel_transform=True),
+}
+SHAPES = {"resnet bottleneck projection": (3, 128, 128)}
+
+
+def _perturbed(net: torch.nn.Module) -> None:
+    """Every weight, statistic and kernel transform away from its initial value, so
+    that a wrong slice cannot go unnoticed."""
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for tensor in [*net.parameters(), *net.buffers()]:
+            if tensor.is_floating_point():
+                noise = torch.rand(tensor.shape, generator=generator)
+                tensor.add_(0.1 * noise if tensor.dim() > 1 else 0.5 + noise)
+
+
+@pytest.mark.parametrize("kind", list(SPACES))
+def test_a_subnet_copied_out_is_the_same_network(kind):
+    """space.build(arch) with the supernet's slices copied in gives the supernet's
+    outputs for that subnet (eval mode, within 1e-5)."""
+    space = SPACES[kind]()
+    shape = SHAPES.get(kind, (3, 16, 16))
+    net = space.build_supernet(input_shape=shape, num_classes=7)
+    _perturbed(net)
+    net.eval()
+    x = torch.randn(3, *shape, generator=torch.Generator().manual_seed(1))
+    rng = np.random.default_rng(0)
+    archs = [space.largest(), space.smallest(), *(space.sample(rng) for _ in range(6))]
+    for arch in archs:
+        net.activate(arch)
+        subnet = net.subnet(arch).eval()
+        assert type(subnet).__module__.startswith("search_spaces._")  # an ordinary network
+        with torch.no_grad():
+            torch.testing.assert_close(subnet(x), net(x), rtol=0, atol=1e-5)
+
+
+def test_every_subnet_is_an_architecture_of_the_space():
+    space = SPACES["resnet basic pad"]()
+    arch = space.sample(np.random.default_rng(0))
+    full = space.full(arch)
+    assert full.space == "resnet" and full["block"] == "basic" and full["stages"] == 2
+    assert space.project(full) == arch
+    assert space.describe(arch) == space.space.describe(full)
+    assert space.cost(arch) == space.space.cost(full)
+
+
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (
+            lambda: ResNetSpace().supernet(elastic=("block",)),
+            "gene 'block' of space 'resnet' is not elastic",
+        ),
+        (lambda: ResNetSpace().supernet(elastic=("stage1.widht",)), "did you mean 'stage1.width'"),
+        (lambda: ResNetSpace().supernet(fixed={"stags": 2}), "did you mean 'stages'"),
+        (
+            lambda: ResNetSpace().supernet(elastic=("stem.width",), fixed={"stem.width": 16}),
+            "'stem.width' is both fixed and elastic",
+        ),
+        (
+            lambda: ResNetSpace(max_stages=3).supernet(
+                elastic=("stage3.depth",), fixed={"stages": 2}
+            ),
+            "'stage3.depth' has no effect",
+        ),
+        (
+            lambda: ResNetSpace().supernet(fixed={"block": "dense"}),
+            "'block' = 'dense' is not allowed",
+        ),
+        (lambda: ElasticSpace(space=autosearch.registry.spaces.get("nb201")()), "has no supernet"),
+        (lambda: ResNetSpace().supernet(kernel_transform=True), "needs an elastic kernel gene"),
+    ],
+)
+def test_a_supernet_asked_for_what_it_cannot_share_says_which_gene(make, match):
+    with pytest.raises(ConfigError, match=match) as error:
+        make()
+    assert "\n" not in str(error.value)
+
+
+def test_a_subnet_outside_the_sub_space_is_refused_naming_the_gene():
+    space = SPACES["resnet basic pad"]()
+    other = space.space.make({**space.full(space.largest()), "block": "bottleneck"})
+    with pytest.raises(ConfigError, match="gene 'block' = 'bottleneck' is outside"):
+        space.project(other)
+    with pytest.raises(InvalidArchitectureError, match="'stage1.width' = 999"):
+        space.make({**space.largest(), "stage1.width": 999})
+
+
+def test_the_sandwich_rule_trains_the_largest_smallest_and_random_subnets():
+    space = SPACES["resnet basic pad"]()
+    net = space.build_supernet(input_shape=(1, 8, 8), num_classes=10)
+    sandwich = Sandwich(net, space, SupernetConfig(sandwich=2), epochs=4)
+    net.activate(space.largest())
+    x, y = torch.randn(8, 1, 8, 8), torch.randint(0, 10, (8,))
+    logits = net(x)
+    torch.manual_seed(0)
+    loss = sandwich(logits, x, y)
+    # After the step the supernet runs the largest again (what training validates on).
+    torch.testing.assert_close(net(x), logits)
+    largest, smallest = space.largest(), space.smallest()
+    assert sandwich.trained[:2] == [largest, smallest] and len(sandwich.trained) == 4
+    # The loss is the largest's on the labels plus each other's on its soft predictions.
+    teacher = logits.detach().softmax(1)
+    expected = torch.nn.functional.cross_entropy(logits, y)
+    for arch in sandwich.trained[1:]:
+        net.activate(arch)
+        expected = expected + torch.sum(-teacher * net(x).log_softmax(1), 1).mean()
+    torch.testing.assert_close(loss, expected)
+    loss.backward()
+    stage2_last = net.net.stages[1][-1].convs[0].weight  # only the deepest subnets run it
+    assert stage2_last.grad is not None and stage2_last.grad.abs().sum() > 0
+
+
+def test_progressive_shrinking_unlocks_kernels_then_depths_then_widths():
+    space = SPACES["mobilenet with kernel transforms"]()
+    net = space.build_supernet(input_shape=(3, 16, 16), num_classes=10)
+    sandwich = Sandwich(net, space, SupernetConfig(schedule="progressive"), epochs=8)
+    unlocked = []
+    for epoch in range(1, 9):
+        sandwich.set_epoch(epoch)
+        unlocked.append({g.rsplit(".", 1)[1] for g in sandwich.unlocked})
+    assert unlocked[0] == set() and unlocked[1] == set()  # the largest alone first
+    assert unlocked[2] == {"kernel"} and unlocked[4] == {"kernel", "depth"}
+    assert unlocked[-1] == {"kernel", "depth", "width", "expansion", "se"}
+    sandwich.set_epoch(1)
+    assert sandwich.subnets() == []  # phase 0 trains the largest only
+
+
+def test_recalibration_changes_the_statistics_and_not_the_weights(digits):
+    space = SPACES["resnet basic pad"]()
+    net = space.build_supernet(input_shape=(1, 8, 8), num_classes=10)
+    model = net.subnet(space.smallest())
+    weights = {k: v.clone() for k, v in model.named_parameters()}
+    stats = {k: v.clone() for k, v in model.named_buffers() if "running" in k}
+    recalibrate(model, digits.normalize(digits.train.x[:200]), batch_size=64)
+    for name, value in model.named_parameters():
+        assert torch.equal(value, weights[name]), name
+    changed = [
+        k for k, v in model.named_buffers() if "running" in k and not torch.equal(v, stats[k])
+    ]
+    assert len(changed) == len(stats)
+    # The statistics are those of these images: the mean over the batches' means.
+    first_bn = model.stem[0][1]
+    conv = model.stem[0][0]
+    with torch.no_grad():
+        batches = digits.normalize(digits.train.x[:200]).split(64)
+        means = torch.stack([conv(b).mean((0, 2, 3)) for b in batches]).mean(0)
+    torch.testing.assert_close(first_bn.running_mean, means, rtol=1e-4, atol=1e-5)
+
+
+# Studies on a supernet ----------------------------------------------------------------
+TINY = TrainConfig(epochs=2, batch_size=64, lr=0.05)
+
+
+def _space(**budget):
+    return ResNetSpace(max_stages=2, depths=(1, 2), widths=(8, 16), stem_widths=(8, 16)).supernet(
+        fixed={"stages": 2, "block": "basic"}, **budget
+    )
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A study whose tiny supernet is trained, and that supernet's weights file."""
+    root = tmp_path_factory.mktemp("supernet")
+    study = autosearch.create_study(
+        "ws",
+        controller=RandomSearch(_space(), seed=0),
+        storage=f"sqlite:///{root}/ws.db",
+        train=TINY,
+        supernet=SupernetConfig(sandwich=1, latency=False),
+    )
+    info = study.train_supernet()
+    weights = study.save_supernet(root / "supernet.safetensors")
+    return {"root": root, "study": study, "info": info, "weights": weights}
+
+
+def test_a_supernet_is_trained_once_and_stored_with_the_study(trained):
+    study, info = trained["study"], trained["info"]
+    assert info["status"] == "complete" and info["epochs"] == 2 and len(info["history"]) == 2
+    again = autosearch.load_study("ws", storage=study.storage_url)
+    assert again.train_supernet() == info  # trained already: nothing trains again
+    assert not (study.artifacts.folder / "supernet").exists() or not any(
+        (study.artifacts.folder / "supernet").rglob("*.pt")
+    )  # its checkpoints go once its weights are stored
+
+
+@pytest.mark.parametrize("name", controllers.names())
+def test_every_controller_searches_a_supernet_unchanged(name, trained, tmp_path):
+    cls = controllers.get(name)
+    space = _space(max_flops=6e5, budget_input=(1, 8, 8))
+    options = (
+        {"objectives": {"accuracy": "maximize", "flops": "minimize"}} if name == "nsga2" else {}
+    )
+    study = autosearch.create_study(
+        name,
+        controller=cls(space, seed=0, **options),
+        storage=f"sqlite:///{tmp_path}/s.db",
+        train=TINY,
+        supernet=SupernetConfig(sandwich=1, latency=False, weights=str(trained["weights"])),
+    )
+    study.train_supernet()  # imports the weights: no training
+    records = study.optimize(6)
+    assert [r.state for r in records] == ["complete"] * 6
+    assert len({r.arch for r in records}) == 6
+    assert all(r.flops <= 6e5 for r in records)  # within the space's budget
+    facts = study.optuna_trials()[0].user_attrs["result"]
+    assert facts["evaluated_by"] == "supernet" and facts["weights"] is None
+    assert 0.0 < records[0].accuracy <= 1.0
+
+
+class TestEveryControllerOnAnElasticSpace(ControllerContract):
+    """The controller contract over an elastic sub-space (what a supernet study searches)."""
+
+    @pytest.fixture
+    def space(self):  # 4,800 subnets: large enough that no sampler runs out of new ones
+        return ResNetSpace(
+            max_stages=3, depths=(1, 2, 3), widths=(8, 16, 24, 32), stem_widths=(8, 16, 24)
+        ).supernet(fixed={"stages": 3, "block": "basic"})
+
+    @pytest.fixture(params=controllers.names())
+    def make_controller(self, request, space):
+        cls = controllers.get(request.param)
+        return lambda seed: cls(space, seed=seed)
+
+
+def test_variants_of_a_subnet_are_derived_from_its_inherited_weights(trained, tmp_path):
+    study = autosearch.create_study(
+        "v",
+        controller=RandomSearch(_space(), seed=1),
+        storage=f"sqlite:///{tmp_path}/v.db",
+        train=TINY,
+        variants=("base", "int8"),
+        supernet=SupernetConfig(latency=False, weights=str(trained["weights"])),
+    )
+    study.train_supernet()
+    (record,) = study.optimize(1)
+    int8 = study.record(record.trial, "int8")
+    assert int8.state == "complete" and int8.metrics["bytes"] < record.metrics["bytes"]
+    assert abs(int8.accuracy - record.accuracy) < 0.1
+
+
+def test_bad_input_to_a_supernet_study_changes_nothing(trained, tmp_path, capsys):
+    url = f"sqlite:///{tmp_path}/b.db"
+    with pytest.raises(ConfigError, match="must be the elastic part of one"):
+        autosearch.create_study(
+            "b",
+            controller=RandomSearch(ResNetSpace(), seed=0),
+            storage=url,
+            supernet=SupernetConfig(),
+        )
+    study = autosearch.create_study(
+        "b",
+        controller=RandomSearch(_space(), seed=0),
+        storage=url,
+        train=TINY,
+        supernet=SupernetConfig(latency=False),
+    )
+    # Evaluating before the supernet is trained: one line, nothing run.
+    with pytest.raises(StudyError, match="not trained yet: train it first"):
+        study.optimize(2)
+    assert study.optuna_trials() == []
+    # Weights of another supernet (another sub-space): refused.
+    other = autosearch.create_study(
+        "o",
+        controller=RandomSearch(
+            ResNetSpace(max_stages=2, depths=(1,), widths=(8,), stem_widths=(8,)).supernet(
+                fixed={"stages": 2, "block": "basic"}
+            ),
+            seed=0,
+        ),
+        storage=f"sqlite:///{tmp_path}/o.db",
+        train=TINY,
+        supernet=SupernetConfig(weights=str(trained["weights"])),
+    )
+    with pytest.raises(ConfigError, match="are of another supernet"):
+        other.train_supernet()
+    (tmp_path / "junk.safetensors").write_bytes(b"\x00" * 64)
+    junk = autosearch.create_study(
+        "j",
+        controller=RandomSearch(_space(), seed=0),
+        storage=f"sqlite:///{tmp_path}/j.db",
+        train=TINY,
+        supernet=SupernetConfig(weights=str(tmp_path / "junk.safetensors")),
+    )
+    with pytest.raises(ConfigError, match="cannot be read"):
+        junk.train_supernet()
+    assert other.optuna_trials() == [] and junk.optuna_trials() == []
+
+
+def test_a_subnet_over_the_budget_is_refused(trained):
+    import dataclasses
+
+    from autosearch.runner import run_trial
+
+    study = trained["study"]
+    space = _space(max_flops=2e5, budget_input=(1, 8, 8))
+    plan = dataclasses.replace(study.plan(space.largest()), space=space)
+    with pytest.raises(BudgetError, match="over the budget"):
+        run_trial(plan, study.data)
+
+
+def test_a_subnet_exports_with_its_inherited_weights_and_trains_again(trained, tmp_path, capsys):
+    study = trained["study"]
+    (record,) = autosearch.load_study("ws", storage=study.storage_url).optimize(1)
+    out = study.export(study.record(record.trial), tmp_path / "sub", finetune_epochs=1)
+    card = json.loads((out / "arch.json").read_text())
+    assert card["architecture"]["space"] == "resnet"  # an ordinary architecture
+    metrics = card["metrics"]
+    assert metrics["accuracy_inherited"] == pytest.approx(record.accuracy, abs=1e-9)
+    assert "accuracy_finetuned" in metrics and metrics["finetune_epochs"] == 1
+    # Loads with torch alone, in a fresh process.
+    code = textwrap.dedent(
+        """
+        import sys
+        class Block:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in {"autosearch", "search_spaces", "controllers", "optuna"}:
+                    raise ImportError(name)
+        sys.meta_path.insert(0, Block())
+        import torch, model
+        net = model.load()
+        print(tuple(net(torch.zeros(2, *model.INPUT_SHAPE)).shape))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=out, capture_output=True, text=True, timeout=1800
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "(2, 10)", done.stderr[-2000:]
+    # And autosearch train trains the same architecture from scratch.
+    assert main(["train", str(out), "--epochs", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["epochs"] == 1
+
+
+STUDY_FILE = textwrap.dedent(
+    """
+    from autosearch import StudySpec, SupernetConfig, TrainConfig
+    from controllers import RegularizedEvolution
+    from search_spaces import ResNetSpace
+
+    space = ResNetSpace(max_stages=2, depths=(1, 2), widths=(8, 16), stem_widths=(8, 16))
+    study = StudySpec(
+        name="ws-file",
+        controller=RegularizedEvolution(
+            space.supernet(fixed={{"stages": 2}}), population=4, sample=2, seed=0
+        ),
+        train=TrainConfig(epochs={epochs}, batch_size=32, lr=0.05),
+        supernet=SupernetConfig(sandwich=1, latency=False),
+        n_trials=4,
+    )
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_supernet_killed_mid_epoch_resumes_from_its_last_epoch(tmp_path):
+    (tmp_path / "ws.py").write_text(STUDY_FILE.format(epochs=4))
+    cli = Path(sys.executable).with_name("autosearch")
+    run = subprocess.Popen(
+        [str(cli), "supernet", "ws.py", "--json"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    checkpoints = tmp_path / "runs" / "ws-file" / "artifacts" / "supernet"
+    try:
+        for _ in range(36000):  # waits on the file; the bound only keeps a hang out
+            found = list(checkpoints.rglob("train.pt"))
+            if found:
+                break
+            time.sleep(0.05)
+        os.kill(run.pid, signal.SIGKILL)  # mid-epoch 2 (or later): no chance to clean up
+        run.wait(timeout=1800)
+    finally:
+        run.kill()
+    saved = torch.load(found[0], weights_only=True)
+    cut_at = saved["epoch"]
+    assert 1 <= cut_at < 4
+    assert (
+        main(
+            [
+                "supernet",
+                str(tmp_path / "ws.py"),
+                "--storage",
+                f"sqlite:///{tmp_path}/runs/ws-file/study.db",
+                "--json",
+            ]
+        )
+        == 0
+    )
+    study = autosearch.load_study("ws-file", storage=f"sqlite:///{tmp_path}/runs/ws-file/study.db")
+    history = study.train_supernet()["history"]
+    assert [e["epoch"] for e in history] == [1, 2, 3, 4]
+    # The epochs before the kill were restored, not trained again (their timings match).
+    assert [e["seconds"] for e in history[:cut_at]] == [e["seconds"] for e in saved["history"]]
+
+
+def test_run_trains_the_supernet_then_searches_and_exports(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ws.py").write_text(STUDY_FILE.format(epochs=1))
+    assert main(["run", "ws.py"]) == 0
+    out = capsys.readouterr().out
+    assert "supernet of study ws-file: trained 1 epochs" in out and "Pareto front" in out
+    assert (tmp_path / "runs" / "ws-file" / "best" / "model.py").is_file()
+    assert main(["export", "ws.py", "--best", "--finetune", "1", "--out", "x", "--json"]) == 0
+    card = json.loads(capsys.readouterr().out)
+    assert card["metrics"]["finetune_epochs"] == 1 and card["architecture"]["space"] == "resnet"
+    assert main(["rerun", "ws.py", "--trial", "0"]) == 2
+    assert "evaluated on the study's supernet" in capsys.readouterr().err
