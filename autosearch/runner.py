@@ -31,8 +31,8 @@ import torch.nn as nn
 from autosearch.architecture import Architecture
 from autosearch.compress import Compression, Derived, VariantSpec, derive
 from autosearch.controller import Outcome
+from autosearch.cost import Cost, measure, saved_bytes, sparse_macs
 from autosearch.cost import latency as time_latency
-from autosearch.cost import measure, saved_bytes, sparse_macs
 from autosearch.data import Dataset
 from autosearch.early_stopping import SuccessiveHalving
 from autosearch.errors import AutosearchError, PlatformError
@@ -299,8 +299,14 @@ def evaluate_on_supernet(plan: TrialPlan, data: Dataset) -> tuple[nn.Module, dic
     plan.space.check_budget(plan.arch)
     start = time.perf_counter()
     model, metrics = plan.supernet.evaluate(plan.arch)
+    # The space counts a dense subnet analytically (equal to the FLOP counter, without
+    # its forward pass, which would cost more than the evaluation itself).
+    counted = plan.space.cost(plan.arch, input_shape=data.input_shape, num_classes=data.num_classes)
     measured = profile(
-        Derived(model=model, float_model=model), data, latency=plan.supernet.config.latency
+        Derived(model=model, float_model=model),
+        data,
+        latency=plan.supernet.config.latency,
+        counted=counted,
     )
     metrics = {**metrics, **measured, "eval_seconds": time.perf_counter() - start}
     return model, metrics
@@ -328,16 +334,20 @@ def derive_variant(
     )
 
 
-def profile(derived: Derived, data: Dataset, *, latency: bool = True) -> dict[str, float]:
+def profile(
+    derived: Derived, data: Dataset, *, latency: bool = True, counted: Cost | None = None
+) -> dict[str, float]:
     """Measure a model: FLOPs, MACs, sparse MACs and params counted on the float network
     with the variant's structure, BOPs at the variant's bit widths, saved bytes, and
-    (``latency``) latency of the model that really runs (conventions: autosearch.cost)."""
+    (``latency``) latency of the model that really runs (conventions: autosearch.cost).
+    ``counted``: the dense network's cost, counted already (no zeros to discount)."""
     shape = data.input_shape
-    cost = measure(derived.float_model, shape)
+    cost = counted or measure(derived.float_model, shape)
+    sparse = cost.macs if counted else sparse_macs(derived.float_model, shape)
     measured = {
         "flops": float(cost.flops),
         "macs": float(cost.macs),
-        "sparse_macs": float(sparse_macs(derived.float_model, shape)),
+        "sparse_macs": float(sparse),
         "params": float(cost.params),
         "bops": float(cost.macs * derived.weight_bits * derived.activation_bits),
         "bytes": float(derived.saved_bytes or saved_bytes(derived.float_model)),

@@ -453,3 +453,12 @@ def test_run_trains_the_supernet_then_searches_and_exports(tmp_path, monkeypatch
     assert card["metrics"]["finetune_epochs"] == 1 and card["architecture"]["space"] == "resnet"
     assert main(["rerun", "ws.py", "--trial", "0"]) == 2
     assert "evaluated on the study's supernet" in capsys.readouterr().err
+
+
+def test_the_shipped_supernet_study_file_defines_a_supernet_study():
+    from autosearch.studyfile import load_spec
+
+    spec = load_spec(Path(__file__).resolve().parents[1] / "studies" / "digits_supernet.py")
+    assert spec.name == "digits-supernet" and spec.supernet is not None
+    assert isinstance(spec.controller.space, ElasticSpace) and spec.data == "digits"
+    assert spec.controller.space.space.size() > spec.controller.space.size() >= 3000

@@ -181,16 +181,16 @@ class Artifacts:
             self._pushed[path] = (stat.st_mtime_ns, stat.st_size)
 
     # The study's supernet: its training's work folder, mirrored like an attempt's.
-    def supernet_work(self, fingerprint: str) -> Path:
-        """The folder of the supernet's training (its per-epoch checkpoint), seeded from
-        the bucket when this disk has none (a run resumed on another machine)."""
-        work = self.folder / "supernet" / fingerprint
+    def supernet_work(self, job: str) -> Path:
+        """The folder of a supernet's training job (its per-epoch checkpoint), seeded
+        from the bucket when this disk has none (a run resumed on another machine)."""
+        work = self.folder / "supernet" / job
         try:
             work.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise PlatformError(f"cannot prepare {work}: {exc.strerror or exc}") from None
         if self.remote is not None and not (work / TRAIN_STATE).exists():
-            for key in self._remote(self.remote.list, f"supernet/{fingerprint}"):
+            for key in self._remote(self.remote.list, f"supernet/{job}"):
                 relative = key.split("/", 2)[2] if key.count("/") >= 2 else ""
                 path = inside(work, relative)
                 if path is None:
@@ -199,14 +199,14 @@ class Artifacts:
                 self._remote(self.remote.get, key, path)
         return work
 
-    def push_supernet(self, fingerprint: str) -> None:
-        self._push(self.folder / "supernet" / fingerprint, f"supernet/{fingerprint}")
+    def push_supernet(self, job: str) -> None:
+        self._push(self.folder / "supernet" / job, f"supernet/{job}")
 
-    def finish_supernet(self, fingerprint: str) -> None:
+    def finish_supernet(self, job: str) -> None:
         """The supernet is trained and its weights stored: its work folder goes."""
-        shutil.rmtree(self.folder / "supernet" / fingerprint, ignore_errors=True)
+        shutil.rmtree(self.folder / "supernet" / job, ignore_errors=True)
         if self.remote is not None:
-            self._remote(self.remote.delete, f"supernet/{fingerprint}")
+            self._remote(self.remote.delete, f"supernet/{job}")
 
     def finish(self, arch: Architecture) -> None:
         """``arch``'s trial is COMPLETE (or ended for good): its attempts' work goes."""

@@ -4,12 +4,16 @@ the job in the study's storage and artifacts).
 
 The job's state is a study system attribute: ``{"status": "complete", "fingerprint",
 "weights" (an artifact id), "epochs", "seconds", "history", ...}``. While it trains, its
-per-epoch checkpoint lives in ``ARTIFACTS/supernet/FINGERPRINT/`` (mirrored to the
+per-epoch checkpoint lives in ``ARTIFACTS/supernet/JOB/`` (JOB: a hash of the study, its
+supernet and the training settings; mirrored to the
 bucket), so a killed run resumes from its last epoch, on this machine or another.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 import logging
 import sys
 import time
@@ -80,7 +84,8 @@ def train(study: Study, *, show_progress_bar: bool | None = None) -> dict[str, A
     if config.weights:
         return _store(study, net, _imported(net, config.weights, fp), fp)
     settings = config.train or study.definition.train
-    work = study.artifacts.supernet_work(fp)
+    job = _job_key(study, fp)
+    work = study.artifacts.supernet_work(job)
     rank, _ = world()
     start = time.perf_counter()
     show = False if rank != 0 else show_progress_bar
@@ -89,7 +94,7 @@ def train(study: Study, *, show_progress_bar: bool | None = None) -> dict[str, A
         def epoch_done(epoch: EpochResult) -> None:
             on_epoch(epoch)
             if rank == 0:
-                study.artifacts.push_supernet(fp)  # the checkpoint, to the bucket if any
+                study.artifacts.push_supernet(job)  # the checkpoint, to the bucket if any
 
         result = train_supernet(
             net,
@@ -111,15 +116,33 @@ def train(study: Study, *, show_progress_bar: bool | None = None) -> dict[str, A
         "world_size": result.world_size,
         "history": [vars(e) for e in result.history],
     }
-    return _store(study, net, info, fp)
+    return _store(study, net, info, fp, job)
 
 
-def _store(study: Study, net: nn.Module, info: dict[str, Any], fp: str) -> dict[str, Any]:
+def _job_key(study: Study, fp: str) -> str:
+    """The name of the job's work folder: a study's supernet of this fingerprint with
+    these training settings (studies sharing an artifacts folder never share it)."""
+    config = study.definition.supernet
+    assert config is not None
+    what = {
+        "study": study.name,
+        "fingerprint": fp,
+        "seed": study.seed,
+        "train": dataclasses.asdict(config.train or study.definition.train),
+        "rule": [config.sandwich, config.distill, config.schedule],
+    }
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _store(
+    study: Study, net: nn.Module, info: dict[str, Any], fp: str, job: str | None = None
+) -> dict[str, Any]:
     """Store the trained weights as an artifact of the study, then its state."""
     weights = study.artifacts.save_weights(study.storage, None, net, study=study.optuna_study)
     state = {"status": "complete", "fingerprint": fp, "weights": weights, **info}
     study.storage.set_study_system_attr(study._study_id, _ATTR, state)
-    study.artifacts.finish_supernet(fp)
+    if job is not None:
+        study.artifacts.finish_supernet(job)
     logger.info("study %s: supernet trained (%s)", study.name, fp)
     return state
 

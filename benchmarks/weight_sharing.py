@@ -1,0 +1,469 @@
+"""Weight sharing on real images: does one supernet rank subnets like training them does,
+and does a search on it find networks as good as a multi-trial search of equal compute?
+
+On Fashion-MNIST (the Debian package ``dataset-fashion-mnist``; ``--data`` takes any
+spec, e.g. ``cifar10:PATH``), over an elastic ResNet sub-space (stem width, and per
+stage depth and width):
+
+1. supernet training (sandwich rule, in-place distillation) against one stand-alone
+   training of its largest subnet, per epoch;
+2. rank correlation (Kendall tau, Spearman) between supernet-evaluated and stand-alone
+   validation accuracy (same recipe, from scratch) over subnets spread over the FLOPs
+   range, overall and within FLOPs-matched groups; for the sandwich rule and for
+   progressive shrinking;
+3. for three FLOPs budgets: the best subnet of a search on the supernet (regularized
+   evolution, ``--evaluations`` each), trained from scratch, against the best of a
+   multi-trial random search given the same total compute (the supernet's whole
+   training, the search and the final training); the found subnet's inherited accuracy
+   with and without ``--finetune`` epochs of fine-tuning;
+4. the cost of one supernet evaluation against one trial's training;
+5. (``--kernels``) a MobileNet supernet's elastic kernels as centred crops against OFA's
+   learned kernel transformations: inherited accuracy of subnets of each kernel size.
+
+Prints JSON (and writes ``--markdown``). The default settings fit a 2-core CPU in under
+an hour; ``--large`` is for a GPU.
+
+    python benchmarks/weight_sharing.py --markdown ws.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+# This folder holds controllers.py (the controller benchmark), which would shadow the
+# `controllers` package for any script run from here: take the folder off the path.
+sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+import numpy as np
+import torch
+from scipy import stats
+
+import autosearch
+from autosearch import SupernetConfig, TrainConfig
+from autosearch.data import load_data
+from autosearch.supernet import SubnetEvaluator
+from autosearch.train import evaluate, train
+from controllers import RegularizedEvolution
+from search_spaces import MobileNetSpace, ResNetSpace
+
+SETTINGS = {
+    # 2 CPU cores, under an hour.
+    "reduced": {
+        "images": 10_000,
+        "epochs": 4,
+        "supernet_epochs": 12,
+        "subnets": 30,
+        "groups": 3,
+        "evaluations": 1000,
+        "eval_images": 500,
+        "finetune": 2,
+        "batch_size": 128,
+        "lr": 0.05,
+    },
+    # A GPU: the whole dataset, longer training.
+    "large": {
+        "images": 0,
+        "epochs": 15,
+        "supernet_epochs": 60,
+        "subnets": 50,
+        "groups": 5,
+        "evaluations": 1000,
+        "eval_images": 0,
+        "finetune": 2,
+        "batch_size": 256,
+        "lr": 0.1,
+    },
+}
+
+
+def space(**budget: Any):
+    """Elastic ResNets for 28×28 images: stem 8/16, three stride-2 stages of depth 1–3
+    and width 8–24 (6,750 subnets, 0.4–12 MFLOPs)."""
+    return ResNetSpace(
+        max_stages=3,
+        depths=(1, 2, 3),
+        widths=(8, 12, 16, 20, 24),
+        stem_widths=(8, 16),
+        strides=(1, 2),
+    ).supernet(
+        fixed={
+            "stages": 3,
+            "block": "basic",
+            "shortcut": "pad",
+            "stage1.stride": 2,
+            "stage2.stride": 2,
+            "stage3.stride": 2,
+        },
+        **budget,
+    )
+
+
+class StandAlone:
+    """Subnets trained from scratch with the recipe, each once (cached by arch id)."""
+
+    def __init__(self, data, recipe: TrainConfig, seed: int) -> None:
+        self.data, self.recipe, self.seed = data, recipe, seed
+        self.done: dict[str, dict[str, float]] = {}
+
+    def __call__(self, elastic, arch) -> dict[str, float]:
+        if arch.arch_id not in self.done:
+            torch.manual_seed(self.seed)
+            model = elastic.build(
+                arch, input_shape=self.data.input_shape, num_classes=self.data.num_classes
+            )
+            start = time.perf_counter()
+            train(model, self.data, self.recipe, seed=self.seed)
+            seconds = time.perf_counter() - start
+            self.done[arch.arch_id] = {
+                "val": evaluate(model, self.data.val, self.data)[0],
+                "test": evaluate(model, self.data.test, self.data)[0],
+                "seconds": seconds,
+                "flops": float(elastic.cost(arch, input_shape=self.data.input_shape).flops),
+            }
+            print(f"  trained {elastic.describe(arch)}: {self.done[arch.arch_id]}", file=sys.stderr)
+        return self.done[arch.arch_id]
+
+
+def spread(elastic, n: int, seed: int, draws: int = 600) -> list:
+    """``n`` distinct subnets evenly spaced in FLOPs rank among uniform draws."""
+    rng = np.random.default_rng(seed)
+    drawn = {a.arch_id: a for a in (elastic.sample(rng) for _ in range(draws))}
+    ordered = sorted(drawn.values(), key=lambda a: elastic.cost(a).flops)
+    picks = np.linspace(0, len(ordered) - 1, n).round().astype(int)
+    return [ordered[i] for i in dict.fromkeys(picks.tolist())]
+
+
+def correlation(ws: list[float], sa: list[float], flops: list[float], groups: int) -> dict:
+    """Kendall tau and Spearman overall, and the mean within FLOPs-matched groups."""
+    order = np.argsort(flops)
+    within = []
+    for part in np.array_split(order, groups):
+        if len(part) > 2:
+            within.append(stats.kendalltau([ws[i] for i in part], [sa[i] for i in part])[0])
+    return {
+        "kendall_tau": float(stats.kendalltau(ws, sa)[0]),
+        "spearman": float(stats.spearmanr(ws, sa)[0]),
+        "kendall_tau_within_groups": float(np.nanmean(within)),
+        "within_groups": [float(t) for t in within],
+        # Size alone: how well FLOPs order the stand-alone accuracies.
+        "kendall_tau_of_flops": float(stats.kendalltau(flops, sa)[0]),
+    }
+
+
+def make_study(name: str, root: Path, data, recipe, supernet: SupernetConfig, elastic, seed=0):
+    return autosearch.create_study(
+        name,
+        controller=RegularizedEvolution(elastic, population=50, sample=10, seed=seed),
+        data=data,
+        storage=f"sqlite:///{root}/{name}.db",
+        train=recipe,
+        supernet=supernet,
+        load_if_exists=True,
+    )
+
+
+def fine_tuned(model, data, recipe: TrainConfig, epochs: int, seed: int) -> float:
+    config = dataclasses.replace(recipe, epochs=epochs, lr=recipe.lr * 0.5)
+    train(model, data, config, seed=seed)
+    return evaluate(model, data.val, data)[0]
+
+
+def kernels_experiment(arrays, recipe: TrainConfig, root: Path, seed: int) -> dict:
+    """MobileNet elastic kernels: centred crops against OFA's kernel transformations,
+    the same training; the mean inherited accuracy of random subnets per kernel size."""
+    base = MobileNetSpace(
+        max_stages=2, depths=(1, 2), widths=(16, 24), expansions=(3, 6), kernels=(3, 5, 7)
+    )
+    fixed = {
+        "stages": 2,
+        "width_mult": 1.0,
+        "stem.stride": 2,
+        "stem.width": 16,
+        "head.width": 640,
+        "stage1.stride": 2,
+        "stage2.stride": 2,
+    }
+    out: dict[str, Any] = {}
+    for label, transform in (("crop", False), ("transform", True)):
+        elastic = base.supernet(fixed=fixed, kernel_transform=transform)
+        study = make_study(
+            f"kernels-{label}",
+            root,
+            arrays,
+            recipe,
+            SupernetConfig(sandwich=2, latency=False, test_accuracy=False),
+            elastic,
+            seed,
+        )
+        start = time.perf_counter()
+        study.train_supernet()
+        seconds = time.perf_counter() - start
+        evaluator = study.supernet_evaluator
+        rng = np.random.default_rng(seed)
+        by_kernel: dict[int, list[float]] = {3: [], 5: [], 7: []}
+        for _ in range(24):
+            arch = elastic.sample(rng)
+            kernel = int(arch["stage1.kernel"])
+            arch = elastic.make({**arch, "stage2.kernel": kernel})  # one kernel size throughout
+            by_kernel[kernel].append(evaluator.evaluate(arch)[1]["accuracy"])
+        out[label] = {
+            "train_seconds": seconds,
+            **{f"kernel{k}": float(np.mean(v)) for k, v in by_kernel.items() if v},
+        }
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", default="fashion-mnist")
+    parser.add_argument("--large", action="store_true", help="the GPU setting")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-progressive", action="store_true")
+    parser.add_argument("--kernels", action="store_true", help="also the kernel experiment")
+    parser.add_argument("--workdir", help="keep the studies here (default: a temporary folder)")
+    parser.add_argument("--markdown", help="write the table here too")
+    for key, value in SETTINGS["reduced"].items():
+        parser.add_argument(f"--{key.replace('_', '-')}", type=type(value))
+    args = parser.parse_args()
+    settings = dict(SETTINGS["large" if args.large else "reduced"])
+    settings.update({k: v for k, v in vars(args).items() if k in settings and v is not None})
+    root = Path(args.workdir or tempfile.mkdtemp(prefix="weight-sharing-"))
+    root.mkdir(parents=True, exist_ok=True)
+    began = time.perf_counter()
+
+    full = load_data(args.data, seed=args.seed)
+    x = torch.cat([full.train.x, full.val.x, full.test.x])
+    y = torch.cat([full.train.y, full.val.y, full.test.y])
+    if settings["images"]:
+        pick = torch.randperm(len(y), generator=torch.Generator().manual_seed(args.seed))
+        x, y = x[pick[: settings["images"]]], y[pick[: settings["images"]]]
+    arrays = (x.numpy(), y.numpy())
+    recipe = TrainConfig(
+        epochs=settings["epochs"], batch_size=settings["batch_size"], lr=settings["lr"]
+    )
+    super_recipe = dataclasses.replace(recipe, epochs=settings["supernet_epochs"])
+    search_config = SupernetConfig(
+        train=super_recipe,
+        sandwich=2,
+        eval_images=settings["eval_images"],
+        test_accuracy=False,
+        latency=False,
+    )
+    elastic = space()
+    report: dict[str, Any] = {"settings": settings, "data": args.data}
+
+    # 1. The supernet (sandwich rule), and its largest subnet trained alone.
+    print("supernet (sandwich rule)...", file=sys.stderr)
+    study = make_study("sandwich", root, arrays, recipe, search_config, elastic, args.seed)
+    data = study.data
+    report["images"] = {"train": len(data.train), "val": len(data.val), "test": len(data.test)}
+    start = time.perf_counter()
+    info = study.train_supernet()
+    supernet_seconds = time.perf_counter() - start
+    weights = study.save_supernet(root / "sandwich.safetensors")
+    alone = StandAlone(data, recipe, args.seed)
+    largest = alone(elastic, elastic.largest())
+    per_epoch = info["seconds"] / info["epochs"]
+    report["training"] = {
+        "supernet_seconds": info["seconds"],
+        "supernet_epochs": info["epochs"],
+        "supernet_seconds_per_epoch": per_epoch,
+        "largest_alone_seconds_per_epoch": largest["seconds"] / recipe.epochs,
+        "ratio_per_epoch": per_epoch / (largest["seconds"] / recipe.epochs),
+        "largest_alone_val": largest["val"],
+    }
+
+    # 2. Rank correlation over subnets spread over the FLOPs range.
+    print("ranking...", file=sys.stderr)
+    ranked = spread(elastic, settings["subnets"], args.seed)
+    truth = [alone(elastic, a) for a in ranked]
+    full_eval = dataclasses.replace(search_config, eval_images=0)
+    schedules = {"sandwich": study}
+    if not args.no_progressive:
+        print("supernet (progressive shrinking)...", file=sys.stderr)
+        progressive = make_study(
+            "progressive",
+            root,
+            arrays,
+            recipe,
+            dataclasses.replace(search_config, schedule="progressive"),
+            elastic,
+            args.seed,
+        )
+        start = time.perf_counter()
+        progressive.train_supernet()
+        report["training"]["progressive_seconds"] = time.perf_counter() - start
+        schedules["progressive"] = progressive
+    report["ranking"] = {}
+    for label, trained in schedules.items():
+        evaluator = SubnetEvaluator(
+            trained.supernet_evaluator.net, elastic, data, full_eval, seed=args.seed
+        )
+        inherited = [evaluator.evaluate(a)[1]["accuracy"] for a in ranked]
+        report["ranking"][label] = {
+            **correlation(
+                inherited,
+                [t["val"] for t in truth],
+                [t["flops"] for t in truth],
+                settings["groups"],
+            ),
+            "subnets": len(ranked),
+        }
+    report["ranking"]["subnets"] = [
+        {"arch": elastic.describe(a), "mflops": t["flops"] / 1e6, "stand_alone_val": t["val"]}
+        for a, t in zip(ranked, truth, strict=True)
+    ]
+
+    # 3. Three budgets: a search on the supernet against multi-trial at equal compute.
+    rng = np.random.default_rng(args.seed + 1)
+    draws = sorted(elastic.cost(elastic.sample(rng)).flops for _ in range(400))
+    budgets = [float(np.quantile(draws, q)) for q in (1 / 3, 2 / 3, 1.0)]
+    report["budgets"] = []
+    evals: list[float] = []
+    for i, budget in enumerate(budgets):
+        print(f"budget {budget / 1e6:.2f} MFLOPs...", file=sys.stderr)
+        constrained = space(max_flops=budget, budget_input=data.input_shape)
+        search = make_study(
+            f"search{i}",
+            root,
+            arrays,
+            recipe,
+            dataclasses.replace(search_config, weights=str(weights)),
+            constrained,
+            args.seed,
+        )
+        search.train_supernet()  # imports the weights
+        start = time.perf_counter()
+        done = search.optimize(settings["evaluations"], show_progress_bar=False)
+        search_seconds = time.perf_counter() - start
+        evals += [r.metrics["eval_seconds"] for r in done if "eval_seconds" in r.metrics]
+        best = search.best()
+        found = constrained.make(dict(best.arch))
+        scratch = alone(constrained, found)
+        model = search.supernet_evaluator.subnet(found)
+        inherited = evaluate(model, data.val, data)[0]
+        tuned = fine_tuned(model, data, recipe, settings["finetune"], args.seed)
+        compute = supernet_seconds + search_seconds + scratch["seconds"]
+        multi = multi_trial(constrained, alone, compute, args.seed + 10 + i)
+        report["budgets"].append(
+            {
+                "max_mflops": budget / 1e6,
+                "evaluations": len(done),
+                "search_seconds": search_seconds,
+                "found": constrained.describe(found),
+                "found_mflops": scratch["flops"] / 1e6,
+                "found_from_scratch_val": scratch["val"],
+                "found_from_scratch_test": scratch["test"],
+                "found_inherited_val": inherited,
+                "found_finetuned_val": tuned,
+                "finetune_epochs": settings["finetune"],
+                "ws_compute_seconds": compute,
+                "multi_trial": multi,
+            }
+        )
+
+    # 4. What one evaluation costs against one training.
+    trainings = [t["seconds"] for t in alone.done.values()]
+    report["cost"] = {
+        "evaluation_ms_median": 1000 * statistics.median(evals),
+        "training_seconds_median": statistics.median(trainings),
+        "trainings_per_evaluation": statistics.median(trainings) / statistics.median(evals),
+    }
+    if args.kernels:
+        print("kernels...", file=sys.stderr)
+        report["kernels"] = kernels_experiment(
+            arrays, dataclasses.replace(recipe, epochs=max(2, recipe.epochs)), root, args.seed
+        )
+    report["seconds"] = time.perf_counter() - began
+    print(json.dumps(report, indent=2))
+    if args.markdown:
+        Path(args.markdown).write_text(markdown(report))
+
+
+def multi_trial(constrained, alone: StandAlone, compute: float, seed: int) -> dict[str, Any]:
+    """Random search within the budget, each candidate trained from scratch, until its
+    trainings have cost ``compute`` seconds (a candidate trained earlier costs its
+    recorded time again); the most accurate on validation."""
+    rng = np.random.default_rng(seed)
+    spent, tried = 0.0, []
+    while spent < compute and len(tried) < 200:
+        arch = constrained.sample(rng)
+        if any(a.arch_id == arch.arch_id for a, _ in tried):
+            continue
+        result = alone(constrained, arch)
+        spent += result["seconds"]
+        tried.append((arch, result))
+    arch, best = max(tried, key=lambda t: t[1]["val"])
+    return {
+        "trained": len(tried),
+        "seconds": spent,
+        "best": constrained.describe(arch),
+        "best_val": best["val"],
+        "best_test": best["test"],
+        "best_mflops": best["flops"] / 1e6,
+    }
+
+
+def markdown(report: dict[str, Any]) -> str:
+    t, s = report["training"], report["settings"]
+    lines = [
+        f"Data: {report['data']} ({report['images']['train']} training, "
+        f"{report['images']['val']} validation images); recipe {s['epochs']} epochs; "
+        f"supernet {t['supernet_epochs']} epochs; {report['seconds'] / 60:.1f} min in all.",
+        "",
+        "| measure | value |",
+        "| --- | --- |",
+        f"| supernet training, per epoch, against its largest subnet alone | "
+        f"{t['ratio_per_epoch']:.2f}× ({t['supernet_seconds_per_epoch']:.1f} s against "
+        f"{t['largest_alone_seconds_per_epoch']:.1f} s) |",
+    ]
+    for label in ("sandwich", "progressive"):
+        r = report["ranking"].get(label)
+        if r:
+            lines.append(
+                f"| {label}: Kendall τ / Spearman over {r['subnets']} subnets | "
+                f"{r['kendall_tau']:.2f} / {r['spearman']:.2f} (within FLOPs groups τ "
+                f"{r['kendall_tau_within_groups']:.2f}; FLOPs alone τ "
+                f"{r['kendall_tau_of_flops']:.2f}) |"
+            )
+    c = report["cost"]
+    lines.append(
+        f"| one supernet evaluation against one training | {c['evaluation_ms_median']:.0f} ms "
+        f"against {c['training_seconds_median']:.1f} s ({c['trainings_per_evaluation']:.0f}×) |"
+    )
+    lines += [
+        "",
+        "| budget MFLOPs | found on the supernet | from scratch val | inherited | "
+        "+fine-tune | multi-trial best val (trainings) | equal compute s |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for b in report["budgets"]:
+        m = b["multi_trial"]
+        lines.append(
+            f"| {b['max_mflops']:.2f} | {b['found']} ({b['found_mflops']:.2f}) | "
+            f"{b['found_from_scratch_val']:.4f} | {b['found_inherited_val']:.4f} | "
+            f"{b['found_finetuned_val']:.4f} | {m['best_val']:.4f} ({m['trained']}) | "
+            f"{b['ws_compute_seconds']:.0f} |"
+        )
+    if "kernels" in report:
+        k = report["kernels"]
+        lines += ["", "| kernels | train s | inherited acc k3 / k5 / k7 |", "| --- | --- | --- |"]
+        for label, row in k.items():
+            lines.append(
+                f"| {label} | {row['train_seconds']:.0f} | "
+                + " / ".join(f"{row.get(f'kernel{n}', float('nan')):.4f}" for n in (3, 5, 7))
+                + " |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()

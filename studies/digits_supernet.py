@@ -1,0 +1,37 @@
+"""digits-supernet: weight sharing on the bundled digits (`autosearch run
+studies/digits_supernet.py`).
+
+One supernet holds every ResNet of an elastic sub-space (stem width, and per stage
+depth and width: 2 × 12³ = 3,456 subnets); it is trained once with the sandwich rule
+and in-place distillation, then regularized evolution evaluates 200 subnets on it
+(inherited weights, batch norm recalibrated), each in a fraction of a second. Subnets
+on the accuracy-FLOPs front are also quantized to int8 from their inherited weights.
+`autosearch export studies/digits_supernet.py --best --finetune 2 --out DIR` writes the
+best subnet as an ordinary ResNet, fine-tuned for two epochs; `autosearch train DIR`
+trains it from scratch to confirm the choice.
+"""
+
+from autosearch import Compression, StudySpec, SupernetConfig, TrainConfig
+from controllers import RegularizedEvolution
+from search_spaces import ResNetSpace
+
+space = ResNetSpace(
+    max_stages=3, depths=(1, 2, 3), widths=(8, 16, 24, 32), stem_widths=(8, 16)
+).supernet(fixed={"stages": 3, "block": "basic", "shortcut": "pad"})
+
+study = StudySpec(
+    name="digits-supernet",
+    controller=RegularizedEvolution(space, population=30, sample=8, seed=0),
+    data="digits",
+    objectives=("accuracy", "flops"),
+    variants=("base", "int8"),
+    compression=Compression(only_front=True),
+    train=TrainConfig(epochs=10, batch_size=64, lr=0.05, crop_padding=1),
+    supernet=SupernetConfig(
+        train=TrainConfig(epochs=30, batch_size=64, lr=0.05, crop_padding=1),
+        sandwich=2,
+        latency=False,
+    ),
+    storage="sqlite:///runs/digits-supernet/study.db",
+    n_trials=200,
+)
