@@ -28,12 +28,32 @@ STUDY = textwrap.dedent(
     """
 )
 
+SUPERNET = textwrap.dedent(
+    """
+    from autosearch import StudySpec, SupernetConfig, TrainConfig
+    from controllers import RandomSearch
+    from search_spaces import ResNetSpace
+
+    space = ResNetSpace(max_stages=2, depths=(1, 2), widths=(4, 8), stem_widths=(4,)).supernet(
+        fixed={"stages": 2, "block": "basic", "shortcut": "pad"}
+    )
+    study = StudySpec(
+        name="errs-supernet",
+        controller=RandomSearch(space, seed=0),
+        train=TrainConfig(epochs=1, batch_size=128, lr=0.1),
+        supernet=SupernetConfig(train=TrainConfig(epochs=1, batch_size=128, lr=0.1)),
+        n_trials=1,
+    )
+    """
+)
+
 
 @pytest.fixture(scope="module")
 def made(tmp_path_factory):
     """A study file with one trial run, and an export of it."""
     root = tmp_path_factory.mktemp("cli-errors")
     (root / "s.py").write_text(STUDY)
+    (root / "sn.py").write_text(SUPERNET)  # never run: its bad values are refused first
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(root)
         assert main(["run", "s.py", "--out", str(root / "out")]) == 0
@@ -70,6 +90,16 @@ CASES = {
     "run: unwritable output": (
         ["run", F, "--out", "/proc/autosearch/out"],
         "cannot write the report",
+    ),
+    # supernet
+    "supernet: a study without one": (["supernet", F], "defines no supernet"),
+    "supernet: no processes": (
+        ["supernet", "{root}/sn.py", "--nproc-per-node", "0"],
+        "--nproc-per-node: expected an integer >= 1",
+    ),
+    "supernet: artifacts URL without a bucket": (
+        ["supernet", "{root}/sn.py", "--artifacts", "s3://"],
+        "names no bucket",
     ),
     # search
     "search: unknown space": (["search", "x", "--space", "resnett"], "Did you mean 'resnet'"),
@@ -159,6 +189,10 @@ CASES = {
     "export: unknown variant": (
         ["export", F, "--trial", "0", "--variant", "int4"],
         "no trial number 0 with variant 'int4'",
+    ),
+    "export: negative fine-tuning": (
+        ["export", F, "--finetune", "-1"],
+        "--finetune: expected an integer >= 0",
     ),
     "export: unwritable folder": (
         ["export", F, "--out", "/proc/autosearch/x"],

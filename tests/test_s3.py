@@ -112,6 +112,44 @@ def test_a_missing_bucket_is_refused_before_any_trial(bucket, tmp_path, tiny_spa
     assert study.optuna_study.get_trials() == []  # refused before anything ran
 
 
+def test_a_study_made_again_at_the_same_url_resumes_nothing_of_the_first(
+    bucket, tmp_path, tiny_space
+):
+    """A study cut short leaves its work in this machine's cache of the bucket; a new
+    study of the same name at the same URL (the first's storage deleted, the bucket
+    emptied) trains its trials from the first epoch, not from the leftovers."""
+    from controllers import RandomSearch
+
+    name, client = bucket
+
+    def make(storage: str):
+        return autosearch.create_study(
+            "again",
+            controller=RandomSearch(tiny_space, seed=0),
+            storage=storage,
+            artifacts=f"s3://{name}/again",
+            train=TrainConfig(epochs=2, batch_size=128, lr=0.1),
+        )
+
+    first = make(f"sqlite:///{tmp_path}/first.db")
+
+    def stop_after_one(trial: int, epoch) -> None:
+        if epoch.epoch == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    assert first.optimize(1, epoch_callbacks=[stop_after_one]) == []
+    assert any(first.artifacts.folder.rglob("train.pt"))  # the leftover, on this disk
+    for key in _keys(client, name):
+        client.delete_object(Bucket=name, Key=key)
+
+    second = make(f"sqlite:///{tmp_path}/second.db")
+    seen: list[int] = []
+    (done,) = second.optimize(1, epoch_callbacks=[lambda trial, epoch: seen.append(epoch.epoch)])
+    assert done.state == "complete" and seen == [1, 2]
+    result = second.optuna_study.get_trials()[done.trial].user_attrs["result"]
+    assert not result.get("resumed_from_epoch")
+
+
 def test_a_bucket_failing_mid_trial_keeps_the_trial_and_its_whole_curve(
     bucket, tmp_path, tiny_space
 ):

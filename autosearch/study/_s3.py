@@ -70,10 +70,12 @@ class S3Folder:
     def key(self, relative: str) -> str:
         return f"{self.prefix}/{relative}" if self.prefix else relative
 
-    def cache(self) -> Path:
+    def cache(self, study: str = "") -> Path:
         """This machine's folder for the attempts' work (the bucket holds the copy that
-        counts): one per URL, so studies do not share it."""
-        digest = hashlib.sha256(self.url.encode()).hexdigest()[:12]
+        counts): one per URL and ``study`` (the study's creation id), so that a study
+        made again at the same URL never resumes another's leftover work."""
+        digest = hashlib.sha256(f"{self.url}\n{study}".encode() if study else self.url.encode())
+        digest = digest.hexdigest()[:12]
         return Path(tempfile.gettempdir()) / "autosearch-s3" / digest
 
     def put(self, path: Path, relative: str) -> None:

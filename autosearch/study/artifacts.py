@@ -87,11 +87,12 @@ class Artifacts:
         self._pushed: dict[Path, tuple[int, int]] = {}  # file -> (mtime_ns, size) sent
 
     @classmethod
-    def at(cls, location: str | Path) -> Artifacts:
-        """A folder, or ``s3://bucket/prefix``."""
+    def at(cls, location: str | Path, study: str = "") -> Artifacts:
+        """A folder, or ``s3://bucket/prefix`` (``study``: the study's creation id, which
+        keys this machine's cache of the bucket)."""
         if is_s3(str(location)):
             remote = S3Folder(str(location))
-            return cls(remote.cache(), remote)
+            return cls(remote.cache(study), remote)
         return cls(Path(location))
 
     def check_reachable(self) -> None:

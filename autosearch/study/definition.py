@@ -13,6 +13,7 @@ import functools
 import hashlib
 import json
 import logging
+import uuid
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -59,6 +60,7 @@ logger = logging.getLogger(__name__)
 
 FORMAT = 1
 _ATTR = "autosearch"  # the study user attribute that holds the definition
+_UID = "autosearch:uid"  # the study system attribute: a random id, made once at creation
 # What must match for a stored study to be continued: its results would not be
 # comparable otherwise. (The controller and compression settings may change.)
 _COMPARED = (
@@ -299,6 +301,14 @@ def read_definition(storage: BaseStorage, name: str, url: str) -> tuple[int, Stu
     return study_id, StudyDefinition.from_json(stored, where=f"study {name!r} in {url}")
 
 
+def study_uid(storage: BaseStorage, study_id: int) -> str:
+    """The id made when the study was created ("" for a study made before there was
+    one): two studies of the same name and artifacts URL, made one after the other,
+    differ in it."""
+    uid = storage.get_study_system_attrs(study_id).get(_UID)
+    return uid if isinstance(uid, str) and uid.isalnum() else ""
+
+
 def write_definition(storage: BaseStorage, study_id: int, definition: StudyDefinition) -> None:
     storage.set_study_user_attr(study_id, _ATTR, definition.to_json())
 
@@ -322,7 +332,9 @@ def store_definition(
         with warnings.catch_warnings():  # "experimental": stable since Optuna 3.2
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             created.set_metric_names(list(definition.objectives))  # the dashboard shows them
-        write_definition(storage, storage.get_study_id_from_name(name), definition)
+        study_id = storage.get_study_id_from_name(name)
+        storage.set_study_system_attr(study_id, _UID, uuid.uuid4().hex)
+        write_definition(storage, study_id, definition)
         return definition
     if not load_if_exists:
         raise StudyError(

@@ -37,6 +37,7 @@ from autosearch.study.definition import (
     read_definition,
     resolve_components,
     store_definition,
+    study_uid,
     trial_seed,
 )
 from autosearch.study.executors import Executor
@@ -216,7 +217,9 @@ class Study:
         self._decoded: dict[int, list[Record]] = {}  # finished trials never change
         self.unreadable: dict[int, str] = {}  # stored trials left out: number -> why
         self.heartbeat_interval, self.heartbeat_grace = heartbeat_settings()
-        self.artifacts = Artifacts.at(opened_location(definition.artifacts, url, name))
+        self.artifacts = Artifacts.at(
+            opened_location(definition.artifacts, url, name), study_uid(storage, self._study_id)
+        )
         self.claims = Claims(storage, self._study_id, self.space, grace=self.heartbeat_grace)
         self.replay = ControllerReplay(controller, storage, self._study_id, self.objectives)
         self.replay.restore()
