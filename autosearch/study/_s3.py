@@ -74,8 +74,8 @@ class S3Folder:
         """This machine's folder for the attempts' work (the bucket holds the copy that
         counts): one per URL and ``study`` (the study's creation id), so that a study
         made again at the same URL never resumes another's leftover work."""
-        digest = hashlib.sha256(f"{self.url}\n{study}".encode() if study else self.url.encode())
-        digest = digest.hexdigest()[:12]
+        key = f"{self.url}\n{study}" if study else self.url  # a study of before: the URL
+        digest = hashlib.sha256(key.encode()).hexdigest()[:12]
         return Path(tempfile.gettempdir()) / "autosearch-s3" / digest
 
     def put(self, path: Path, relative: str) -> None:
