@@ -221,6 +221,16 @@ def _cached(storage: BaseStorage) -> BaseStorage:
     return optuna.storages.get_storage(storage)
 
 
+def close_storage(storage: BaseStorage) -> None:
+    """Close ``storage``'s database connections now (a command that failed does not
+    keep a SQLite file open, with its write-ahead log and shared-memory files beside it,
+    until the garbage collector runs)."""
+    backend = getattr(storage, "_backend", storage)  # behind Optuna's cache
+    engine = getattr(backend, "engine", None)
+    if engine is not None:
+        engine.dispose()
+
+
 def trial_number(storage: BaseStorage, trial_id: int) -> int:
     """The number of a trial this process created. Optuna's cache records it when the
     trial is created (id -> study, number), but its ``get_trial_number_from_id`` asks the

@@ -744,3 +744,28 @@ def test_training_into_a_read_only_export_is_refused_before_training(
     code, output = _cli(["train", str(out), "--epochs", "2"], capsys)
     assert code == 2 and "Traceback" not in output and len(output.strip().splitlines()) == 1
     assert "cannot write the trained weights into" in output and "Read-only" in output
+
+
+def test_a_refused_open_leaves_the_study_file_closed(make_study, tmp_path):
+    """A study refused on opening (another artifacts folder, a name not there) closes
+    its connections at once: no write-ahead log or shared-memory file is left beside
+    the database while the error is still held (as a caller or a traceback holds it)."""
+    from autosearch.errors import StorageError, StudyError
+
+    study = make_study("closed", storage=f"sqlite:///{tmp_path}/s/study.db")
+    study.storage._backend.engine.dispose()
+    beside = [tmp_path / "s" / f"study.db-{suffix}" for suffix in ("wal", "shm")]
+    assert not any(p.exists() for p in beside)
+    with pytest.raises(StudyError, match="keeps its weights in") as refused:
+        autosearch.create_study(
+            "closed",
+            controller=RandomSearch(study.space, seed=0),
+            storage=study.storage_url,
+            train=study.train_config,
+            artifacts=str(tmp_path / "elsewhere"),
+            load_if_exists=True,
+        )
+    assert not any(p.exists() for p in beside), refused
+    with pytest.raises(StorageError, match="no study named") as missing:
+        autosearch.load_study("nope", storage=study.storage_url)
+    assert not any(p.exists() for p in beside), missing

@@ -18,7 +18,7 @@ import torch.nn as nn
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial
 
-from autosearch._storage import default_storage, open_storage
+from autosearch._storage import close_storage, default_storage, open_storage
 from autosearch.architecture import Architecture
 from autosearch.compress import Compression, VariantSpec
 from autosearch.controller import Controller
@@ -107,14 +107,18 @@ def create_study(
     # Where weights go, stored with the study: refused here if unusable, before storage.
     definition = dataclasses.replace(definition, artifacts=location_of(artifacts, url, name))
     backend = open_storage(url)
-    definition = store_definition(
-        backend,
-        name,
-        url,
-        definition,
-        load_if_exists=load_if_exists,
-        artifacts_given=artifacts is not None,
-    )
+    try:
+        definition = store_definition(
+            backend,
+            name,
+            url,
+            definition,
+            load_if_exists=load_if_exists,
+            artifacts_given=artifacts is not None,
+        )
+    except BaseException:
+        close_storage(backend)
+        raise
     if table is None:
         _make_folder(definition.artifacts)
     return Study(
@@ -164,7 +168,11 @@ def load_study(
     ``read_only``: to read results; opening creates and changes nothing in storage.
     """
     backend = open_storage(storage, create=not read_only)
-    _, definition = read_definition(backend, name, storage)
+    try:
+        _, definition = read_definition(backend, name, storage)
+    except BaseException:
+        close_storage(backend)
+        raise
     dataset = None
     if data is not None:
         if spec_of(data) != definition.data:
