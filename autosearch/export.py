@@ -38,8 +38,8 @@ from typing import Any
 
 import torch
 import torch.nn as nn
-from safetensors.torch import save_file
 
+from autosearch._files import save_tensors
 from autosearch.architecture import Architecture
 from autosearch.compress import Derived, parse_variant
 from autosearch.cost import CONVENTIONS
@@ -209,7 +209,7 @@ def write_export(
     card["training"] = dict(training or {})
     (out / "model.py").write_text(_model_file(spec, card, **programs))
     state = {k: v.detach().cpu().contiguous() for k, v in network.state_dict().items()}
-    save_file(state, str(out / "model.safetensors"), metadata={"arch_id": arch.arch_id})
+    save_tensors(state, out / "model.safetensors", metadata={"arch_id": arch.arch_id})
     samples = samples.cpu()
     reference = derived.reference if derived else None
     for name, net in ((programs["program"], network), (programs["int8_program"], reference)):

@@ -27,8 +27,8 @@ from types import ModuleType
 from typing import Any
 
 import torch
-from safetensors.torch import save_file
 
+from autosearch._files import save_tensors
 from autosearch.data import Dataset
 from autosearch.errors import ExportError
 from autosearch.runtime import Runtime, resolve
@@ -169,7 +169,7 @@ def train_export(
         }
         state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
         try:
-            save_file(state, str(out / "model.safetensors"))
+            save_tensors(state, out / "model.safetensors")
             (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
         except Exception as exc:  # OSError, or safetensors' own error for the same
             raise ExportError(f"cannot write the trained weights into {out}: {exc}") from None

@@ -181,6 +181,7 @@ class TrialResult:
     resumed_from_epoch: int = 0
     note: str = ""
     evaluated_by: Literal["training", "table", "supernet"] = "training"
+    supernet: str = ""  # the digest of the supernet weights that scored it
 
     @property
     def base(self) -> VariantResult:
@@ -232,7 +233,11 @@ def run_trial(
         base = _scored(plan, "base", metrics)
         variants, note = _variants(plan, model, data, base.metrics, context)
         return TrialResult(
-            status="complete", points=(base, *variants), note=note, evaluated_by="supernet"
+            status="complete",
+            points=(base, *variants),
+            note=note,
+            evaluated_by="supernet",
+            supernet=plan.supernet.digest,
         )
     reported: list[EpochResult] = []
     try:

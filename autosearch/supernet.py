@@ -49,6 +49,7 @@ __all__ = [
     "fingerprint",
     "recalibrate",
     "train_supernet",
+    "weights_digest",
 ]
 
 # OFA's order of unlocking elastic genes in progressive shrinking (by the gene's last
@@ -114,6 +115,9 @@ class SupernetConfig:
             self.train,
             "a TrainConfig or None (the study's)",
         )
+        for name in ("distill", "test_accuracy", "latency"):
+            value = getattr(self, name)
+            require(isinstance(value, bool), f"SupernetConfig {name}", value, "True or False")
         for name, least in (("sandwich", 0), ("calibration_images", 1), ("eval_images", 0)):
             value = getattr(self, name)
             require(
@@ -146,6 +150,18 @@ def fingerprint(space: ElasticSpaceLike, input_shape: Any, num_classes: int) -> 
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def weights_digest(state: Mapping[str, torch.Tensor]) -> str:
+    """A content hash of a supernet's weights (names, dtypes, shapes and values), so
+    that a trial records which weights scored it and an export can tell whether the
+    study's supernet is still those weights."""
+    digest = hashlib.sha256()
+    for name in sorted(state):
+        tensor = state[name].detach().cpu().contiguous()
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)};".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
 def _elastic_space(space: SearchSpace) -> ElasticSpaceLike:
     if not isinstance(space, ElasticSpaceLike):
         raise ConfigError(
@@ -156,12 +172,21 @@ def _elastic_space(space: SearchSpace) -> ElasticSpaceLike:
     return space
 
 
-class Sandwich:
-    """The supernet's loss for one batch (``criterion(logits, x, y)`` of
-    :func:`autosearch.train.train`, where ``logits`` are the largest subnet's): the
-    sandwich rule with in-place distillation (see the module docstring). Subnets are
-    drawn from torch's global generator, which training checkpoints and restores, so a
-    resumed run draws the same ones."""
+class Sandwich(nn.Module):
+    """The supernet as it trains under the sandwich rule with in-place distillation
+    (see the module docstring): the model :func:`autosearch.train.train` steps, with
+    :meth:`loss` as its criterion.
+
+    In training, ``forward`` runs the largest subnet, then the smallest and
+    ``sandwich`` random ones, and returns their logits stacked (largest first): one
+    forward pass holds the whole step, so DDP sees every subnet's use of the weights
+    (each step runs another part of the supernet: :attr:`find_unused_parameters`). In
+    evaluation it runs the largest subnet alone. Subnets are drawn from torch's global
+    generator, which :func:`train_supernet` seeds and training checkpoints and restores,
+    so a run repeats and a resumed run draws the same ones; under torchrun every rank
+    draws the same."""
+
+    find_unused_parameters = True  # read by autosearch.train when it wraps DDP
 
     def __init__(
         self,
@@ -172,11 +197,12 @@ class Sandwich:
         epochs: int,
         label_smoothing: float = 0.0,
     ) -> None:
+        super().__init__()
         self.net, self.space, self.config = net, space, config
         self.epochs, self.label_smoothing = epochs, label_smoothing
         self.largest, self.smallest = space.largest(), space.smallest()
         self.unlocked: tuple[str, ...] = tuple(space.elastic)
-        self.trained: list[Architecture] = []  # the subnets of the last step (for tests)
+        self.trained: list[Architecture] = []  # the subnets of the last step, largest first
 
     def set_epoch(self, epoch: int) -> None:
         """Progressive shrinking: unlock the elastic genes of this epoch's phase."""
@@ -206,21 +232,33 @@ class Sandwich:
         rng = np.random.default_rng(seed)
         return [smallest, *(self._draw(rng) for _ in range(self.config.sandwich))]
 
-    def __call__(self, logits: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        loss = F.cross_entropy(logits, y, label_smoothing=self.label_smoothing)
-        teacher = logits.detach().float().softmax(1)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training:
+            return self.net(x)  # type: ignore[no-any-return]  # the largest (active) subnet
+        self.net.activate(self.largest)  # type: ignore[operator]
+        outputs = [self.net(x)]
         self.trained = [self.largest]
         try:
             for arch in self.subnets():
                 self.net.activate(arch)  # type: ignore[operator]
-                out = self.net(x)
-                if self.config.distill:
-                    loss = loss + torch.sum(-teacher * out.float().log_softmax(1), 1).mean()
-                else:
-                    loss = loss + F.cross_entropy(out, y, label_smoothing=self.label_smoothing)
+                outputs.append(self.net(x))
                 self.trained.append(arch)
         finally:
             self.net.activate(self.largest)  # type: ignore[operator]
+        return torch.stack(outputs)
+
+    def loss(self, outputs: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The step's loss (the criterion of :func:`autosearch.train.train`): the largest
+        subnet's on the labels, plus each other's on the largest's soft predictions
+        (in-place distillation) or on the labels."""
+        largest = outputs[0]
+        loss = F.cross_entropy(largest, y, label_smoothing=self.label_smoothing)
+        teacher = largest.detach().float().softmax(1)
+        for out in outputs[1:]:
+            if self.config.distill:
+                loss = loss + torch.sum(-teacher * out.float().log_softmax(1), 1).mean()
+            else:
+                loss = loss + F.cross_entropy(out, y, label_smoothing=self.label_smoothing)
         return loss
 
 
@@ -251,22 +289,25 @@ def train_supernet(
     :func:`autosearch.train.train` does the rest (checkpoints every epoch, resume, AMP,
     DDP). The per-epoch validation accuracy is the largest subnet's on the supernet's
     running batch-norm statistics (a progress signal; subnets are scored after
-    recalibration)."""
+    recalibration). The subnets each step draws come from a generator seeded with
+    ``seed``: two runs of the same settings train the same supernet."""
     elastic = _elastic_space(space)
-    criterion = Sandwich(
+    sandwich = Sandwich(
         net, elastic, supernet, epochs=config.epochs, label_smoothing=config.label_smoothing
     )
     net.activate(elastic.largest())  # type: ignore[operator]
-    return train(
-        net,
-        data,
-        config,
-        seed=seed,
-        on_epoch=on_epoch,
-        checkpoint=checkpoint,
-        runtime=runtime,
-        criterion=criterion,
-    )
+    with torch.random.fork_rng(devices=[]):  # seeded here; the caller's stream untouched
+        torch.manual_seed(seed)
+        return train(
+            sandwich,
+            data,
+            config,
+            seed=seed,
+            on_epoch=on_epoch,
+            checkpoint=checkpoint,
+            runtime=runtime,
+            criterion=sandwich.loss,
+        )
 
 
 @torch.no_grad()
@@ -297,7 +338,8 @@ class SubnetEvaluator:
     its weights, its batch-norm statistics are recalibrated on ``calibration_images``
     training images (the same ones for every subnet), and it is evaluated on
     ``eval_images`` validation and test images (a seeded draw, the same for every
-    subnet; all when 0)."""
+    subnet; all when 0). ``digest``: the content hash of the supernet's weights
+    (:func:`weights_digest`), which every trial it scores records."""
 
     def __init__(
         self,
@@ -307,8 +349,10 @@ class SubnetEvaluator:
         config: SupernetConfig,
         *,
         seed: int,
+        digest: str = "",
     ) -> None:
         self.space, self.data, self.config = _elastic_space(space), data, config
+        self.digest = digest  # of the supernet's weights: each trial records it
         self.net = net.cpu().eval()
         generator = torch.Generator().manual_seed(seed)
         count = min(config.calibration_images, len(data.train))

@@ -277,8 +277,8 @@ class _Loop:
         config, runtime = self.config, self.runtime
         memory = torch.channels_last if config.channels_last else torch.contiguous_format
         self.model.train()
-        set_epoch = getattr(self.criterion, "set_epoch", None)
-        if set_epoch is not None:  # a criterion that changes over the epochs (a supernet's)
+        set_epoch = getattr(self.model, "set_epoch", None)
+        if set_epoch is not None:  # a model that changes over the epochs (a supernet's)
             set_epoch(epoch)
         total_loss = torch.zeros((), device=runtime.device)
         seen = torch.zeros((), device=runtime.device)
@@ -325,7 +325,11 @@ def _prepare(
     net: nn.Module = model
     if runtime.distributed:
         ids = [device.index] if device.type == "cuda" else None
-        net = nn.parallel.DistributedDataParallel(model, device_ids=ids)
+        # A model whose steps use different parts of it (a supernet's sandwich) says so.
+        unused = bool(getattr(model, "find_unused_parameters", False))
+        net = nn.parallel.DistributedDataParallel(
+            model, device_ids=ids, find_unused_parameters=unused
+        )
     if config.compile:
         net = torch.compile(net)  # type: ignore[assignment]
     # Data order and augmentation draw from a CPU generator: the same on every device

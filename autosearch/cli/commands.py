@@ -29,6 +29,7 @@ from autosearch.errors import ConfigError, ExportError, StudyError
 from autosearch.metrics import metric
 from autosearch.registry import controllers, spaces
 from autosearch.report import write_report
+from autosearch.runner import Interrupted
 from autosearch.runtime import init_distributed, world
 from autosearch.scoring import objective
 from autosearch.study import (
@@ -208,8 +209,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     with _out_dir(args, spec.name) as out:
         if not init_distributed(spec.train.device):
             study = spec.create(storage=url, artifacts=args.artifacts)
-            _supernet_first(study)
-            return _run_to_budget(study, total, out, args=args)
+            return _supernet_first(study) or _run_to_budget(study, total, out, args=args)
         # Under torchrun: rank 0 creates (or opens) the study before the others open it.
         rank, _ = world()
         try:
@@ -218,30 +218,47 @@ def cmd_run(args: argparse.Namespace) -> int:
             dist.barrier()
             if rank != 0:
                 study = load_study(spec.name, storage=url)
-                _supernet_first(study)
-                study.optimize(0)  # follow rank 0 to the end
-                return 0
-            _supernet_first(study)
-            return _run_to_budget(study, total, out)
+                code = _supernet_first(study)
+                if not code:
+                    study.optimize(0)  # follow rank 0 to the end
+                return code
+            return _supernet_first(study) or _run_to_budget(study, total, out)
         finally:
             dist.destroy_process_group()
 
 
-def _supernet_first(study: Study) -> None:
-    """A study that evaluates on a supernet trains it first (a no-op once trained)."""
+def _supernet_first(study: Study, *, retrain: bool = False, as_json: bool = False) -> int:
+    """A study that evaluates on a supernet trains it first (a no-op once trained, a
+    wait while another worker trains it); 0, or the exit status of an interrupted run."""
     if study.supernet is None:
-        return
-    info = study.train_supernet()
-    if info and world()[0] == 0:
+        return 0
+    try:
+        info = study.train_supernet(retrain=retrain)
+    except Interrupted as exc:
+        signal_name = str(exc) or "SIGTERM"
+        if world()[0] == 0:
+            print(
+                f"supernet training of study {study.name} interrupted ({signal_name}); run the "
+                "same command again to go on: it resumes from its last epoch's checkpoint"
+            )
+        return 128 + signal.Signals[signal_name].value  # as a shell reports the signal
+    if not info or world()[0] != 0:
+        return 0
+    if as_json:
+        print(json.dumps({k: v for k, v in info.items() if k != "history"}, indent=2))
+    elif "imported_from" in info:
+        print(f"supernet of study {study.name}: imported from {info['imported_from']}")
+    else:
         print(
-            f"supernet of study {study.name}: trained {info.get('epochs', '?')} epochs "
-            f"({info.get('seconds', 0.0):.1f} s)"
-            + (f", imported from {info['imported_from']}" if "imported_from" in info else "")
+            f"supernet of study {study.name}: trained {info['epochs']} epochs "
+            f"({info['seconds']:.1f} s), weights {info['digest'] or info['weights']}"
         )
+    return 0
 
 
 def cmd_supernet(args: argparse.Namespace) -> int:
-    """Train the study's supernet (resuming a cut run), and say how it went."""
+    """Train the study's supernet (resuming a cut run, or again with --retrain when its
+    weights were lost), and say how it went."""
     if args.nproc_per_node > 1 and "LOCAL_RANK" not in os.environ:
         return _torchrun(args.nproc_per_node, args.argv)
     spec = load_spec(args.study_file)
@@ -260,13 +277,7 @@ def cmd_supernet(args: argparse.Namespace) -> int:
             dist.barrier()
         if rank != 0:
             study = load_study(spec.name, storage=url)
-        info = study.train_supernet()
-        if rank == 0:
-            if args.json:
-                print(json.dumps({k: v for k, v in info.items() if k != "history"}, indent=2))
-            else:
-                _supernet_first(study)
-        return 0
+        return _supernet_first(study, retrain=args.retrain, as_json=args.json)
     finally:
         if distributed:
             dist.destroy_process_group()
@@ -462,16 +473,30 @@ def cmd_rerun(args: argparse.Namespace) -> int:
     else:
         stored, again = outcome["stored"], outcome["rerun"]
         verdict = "reproduced exactly" if outcome["identical"] else "NOT reproduced"
+        how = "evaluated again on the supernet" if "supernet" in outcome else "rerun"
         print(
             f"trial {args.trial} ({outcome['description']}), seed {outcome['seed']}: "
-            f"stored val {stored['accuracy']:.6f} test {stored['test_accuracy']:.6f}; "
-            f"rerun val {again['accuracy']:.6f} test {again['test_accuracy']:.6f}: {verdict}"
+            f"stored {_accuracies(stored)}; {how} {_accuracies(again)}: {verdict}"
         )
+        weights = outcome.get("supernet", {})
+        if weights.get("stored") and weights["stored"] != weights["now"]:
+            print(
+                f"the supernet was trained again since the trial ran: its weights were "
+                f"{weights['stored']}, now {weights['now']}"
+            )
         if outcome["data_hash"]["stored"] != outcome["data_hash"]["now"]:
             print(f"the data differs from the stored data: {outcome['data_hash']}")
         for key, change in outcome["provenance_changed"].items():
             print(f"{key} changed since the trial ran: {change['stored']} -> {change['now']}")
     return 0 if outcome["identical"] else 1
+
+
+def _accuracies(figures: dict[str, float | None]) -> str:
+    return " ".join(
+        f"{name} {figures[key]:.6f}"
+        for key, name in (("accuracy", "val"), ("test_accuracy", "test"))
+        if figures.get(key) is not None
+    )
 
 
 _TRAIN_OPTIONS = ("epochs", "batch_size", "lr", "precision", "crop_padding", "flip")

@@ -147,6 +147,11 @@ def _add_supernet(sub: Subparsers) -> None:
     supernet.add_argument(
         "--nproc-per-node", type=_integer(1), default=1, help="train with N processes (DDP)"
     )
+    supernet.add_argument(
+        "--retrain",
+        action="store_true",
+        help="train it again if its stored weights are missing or damaged",
+    )
     supernet.add_argument("--json", action="store_true", help=JSON_HELP)
     supernet.set_defaults(func=commands.cmd_supernet)
 

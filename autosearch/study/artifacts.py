@@ -116,59 +116,91 @@ class Artifacts:
                 f"write ({exc.strerror or exc})"
             ) from None
 
+    # Work folders: an attempt at a trial (checkpoints/ARCH_ID/N/), or at the study's
+    # supernet job (supernet/JOB/N/); N numbers the claim that writes there.
     def attempt(self, arch: Architecture, number: int) -> Path:
         """The folder of trial ``number``'s attempt at ``arch``."""
-        return self.folder / "checkpoints" / arch.arch_id / str(number)
+        return self.folder / _trial_prefix(arch) / str(number)
 
     def start_attempt(self, arch: Architecture, number: int) -> Path:
         """Create trial ``number``'s folder for ``arch``, seeded with the work of the
         most recent earlier attempt that left a training checkpoint."""
-        work = self.attempt(arch, number)
+        legacy = self.folder / "checkpoints" / f"{arch.arch_id}.pt"  # before attempt folders
+        return self._start(_trial_prefix(arch), number, legacy=legacy)
+
+    def push(self, arch: Architecture, number: int) -> None:
+        """Copy what the attempt wrote since the last push to the bucket (nothing to do
+        without one): each file whole, so a reader never sees half of it."""
+        self._push(self.attempt(arch, number), f"{_trial_prefix(arch)}/{number}")
+
+    def finish(self, arch: Architecture) -> None:
+        """``arch``'s trial is COMPLETE (or ended for good): its attempts' work goes."""
+        (self.folder / "checkpoints" / f"{arch.arch_id}.pt").unlink(missing_ok=True)
+        self._finish(_trial_prefix(arch))
+
+    def drop_attempt(self, arch: Architecture, number: int) -> None:
+        """Remove an attempt that another worker took over (its successor has a copy)."""
+        self._drop(_trial_prefix(arch), number)
+
+    def job_work(self, job: str, number: int) -> Path:
+        """The folder of claim ``number`` on the supernet job ``job``."""
+        return self.folder / _job_prefix(job) / str(number)
+
+    def start_job(self, job: str, number: int) -> Path:
+        """Create claim ``number``'s folder for ``job``, seeded with the checkpoint of
+        the most recent earlier claim (here, or in the bucket: a run resumed on another
+        machine)."""
+        return self._start(_job_prefix(job), number)
+
+    def push_job(self, job: str, number: int) -> None:
+        self._push(self.job_work(job, number), f"{_job_prefix(job)}/{number}")
+
+    def finish_job(self, job: str) -> None:
+        """The supernet is trained and its weights stored: its claims' work goes."""
+        self._finish(_job_prefix(job))
+
+    def drop_job(self, job: str, number: int) -> None:
+        self._drop(_job_prefix(job), number)
+
+    def _start(self, prefix: str, number: int, *, legacy: Path | None = None) -> Path:
+        work = self.folder / prefix / str(number)
         try:
             work.mkdir(parents=True, exist_ok=True)
             earlier = [p for p in work.parent.iterdir() if p.name.isdigit() and p != work]
             done = [p for p in earlier if (p / TRAIN_STATE).is_file()]
-            legacy = work.parent.with_suffix(".pt")  # the layout before attempt folders
             if done:
                 shutil.copytree(max(done, key=lambda p: int(p.name)), work, dirs_exist_ok=True)
-            elif legacy.is_file() and not (work / TRAIN_STATE).exists():
+            elif legacy is not None and legacy.is_file() and not (work / TRAIN_STATE).exists():
                 shutil.copy2(legacy, work / TRAIN_STATE)
             elif self.remote is not None and not (work / TRAIN_STATE).exists():
-                self._fetch_latest(arch, number, work)
+                self._fetch_latest(prefix, number, work)
         except OSError as exc:
             raise PlatformError(
                 f"cannot prepare checkpoint folder {work}: {exc.strerror or exc}"
             ) from None
         return work
 
-    def _fetch_latest(self, arch: Architecture, number: int, work: Path) -> None:
-        """Copy the most recent earlier attempt's work from the bucket (an attempt run
-        on another machine) into ``work``. Only keys of the attempts' shape,
-        ``checkpoints/ARCH_ID/N/PATH`` with PATH staying inside ``work``, are fetched;
-        any other is skipped with a log line."""
+    def _fetch_latest(self, prefix: str, number: int, work: Path) -> None:
+        """Copy the most recent earlier claim's work from the bucket (one run on another
+        machine) into ``work``. Only keys of the work's shape, ``PREFIX/N/PATH`` with
+        PATH a file that fits inside ``work``, are fetched; any other is skipped with a
+        log line."""
         assert self.remote is not None
         found: dict[int, list[tuple[str, Path]]] = {}
-        for key in self._remote(self.remote.list, f"checkpoints/{arch.arch_id}"):
-            parsed = _attempt_key(key, arch, work)
+        for key in self._remote(self.remote.list, prefix):
+            parsed = _work_key(key, prefix, work)
             if parsed is None:
                 logger.warning(
-                    "skipping object %s in %s: not a file of an attempt's work",
-                    key,
-                    self.location,
+                    "skipping object %r in %s: not a file of a work folder", key, self.location
                 )
-                continue
-            if parsed[0] != number:
+            elif parsed[0] != number:
                 found.setdefault(parsed[0], []).append((key, parsed[1]))
-        done = [n for n, files in found.items() if work / TRAIN_STATE in (p for _, p in files)]
+        placed = {n: _placeable(files, work, self.location) for n, files in found.items()}
+        done = [n for n, files in placed.items() if work / TRAIN_STATE in (p for _, p in files)]
         if not done:
             return
-        for key, path in found[max(done)]:
+        for key, path in placed[max(done)]:
             self._remote(self.remote.get, key, path)
-
-    def push(self, arch: Architecture, number: int) -> None:
-        """Copy what the attempt wrote since the last push to the bucket (nothing to do
-        without one): each file whole, so a reader never sees half of it."""
-        self._push(self.attempt(arch, number), f"checkpoints/{arch.arch_id}/{number}")
 
     def _push(self, work: Path, prefix: str) -> None:
         if self.remote is None:
@@ -181,48 +213,18 @@ class Artifacts:
             self._remote(self.remote.put, path, relative)
             self._pushed[path] = (stat.st_mtime_ns, stat.st_size)
 
-    # The study's supernet: its training's work folder, mirrored like an attempt's.
-    def supernet_work(self, job: str) -> Path:
-        """The folder of a supernet's training job (its per-epoch checkpoint), seeded
-        from the bucket when this disk has none (a run resumed on another machine)."""
-        work = self.folder / "supernet" / job
-        try:
-            work.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise PlatformError(f"cannot prepare {work}: {exc.strerror or exc}") from None
-        if self.remote is not None and not (work / TRAIN_STATE).exists():
-            for key in self._remote(self.remote.list, f"supernet/{job}"):
-                relative = key.split("/", 2)[2] if key.count("/") >= 2 else ""
-                path = inside(work, relative)
-                if path is None:
-                    logger.warning("skipping object %s in %s", key, self.location)
-                    continue
-                self._remote(self.remote.get, key, path)
-        return work
-
-    def push_supernet(self, job: str) -> None:
-        self._push(self.folder / "supernet" / job, f"supernet/{job}")
-
-    def finish_supernet(self, job: str) -> None:
-        """The supernet is trained and its weights stored: its work folder goes."""
-        shutil.rmtree(self.folder / "supernet" / job, ignore_errors=True)
+    def _finish(self, prefix: str) -> None:
+        shutil.rmtree(self.folder / prefix, ignore_errors=True)
         if self.remote is not None:
-            self._remote(self.remote.delete, f"supernet/{job}")
+            self._remote(self.remote.delete, prefix)
 
-    def finish(self, arch: Architecture) -> None:
-        """``arch``'s trial is COMPLETE (or ended for good): its attempts' work goes."""
-        shutil.rmtree(self.folder / "checkpoints" / arch.arch_id, ignore_errors=True)
-        (self.folder / "checkpoints" / f"{arch.arch_id}.pt").unlink(missing_ok=True)
-        if self.remote is not None:
-            self._remote(self.remote.delete, f"checkpoints/{arch.arch_id}")
-
-    def drop_attempt(self, arch: Architecture, number: int) -> None:
-        """Remove an attempt that another worker took over (its successor has a copy)."""
-        shutil.rmtree(self.attempt(arch, number), ignore_errors=True)
+    def _drop(self, prefix: str, number: int) -> None:
+        work = self.folder / prefix / str(number)
+        shutil.rmtree(work, ignore_errors=True)
         with contextlib.suppress(OSError):
-            self.attempt(arch, number).parent.rmdir()  # gone when it was the last
+            work.parent.rmdir()  # gone when it was the last
         if self.remote is not None:
-            self._remote(self.remote.delete, f"checkpoints/{arch.arch_id}/{number}")
+            self._remote(self.remote.delete, f"{prefix}/{number}")
 
     def _remote(self, operation: Callable[..., T], *args: Any) -> T:
         """A bucket operation; its failure is the platform's (the trial stays resumable)."""
@@ -263,10 +265,15 @@ class Artifacts:
                 ) from None
 
     def load_weights(
-        self, artifact_id: str, *, trial: int | None = None, owner: str = ""
+        self,
+        artifact_id: str,
+        *,
+        trial: int | None = None,
+        owner: str = "",
+        repair: str = "restore it from a copy, or run the trial again",
     ) -> dict[str, torch.Tensor]:
         """The weights of artifact ``artifact_id`` (trial ``trial``'s, or ``owner``'s,
-        for errors).
+        for errors; ``repair``: what the errors say to do).
 
         Raises:
             ExportError: the trial names no readable artifact, or it is missing.
@@ -276,7 +283,7 @@ class Artifacts:
         if not plain_name(artifact_id):
             raise ExportError(
                 f"{owner} names its weights {artifact_id!r}, which is not an artifact id; "
-                "its stored record was edited or damaged"
+                f"its stored record was edited or damaged; {repair}"
             )
         where = f"{self.location.rstrip('/')}/{'weights/' if self.remote else ''}{artifact_id}"
         with tempfile.TemporaryDirectory() as tmp:
@@ -288,15 +295,15 @@ class Artifacts:
             except Exception as exc:
                 raise ExportError(
                     f"the weights of {owner} are missing: {where} "
-                    f"({type(exc).__name__}); was the artifacts folder moved or deleted?"
+                    f"({type(exc).__name__}); was the artifacts folder moved or deleted? "
+                    f"If they are lost, {repair}"
                 ) from None
             try:
                 return load_file(str(path))
             except Exception as exc:  # safetensors' own error types: a damaged file
                 raise PlatformError(
                     f"the weights of {owner} are damaged: {where} is not a safetensors "
-                    f"file ({type(exc).__name__}: {exc}); restore it from a copy, or run the "
-                    "trial again"
+                    f"file ({type(exc).__name__}: {exc}); {repair}"
                 ) from None
 
     @cached_property
@@ -307,14 +314,42 @@ class Artifacts:
         return FileSystemArtifactStore(str(self.folder))
 
 
-def _attempt_key(key: str, arch: Architecture, work: Path) -> tuple[int, Path] | None:
-    """``checkpoints/ARCH_ID/N/PATH`` → (N, where PATH goes in ``work``); None for a key
-    of any other shape, or a PATH that would leave ``work``."""
-    parts = key.split("/", 3) if isinstance(key, str) else []
-    if len(parts) != 4 or parts[:2] != ["checkpoints", arch.arch_id]:
+def _trial_prefix(arch: Architecture) -> str:
+    return f"checkpoints/{arch.arch_id}"
+
+
+def _job_prefix(job: str) -> str:
+    return f"supernet/{job}"
+
+
+def _work_key(key: str, prefix: str, work: Path) -> tuple[int, Path] | None:
+    """``PREFIX/N/PATH`` → (N, where PATH goes in ``work``); None for a key of any
+    other shape, or a PATH that would not stay inside ``work``."""
+    if not isinstance(key, str) or not key.startswith(f"{prefix}/"):
         return None
-    attempt, relative = parts[2], parts[3]
+    attempt, _, relative = key[len(prefix) + 1 :].partition("/")
     if not (attempt.isascii() and attempt.isdigit() and len(attempt) <= 18):
         return None
     path = inside(work, relative)
     return (int(attempt), path) if path is not None else None
+
+
+def _placeable(files: list[tuple[str, Path]], work: Path, where: str) -> list[tuple[str, Path]]:
+    """The files of one attempt that can all be written: none where another's folder
+    must go, none under another (a listing may hold both ``a`` and ``a/b``), none where
+    the disk has a folder. Shallower files win; each one left out is logged."""
+    files_at: set[Path] = set()
+    folders: set[Path] = set()
+    kept: list[tuple[str, Path]] = []
+    for key, path in sorted(files, key=lambda item: (len(item[1].parts), item[0])):
+        parents = set(path.parents) - set(work.parents) - {work}
+        on_disk = path.is_dir() or any(p.exists() and not p.is_dir() for p in parents)
+        if path in folders or parents & files_at or on_disk:
+            logger.warning(
+                "skipping object %r in %s: a file and a folder of the same name", key, where
+            )
+            continue
+        files_at.add(path)
+        folders |= parents
+        kept.append((key, path))
+    return kept

@@ -42,6 +42,7 @@ from autosearch.pareto import Direction
 from autosearch.registry import controllers, spaces
 from autosearch.scoring import Reward, objective, parse_reward, resolve_reward
 from autosearch.space import SearchSpace
+from autosearch.study.jobs import is_companion
 from autosearch.supernet import ElasticSpaceLike, SupernetConfig
 from autosearch.tabular import Table
 from autosearch.train import TrainConfig
@@ -289,7 +290,7 @@ def read_definition(storage: BaseStorage, name: str, url: str) -> tuple[int, Stu
     try:
         study_id = storage.get_study_id_from_name(name)
     except KeyError:
-        names = [s.study_name for s in storage.get_all_studies()]
+        names = [s.study_name for s in storage.get_all_studies() if not is_companion(s.study_name)]
         close = suggest(name, names)
         hint = f" Did you mean {' or '.join(map(repr, close))}?" if close else ""
         raise StorageError(

@@ -10,10 +10,8 @@ it, since that points at the setup rather than at the architectures.
 from __future__ import annotations
 
 import logging
-import signal
-import threading
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -40,6 +38,7 @@ from autosearch.runtime import broadcast_object, world
 from autosearch.study import records
 from autosearch.study.claims import Claim
 from autosearch.study.definition import trial_seed
+from autosearch.study.interrupts import Interrupts
 from autosearch.study.records import FINISHED, RESULT, VALUES_FROM, Record
 from autosearch.train import EpochResult
 
@@ -97,8 +96,7 @@ class SearchLoop:
         self.study = study
         self.callbacks, self.epoch_callbacks = callbacks, epoch_callbacks
         self.max_failures = max_failures_in_a_row
-        self.interrupted = False
-        self.signal: str | None = None  # the signal that interrupted the run, if one did
+        self.interrupts = Interrupts()
 
     def run(self, n_trials: int) -> list[Record]:
         done: list[Record] = []
@@ -268,32 +266,20 @@ class SearchLoop:
         }
         return attrs
 
-    @contextmanager
-    def graceful_interrupts(self) -> Iterator[None]:
+    @property
+    def interrupted(self) -> bool:
+        return self.interrupts.requested
+
+    @property
+    def signal(self) -> str | None:
+        """The signal that interrupted the run, if one did."""
+        return self.interrupts.signal
+
+    def graceful_interrupts(self) -> AbstractContextManager[Interrupts]:
         """While the loop runs (in the main thread): the first Ctrl-C or SIGTERM asks the
         running trial to stop after its epoch's checkpoint; a second Ctrl-C stops at once.
         :attr:`signal` names the signal that stopped the run."""
-        self.interrupted, self.signal = False, None
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-
-        def handle(signum: int, frame: Any) -> None:
-            if self.interrupted and signum == signal.SIGINT:
-                raise KeyboardInterrupt
-            self.interrupted, self.signal = True, signal.Signals(signum).name
-            logger.warning(
-                "%s: finishing this epoch's checkpoint, then stopping (Ctrl-C again to stop "
-                "at once)",
-                signal.Signals(signum).name,
-            )
-
-        saved = {sig: signal.signal(sig, handle) for sig in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            yield
-        finally:
-            for sig, handler in saved.items():
-                signal.signal(sig, handler)
+        return self.interrupts.handled()
 
 
 class StudyContext(TrialContext):

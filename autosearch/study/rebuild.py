@@ -51,7 +51,17 @@ def load_model(study: Study, record: Record) -> nn.Module:
             f"with autosearch.compress.derive({record.variant!r}, model, data, config)"
         )
     if study.supernet is not None:  # inherited again from the supernet, recalibrated
-        return study.supernet_evaluator.subnet(record.arch)
+        evaluator = study.supernet_evaluator
+        scored_on = records.result_facts(study.optuna_trial(record.trial)).get("supernet")
+        if scored_on and scored_on != evaluator.digest:
+            raise ExportError(
+                f"trial {record.trial} was scored on supernet weights {scored_on}, but the "
+                f"study's supernet is now {evaluator.digest} (it was trained again): its "
+                f"subnet would not have the recorded accuracy {record.accuracy}. See what it "
+                f"scores now with `autosearch rerun STUDY_FILE --trial {record.trial}`, or "
+                "search on: new trials are scored on the new weights"
+            )
+        return evaluator.subnet(record.arch)
     artifact = records.weights_id(study.optuna_trial(record.trial))
     if artifact is None:
         how = " (it was looked up in a benchmark table, not trained)" if study.table else ""
@@ -156,11 +166,7 @@ def rerun(study: Study, trial: int) -> dict[str, Any]:
     if record.state != "complete":
         raise StudyError(f"trial {trial} is {record.state}; only complete trials can be rerun")
     if study.supernet is not None:
-        raise StudyError(
-            f"trial {trial} was evaluated on the study's supernet: there is no training to "
-            "rerun. Train its subnet from scratch: autosearch export ... --out DIR, then "
-            "autosearch train DIR"
-        )
+        return _evaluate_again(study, record)
     if study.table is not None:
         raise StudyError("a table study looks results up; there is no training to rerun")
     stored = study.optuna_trial(trial).user_attrs
@@ -182,4 +188,27 @@ def rerun(study: Study, trial: int) -> dict[str, Any]:
         "identical": all(again.get(k) == record.metrics.get(k) for k in accuracies),
         "data_hash": {"stored": stored.get("data_hash"), "now": study.data_hash},
         "provenance_changed": changed,
+    }
+
+
+def _evaluate_again(study: Study, record: Record) -> dict[str, Any]:
+    """A supernet trial's rerun: its subnet evaluated again on the study's supernet (its
+    training is the supernet's), saying whether the supernet's weights are still the
+    ones that scored it."""
+    evaluator = study.supernet_evaluator
+    stored = study.optuna_trial(record.trial).user_attrs
+    _, again = evaluator.evaluate(record.arch)
+    scored_on = records.result_facts(study.optuna_trial(record.trial)).get("supernet")
+    accuracies = ("accuracy", "test_accuracy")
+    return {
+        "trial": record.trial,
+        "description": record.description,
+        "seed": study.seed,
+        "evaluated_by": "supernet",
+        "stored": {k: record.metrics.get(k) for k in accuracies},
+        "rerun": {k: again.get(k) for k in accuracies},
+        "identical": all(again.get(k) == record.metrics.get(k) for k in accuracies),
+        "supernet": {"stored": scored_on, "now": evaluator.digest},
+        "data_hash": {"stored": stored.get("data_hash"), "now": study.data_hash},
+        "provenance_changed": {},
     }

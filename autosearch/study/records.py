@@ -190,6 +190,7 @@ def encode(result: TrialResult, *, weights: str | None) -> dict[str, Any]:
         "note": result.note,
         "weights": weights,
         "evaluated_by": result.evaluated_by,
+        **({"supernet": result.supernet} if result.supernet else {}),
     }
 
 

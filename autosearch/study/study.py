@@ -29,7 +29,7 @@ from autosearch.runner import TrialPlan
 from autosearch.runtime import broadcast_object, world
 from autosearch.scoring import Reward
 from autosearch.space import SearchSpace
-from autosearch.study import progress, rebuild, records, results, supernet_job, workers
+from autosearch.study import progress, rebuild, records, results, workers
 from autosearch.study.artifacts import Artifacts, location_of, opened_location
 from autosearch.study.claims import Claims, heartbeat_settings
 from autosearch.study.definition import (
@@ -44,6 +44,7 @@ from autosearch.study.executors import Executor
 from autosearch.study.loop import EpochCallback, SearchLoop, TrialCallback, check_run
 from autosearch.study.records import Record, State, UnreadableTrial
 from autosearch.study.replay import ControllerReplay
+from autosearch.study.supernet_job import SupernetJob
 from autosearch.supernet import SubnetEvaluator, SupernetConfig
 from autosearch.tabular import Table
 from autosearch.train import TrainConfig
@@ -225,12 +226,27 @@ class Study:
         self._decoded: dict[int, list[Record]] = {}  # finished trials never change
         self.unreadable: dict[int, str] = {}  # stored trials left out: number -> why
         self.heartbeat_interval, self.heartbeat_grace = heartbeat_settings()
-        self.artifacts = Artifacts.at(
-            opened_location(definition.artifacts, url, name), study_uid(storage, self._study_id)
-        )
+        uid = study_uid(storage, self._study_id)
+        self.artifacts = Artifacts.at(opened_location(definition.artifacts, url, name), uid)
         self.claims = Claims(storage, self._study_id, self.space, grace=self.heartbeat_grace)
         self.replay = ControllerReplay(controller, storage, self._study_id, self.objectives)
         self.replay.restore()
+        self.supernet_job = (
+            None
+            if definition.supernet is None
+            else SupernetJob(
+                study=name,
+                storage=storage,
+                study_id=self._study_id,
+                uid=uid,
+                config=definition.supernet,
+                train=definition.train,
+                seed=definition.seed,
+                space=self.space,
+                artifacts=self.artifacts,
+                heartbeat=(self.heartbeat_interval, self.heartbeat_grace),
+            )
+        )
 
     # The definition, typed ------------------------------------------------------------
     @property
@@ -412,23 +428,40 @@ class Study:
         )
 
     # Weight sharing -------------------------------------------------------------------------
-    def train_supernet(self, *, show_progress_bar: bool | None = None) -> dict[str, Any]:
-        """Train the study's supernet, unless it is trained: a job of the study, stored in
-        its storage (weights as a study artifact), resumed from its last epoch after a
-        kill, with an epoch bar on a terminal. Under torchrun every rank trains (DDP) and
-        rank 0 stores. Returns the job's stored state (epochs, seconds, history)."""
-        return supernet_job.train(self, show_progress_bar=show_progress_bar)
+    def train_supernet(
+        self, *, retrain: bool = False, show_progress_bar: bool | None = None
+    ) -> dict[str, Any]:
+        """Train the study's supernet, unless it is trained: a job of the study that one
+        worker does (others wait for it; a dead one is taken over), stored in its
+        storage (weights as an artifact, with their content hash), resumed from its last
+        epoch after a kill, with an epoch bar on a terminal. Under torchrun every rank
+        trains (DDP) and rank 0 stores. Returns the job's stored state (epochs, seconds,
+        history, digest; {} on the other ranks).
+
+        ``retrain``: train it again if its stored weights are missing or damaged
+        (without it, that is a PlatformError that says so).
+        """
+        state = self._supernet_job().train(
+            self.data, retrain=retrain, show_progress_bar=show_progress_bar
+        )
+        return state.to_json() if state is not None else {}
 
     @cached_property
     def supernet_evaluator(self) -> SubnetEvaluator:
         """What the study's trials are scored with: its trained supernet (StudyError
-        while it is not trained)."""
-        return supernet_job.evaluator(self)
+        while it is not trained; PlatformError when its weights are lost or changed)."""
+        return self._supernet_job().evaluator(self.data)
 
     def save_supernet(self, path: str | Path) -> Path:
-        """Write the trained supernet's weights, for another study of the same supernet
-        (another budget: ``SupernetConfig(weights=path)``) to use without training."""
-        return supernet_job.export_weights(self, path)
+        """Write the trained supernet's weights (to a file, or ``supernet.safetensors``
+        in a folder), for another study of the same supernet (another budget:
+        ``SupernetConfig(weights=path)``) to use without training."""
+        return self._supernet_job().export_weights(self.data, path)  # type: ignore[no-any-return]
+
+    def _supernet_job(self) -> SupernetJob:
+        if self.supernet_job is None:
+            raise StudyError(f"study {self.name!r} has no supernet (create it with supernet=...)")
+        return self.supernet_job
 
     def optimize(
         self,

@@ -1,12 +1,19 @@
-"""A study's supernet: its training, a resumable job of the study, and the evaluator
-its trials are scored with (autosearch.supernet trains and evaluates; this file keeps
-the job in the study's storage and artifacts).
+"""A study's supernet: its training, a job that exactly one worker does, and the
+evaluator its trials are scored with (autosearch.supernet trains and evaluates; this
+file keeps the job in the study's storage and artifacts).
 
-The job's state is a study system attribute: ``{"status": "complete", "fingerprint",
-"weights" (an artifact id), "epochs", "seconds", "history", ...}``. While it trains, its
-per-epoch checkpoint lives in ``ARTIFACTS/supernet/JOB/`` (JOB: a hash of the study, its
-supernet and the training settings; mirrored to the
-bucket), so a killed run resumes from its last epoch, on this machine or another.
+Whoever starts it (``autosearch run`` on several machines at once, ``autosearch
+supernet``, ``study.train_supernet()``), the training is claimed through the storage
+(autosearch.study.jobs): one worker trains, the others wait for its result, and a
+worker that dies is taken over after the heartbeat grace, from its last checkpoint.
+Each claim's per-epoch checkpoint lives in ``ARTIFACTS/supernet/JOB/N/`` (JOB: a hash
+of the study's id, its supernet, the training settings and the round; N: the claim;
+mirrored to the bucket), so a killed run resumes on this machine or another, and a
+stalled worker that wakes up never overwrites its successor's checkpoint.
+
+The stored state (autosearch.study.supernet_state) names the weights and their content
+hash; every trial records the hash of the weights that scored it. Weights found missing
+or changed are never used: every message names the command that trains them again.
 """
 
 from __future__ import annotations
@@ -15,220 +22,432 @@ import dataclasses
 import hashlib
 import json
 import logging
+import math
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from typing import Any
 
 import torch
 import torch.nn as nn
-from safetensors.torch import load_file, save_file
+from optuna.storages import BaseStorage
 from tqdm import tqdm
 
-from autosearch.errors import ConfigError, PlatformError, StudyError
-from autosearch.runner import TRAIN_STATE
-from autosearch.runtime import world
-from autosearch.supernet import SubnetEvaluator, fingerprint, train_supernet
-from autosearch.train import EpochResult
+from autosearch._heartbeat import beating
+from autosearch.data import Dataset
+from autosearch.errors import AutosearchError, ExportError, PlatformError, StudyError
+from autosearch.runner import TRAIN_STATE, Interrupted, TakenOver
+from autosearch.runtime import broadcast_object, world
+from autosearch.space import SearchSpace
+from autosearch.study import supernet_file
+from autosearch.study.artifacts import Artifacts
+from autosearch.study.interrupts import Interrupts
+from autosearch.study.jobs import Done, Held, JobClaim, Jobs
+from autosearch.study.supernet_state import SupernetState
+from autosearch.supernet import (
+    SubnetEvaluator,
+    SupernetConfig,
+    fingerprint,
+    train_supernet,
+    weights_digest,
+)
+from autosearch.train import EpochResult, TrainConfig
 
-if TYPE_CHECKING:
-    from autosearch.study.study import Study
-
-__all__ = ["evaluator", "export_weights", "stored", "train"]
+__all__ = ["REPAIR", "SupernetJob"]
 
 logger = logging.getLogger(__name__)
 
 _ATTR = "autosearch:supernet"
+REPAIR = (
+    "train it again: `autosearch supernet STUDY_FILE --retrain` (Python: "
+    "study.train_supernet(retrain=True))"
+)
+_MAX_TAKEOVERS = 3
 
 
-def stored(study: Study) -> dict[str, Any] | None:
-    """The stored state of the study's supernet job (None: never trained)."""
-    found = study.storage.get_study_system_attrs(study._study_id).get(_ATTR)
-    return found if isinstance(found, dict) else None
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Attempt:
+    """What every rank trains: the job, its round, and the claim rank 0 holds."""
+
+    job: str
+    round: int
+    claim: JobClaim
+
+    @property
+    def number(self) -> int:
+        return self.claim.number
 
 
-def _fingerprint(study: Study) -> str:
-    data = study.data
-    return fingerprint(study.space, data.input_shape, data.num_classes)  # type: ignore[arg-type]
+class SupernetJob:
+    """The supernet of one study (``study``: its name), from what it reads: the
+    storage and the study's id and creation ``uid``, the supernet and training configs,
+    the seed, the elastic space, the artifacts, and the heartbeat (interval, grace)."""
 
+    def __init__(
+        self,
+        *,
+        study: str,
+        storage: BaseStorage,
+        study_id: int,
+        uid: str,
+        config: SupernetConfig,
+        train: TrainConfig,
+        seed: int,
+        space: SearchSpace,
+        artifacts: Artifacts,
+        heartbeat: tuple[float, float],
+    ) -> None:
+        self.study, self.storage, self.study_id, self.uid = study, storage, study_id, uid
+        self.config, self.settings, self.seed = config, config.train or train, seed
+        self.space, self.artifacts = space, artifacts
+        self.interval, grace = heartbeat
+        self.jobs = Jobs(storage, study, grace=grace)
+        self.interrupts = Interrupts()
+        self._loaded: tuple[str, nn.Module, str] | None = None  # (weights, net, digest)
+        self._waited = False  # said once that another worker trains it
 
-def _trained(study: Study) -> dict[str, Any] | None:
-    info = stored(study)
-    if info and info.get("status") == "complete" and info.get("fingerprint") == _fingerprint(study):
-        return info
-    return None
+    # The stored state -------------------------------------------------------------------
+    def stored(self) -> SupernetState | None:
+        """The stored state of the study's supernet (None: never trained).
 
+        Raises:
+            StudyError: the stored state is damaged (says how to train it again).
+        """
+        found = self.storage.get_study_system_attrs(self.study_id).get(_ATTR)
+        if found is None:
+            return None
+        try:
+            return SupernetState.read(found)
+        except ValueError as exc:
+            raise StudyError(
+                f"study {self.study!r}: its stored supernet state is damaged ({exc}); {REPAIR}"
+            ) from None
 
-def _build(study: Study) -> nn.Module:
-    data = study.data
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(study.seed)  # the same initial weights on every rank and run
-        return study.space.build_supernet(  # type: ignore[attr-defined,no-any-return]
-            input_shape=data.input_shape, num_classes=data.num_classes
+    def fingerprint(self, data: Dataset) -> str:
+        return fingerprint(self.space, data.input_shape, data.num_classes)  # type: ignore[arg-type]
+
+    def trained(self, data: Dataset) -> SupernetState | None:
+        """The stored state, if it is of this study's supernet."""
+        state = self.stored()
+        return state if state is not None and state.fingerprint == self.fingerprint(data) else None
+
+    # Training ------------------------------------------------------------------------------
+    def train(
+        self, data: Dataset, *, retrain: bool = False, show_progress_bar: bool | None = None
+    ) -> SupernetState | None:
+        """Train the supernet (or import the weights its config names) unless it is
+        trained; its stored state (None on the other ranks under torchrun). A worker
+        that finds another training it waits for that one's result.
+
+        ``retrain``: train it again when its stored weights are missing or damaged
+        (without it, that is refused with a PlatformError naming the command).
+
+        Raises:
+            Interrupted: SIGTERM stopped it after an epoch's checkpoint (KeyboardInterrupt
+                for Ctrl-C); the next run resumes from it.
+        """
+        with self.interrupts.handled():
+            for _ in range(_MAX_TAKEOVERS):
+                decided = self._agree(lambda: self._decide(data, retrain))
+                if not isinstance(decided, _Attempt):
+                    return decided
+                try:
+                    return self._attempt(data, decided, show_progress_bar)
+                except TakenOver as exc:
+                    logger.warning("study %s: supernet training taken over (%s)", self.study, exc)
+        raise StudyError(
+            f"study {self.study!r}: this worker's supernet training was taken over "
+            f"{_MAX_TAKEOVERS} times (it stalls past AUTOSEARCH_HEARTBEAT_GRACE); raise the grace"
+        )
+
+    def _agree(self, decide: Callable[[], SupernetState | _Attempt]) -> Any:
+        """Rank 0 decides; every rank gets its decision (or its error)."""
+        rank, size = world()
+        if size == 1:
+            return decide()
+        decided: Any = None
+        if rank == 0:
+            try:
+                decided = decide()
+            except AutosearchError as exc:
+                broadcast_object(("error", str(exc)))
+                raise
+        found = broadcast_object(("ok", decided if rank == 0 else None))
+        if found[0] == "error":
+            raise StudyError(found[1])
+        return found[1] if rank != 0 else decided
+
+    def _decide(self, data: Dataset, retrain: bool) -> SupernetState | _Attempt:
+        """The trained state, or a claim on training it (after waiting for any worker
+        that holds one)."""
+        fp = self.fingerprint(data)
+        state = self.trained(data)
+        round_ = 0
+        if state is not None:
+            problem = self._problem(state, data)
+            if problem is None:
+                return state
+            if not retrain:
+                raise PlatformError(f"{problem}; {REPAIR}")
+            round_ = state.round + 1
+            logger.warning("%s; training it again", problem)
+        job = self._job(fp, round_)
+        found = self.jobs.acquire(job, wait=self._wait)
+        if isinstance(found, Done):
+            return self._adopt(found)
+        return _Attempt(job=job, round=round_, claim=found)
+
+    def _adopt(self, done: Done) -> SupernetState:
+        """The state another worker's claim finished with, stored as the study's."""
+        try:
+            state = SupernetState.read(done.result)
+        except ValueError as exc:
+            raise StudyError(
+                f"study {self.study!r}: the supernet job's result (claim {done.number}) is "
+                f"damaged ({exc}); {REPAIR}"
+            ) from None
+        self._publish(state)
+        return state
+
+    def _wait(self, held: Held) -> None:
+        """Between reads while another worker trains: sleep a heartbeat interval, in
+        slices, so that Ctrl-C or SIGTERM stops the wait at once."""
+        logger.log(
+            logging.DEBUG if self._waited else logging.WARNING,
+            "study %s: worker %s trains the supernet (claim %d); waiting for it",
+            self.study,
+            held.worker,
+            held.number,
+        )
+        self._waited = True
+        deadline = time.monotonic() + self.interval
+        while time.monotonic() < deadline:
+            if self.interrupts.requested:
+                raise _interrupted(self.interrupts.signal)
+            time.sleep(min(0.2, self.interval))
+
+    def _attempt(self, data: Dataset, attempt: _Attempt, show: bool | None) -> SupernetState | None:
+        """Train (or import) on every rank under rank 0's claim; rank 0 stores."""
+        rank = world()[0]
+        claim = attempt.claim if rank == 0 else None
+        beat = beating(self.storage, claim.trial_id, self.interval, stamped=True) if claim else None
+        with beat or nullcontext():
+            net = self._build(data)
+            try:
+                info = self._run(net, data, attempt, claim, show)
+                return self._store(net, data, info, attempt, claim) if claim else None
+            except TakenOver:
+                if claim is not None:
+                    self.artifacts.drop_job(attempt.job, attempt.number)
+                raise
+            except (Interrupted, KeyboardInterrupt) as exc:
+                self._give_up(claim, f"interrupted ({exc}); it resumes from its checkpoint")
+                raise
+            except BaseException as exc:
+                self._give_up(claim, f"{type(exc).__name__}: {exc}")
+                raise
+
+    def _give_up(self, claim: JobClaim | None, reason: str) -> None:
+        if claim is not None:
+            try:
+                self.jobs.give_up(claim, reason)
+            except Exception:  # the storage itself failed: the silent heartbeat frees it
+                logger.warning("the supernet's claim stays until its heartbeat is stale")
+
+    def _run(
+        self,
+        net: nn.Module,
+        data: Dataset,
+        attempt: _Attempt,
+        claim: JobClaim | None,
+        show: bool | None,
+    ) -> dict[str, Any]:
+        """Import the configured weights, or train from the claim's folder."""
+        if self.config.weights:
+            return supernet_file.load(net, self.config.weights, self.fingerprint(data))
+        work = self.artifacts.start_job(attempt.job, attempt.number) if claim else None
+        work = broadcast_object(work)
+        rank, _ = world()
+        start = time.perf_counter()
+        with _progress(self.settings.epochs, False if rank else show) as shown:
+
+            def epoch_done(epoch: EpochResult) -> None:
+                shown(epoch)
+                stop = self._should_stop(claim, attempt) if claim else None
+                stop = broadcast_object(stop)
+                if stop is not None:
+                    raise stop
+
+            result = train_supernet(
+                net,
+                self.space,
+                data,
+                self.settings,
+                self.config,
+                seed=self.seed,
+                checkpoint=work / TRAIN_STATE,
+                on_epoch=epoch_done,
+            )
+        return {
+            "epochs": len(result.history),
+            "seconds": result.seconds,
+            "wall_seconds": time.perf_counter() - start,
+            "precision": result.precision,
+            "world_size": result.world_size,
+            "history": [vars(e) for e in result.history],
+        }
+
+    def _should_stop(self, claim: JobClaim, attempt: _Attempt) -> BaseException | None:
+        """After an epoch (its checkpoint written): stop when the claim was taken over
+        or the user asked; else send the checkpoint to the bucket."""
+        lost = self.jobs.taken_over(claim)
+        if lost is not None:
+            return TakenOver(lost)
+        if self.interrupts.requested:
+            return _interrupted(self.interrupts.signal)
+        self.artifacts.push_job(attempt.job, attempt.number)
+        return None
+
+    def _store(
+        self,
+        net: nn.Module,
+        data: Dataset,
+        info: dict[str, Any],
+        attempt: _Attempt,
+        claim: JobClaim,
+    ) -> SupernetState:
+        """Store the weights as an artifact of the claim, then finish the claim with
+        the state: only a claim still held finishes, so one worker's weights count."""
+        state_dict = {k: v.detach().cpu() for k, v in net.state_dict().items()}
+        lost = self.jobs.taken_over(claim)
+        if lost is not None:
+            raise TakenOver(lost)
+        weights = self.artifacts.save_weights(self.storage, claim.trial_id, net)
+        state = SupernetState(
+            fingerprint=self.fingerprint(data),
+            weights=weights,
+            digest=weights_digest(state_dict),
+            round=attempt.round,
+            **info,
+        )
+        if not self.jobs.finish(claim, state.to_json(), value=state.seconds):
+            raise TakenOver("another worker finished the job first")
+        self._publish(state)
+        self.artifacts.finish_job(attempt.job)
+        self._loaded = (weights, net, state.digest)
+        logger.info("study %s: supernet trained (%s)", self.study, state.digest)
+        return state
+
+    def _publish(self, state: SupernetState) -> None:
+        self.storage.set_study_system_attr(self.study_id, _ATTR, state.to_json())
+
+    def _job(self, fp: str, round_: int) -> str:
+        """The job's name (and its work folder's): this study's supernet of this
+        fingerprint, trained with these settings, in this round."""
+        config = self.config
+        what = {
+            "study": self.study,
+            "uid": self.uid,
+            "fingerprint": fp,
+            "seed": self.seed,
+            "train": dataclasses.asdict(self.settings),
+            "rule": [config.sandwich, config.distill, config.schedule],
+            "weights": config.weights,
+        }
+        key = hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
+        return f"{key}-r{round_}"
+
+    def _build(self, data: Dataset) -> nn.Module:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.seed)  # the same initial weights on every rank and run
+            return self.space.build_supernet(  # type: ignore[attr-defined,no-any-return]
+                input_shape=data.input_shape, num_classes=data.num_classes
+            )
+
+    # The trained weights -------------------------------------------------------------------
+    def load(self, state: SupernetState, data: Dataset) -> tuple[nn.Module, str]:
+        """The supernet with its stored weights, and their digest.
+
+        Raises:
+            PlatformError: the weights are missing, damaged, changed (their digest is not
+                the stored one), or not this supernet's; the message says how to train
+                it again.
+        """
+        if self._loaded is not None and self._loaded[0] == state.weights:
+            return self._loaded[1], self._loaded[2]
+        try:
+            weights = self.artifacts.load_weights(
+                state.weights, owner="the supernet", repair=REPAIR
+            )
+        except ExportError as exc:
+            raise PlatformError(str(exc)) from None
+        digest = weights_digest(weights)
+        if state.digest and digest != state.digest:
+            raise PlatformError(
+                f"the supernet weights of study {self.study!r} (artifact {state.weights}) are "
+                f"not those it stored (digest {digest}, stored {state.digest}): they were "
+                f"changed or damaged; {REPAIR}"
+            )
+        net = self._build(data)
+        problem = supernet_file.fit(net, weights)
+        if problem:
+            raise PlatformError(
+                f"the stored supernet weights do not fit study {self.study!r}'s supernet "
+                f"({problem}); {REPAIR}"
+            )
+        self._loaded = (state.weights, net, digest)
+        return net, digest
+
+    def _problem(self, state: SupernetState, data: Dataset) -> str | None:
+        """Why the stored weights cannot be used (None: they can)."""
+        try:
+            self.load(state, data)
+        except PlatformError as exc:
+            return str(exc).removesuffix(f"; {REPAIR}")
+        return None
+
+    def evaluator(self, data: Dataset) -> SubnetEvaluator:
+        """The evaluator of the trained supernet.
+
+        Raises:
+            StudyError: the supernet is not trained yet.
+            PlatformError: its weights cannot be used (says how to train it again).
+        """
+        state = self.trained(data)
+        if state is None:
+            raise StudyError(self.untrained())
+        net, digest = self.load(state, data)
+        return SubnetEvaluator(net, self.space, data, self.config, seed=self.seed, digest=digest)
+
+    def export_weights(self, data: Dataset, path: Any) -> Any:
+        """Write the trained supernet's weights to ``path`` (see supernet_file.save)."""
+        state = self.trained(data)
+        if state is None:
+            raise StudyError(self.untrained())
+        net, digest = self.load(state, data)
+        return supernet_file.save(net, path, fingerprint=state.fingerprint, digest=digest)
+
+    def untrained(self) -> str:
+        return (
+            f"study {self.study!r} evaluates candidates on its supernet, which is not trained "
+            "yet: train it first (study.train_supernet(), or `autosearch supernet` with the "
+            "study file; `autosearch run` does it before the trials)"
         )
 
 
-def train(study: Study, *, show_progress_bar: bool | None = None) -> dict[str, Any]:
-    """Train the study's supernet (or import the weights its config names), unless it is
-    trained already; the job's stored state. Resumes from the last epoch's checkpoint."""
-    config = study.definition.supernet
-    if config is None:
-        raise StudyError(f"study {study.name!r} has no supernet (create it with supernet=...)")
-    done = _trained(study)
-    if done is not None:
-        return done
-    fp = _fingerprint(study)
-    net = _build(study)
-    if config.weights:
-        return _store(study, net, _imported(net, config.weights, fp), fp)
-    settings = config.train or study.definition.train
-    job = _job_key(study, fp)
-    work = study.artifacts.supernet_work(job)
-    rank, _ = world()
-    start = time.perf_counter()
-    show = False if rank != 0 else show_progress_bar
-    with _progress(settings.epochs, show) as on_epoch:
-
-        def epoch_done(epoch: EpochResult) -> None:
-            on_epoch(epoch)
-            if rank == 0:
-                study.artifacts.push_supernet(job)  # the checkpoint, to the bucket if any
-
-        result = train_supernet(
-            net,
-            study.space,
-            study.data,
-            settings,
-            config,
-            seed=study.seed,
-            checkpoint=work / TRAIN_STATE,
-            on_epoch=epoch_done,
-        )
-    if rank != 0:
-        return {}
-    info = {
-        "epochs": len(result.history),
-        "seconds": result.seconds,
-        "wall_seconds": time.perf_counter() - start,
-        "precision": result.precision,
-        "world_size": result.world_size,
-        "history": [vars(e) for e in result.history],
-    }
-    return _store(study, net, info, fp, job)
-
-
-def _job_key(study: Study, fp: str) -> str:
-    """The name of the job's work folder: a study's supernet of this fingerprint with
-    these training settings (studies sharing an artifacts folder never share it)."""
-    config = study.definition.supernet
-    assert config is not None
-    what = {
-        "study": study.name,
-        "fingerprint": fp,
-        "seed": study.seed,
-        "train": dataclasses.asdict(config.train or study.definition.train),
-        "rule": [config.sandwich, config.distill, config.schedule],
-    }
-    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def _store(
-    study: Study, net: nn.Module, info: dict[str, Any], fp: str, job: str | None = None
-) -> dict[str, Any]:
-    """Store the trained weights as an artifact of the study, then its state."""
-    weights = study.artifacts.save_weights(study.storage, None, net, study=study.optuna_study)
-    state = {"status": "complete", "fingerprint": fp, "weights": weights, **info}
-    study.storage.set_study_system_attr(study._study_id, _ATTR, state)
-    if job is not None:
-        study.artifacts.finish_supernet(job)
-    logger.info("study %s: supernet trained (%s)", study.name, fp)
-    return state
-
-
-def _imported(net: nn.Module, path: str, fp: str) -> dict[str, Any]:
-    """Load the weights :func:`export_weights` wrote into ``net``, refusing those of
-    another supernet (its space, genes or images differ)."""
-    from safetensors import safe_open
-
-    try:
-        with safe_open(path, framework="pt") as f:  # type: ignore[no-untyped-call]
-            metadata = f.metadata() or {}
-        state = load_file(path)
-    except FileNotFoundError:
-        raise ConfigError(f"supernet weights {path} do not exist; check the path") from None
-    except Exception as exc:  # safetensors' own errors: not a weights file
-        raise ConfigError(f"supernet weights {path} cannot be read: {exc}") from None
-    if metadata.get("fingerprint") != fp:
-        raise ConfigError(
-            f"supernet weights {path} are of another supernet (fingerprint "
-            f"{metadata.get('fingerprint')!r}, this study's is {fp!r}): its space, elastic "
-            "and fixed genes, and its images must be the same"
-        )
-    net.load_state_dict(state)
-    return {"imported_from": str(path)}
-
-
-def export_weights(study: Study, path: str | Path) -> Path:
-    """Write the trained supernet's weights (safetensors, with its fingerprint), for
-    another study of the same supernet (``SupernetConfig(weights=path)``)."""
-    info = _trained(study)
-    if info is None:
-        raise StudyError(_untrained(study))
-    net = _load(study, info)
-    state = {k: v.detach().cpu().contiguous() for k, v in net.state_dict().items()}
-    out = Path(path)
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        save_file(state, str(out), metadata={"fingerprint": info["fingerprint"]})
-    except Exception as exc:
-        raise PlatformError(f"cannot write {out}: {exc}") from None
-    return out
-
-
-def _load(study: Study, info: dict[str, Any]) -> nn.Module:
-    net = _build(study)
-    state = study.artifacts.load_weights(str(info.get("weights")), owner="the supernet")
-    try:
-        net.load_state_dict(state)
-    except RuntimeError as exc:
-        first = (str(exc).strip().splitlines() or [""])[0]
-        raise PlatformError(
-            f"the stored supernet weights do not fit study {study.name!r}'s supernet ({first}); "
-            "train it again (remove the study's supernet state) or restore them"
-        ) from None
-    return net
-
-
-def evaluator(study: Study) -> SubnetEvaluator:
-    """The evaluator of the study's trained supernet.
-
-    Raises:
-        StudyError: the supernet is not trained yet.
-    """
-    config = study.definition.supernet
-    assert config is not None
-    info = _trained(study)
-    if info is None:
-        raise StudyError(_untrained(study))
-    return SubnetEvaluator(_load(study, info), study.space, study.data, config, seed=study.seed)
-
-
-def _untrained(study: Study) -> str:
-    return (
-        f"study {study.name!r} evaluates candidates on its supernet, which is not trained "
-        "yet: train it first (study.train_supernet(), or `autosearch supernet` with the "
-        "study file; `autosearch run` does it before the trials)"
-    )
+def _interrupted(signal_name: str | None) -> BaseException:
+    return KeyboardInterrupt() if signal_name == "SIGINT" else Interrupted(signal_name or "SIGTERM")
 
 
 @contextmanager
-def _progress(epochs: int, show: bool | None) -> Iterator[Any]:
+def _progress(epochs: int, show: bool | None) -> Iterator[Callable[[EpochResult], None]]:
     """An epoch bar on a terminal (or when asked), else a log line per epoch."""
     if not (sys.stderr.isatty() if show is None else show):
 
         def log(epoch: EpochResult) -> None:
+            if world()[0] != 0:
+                return
             logger.info(
                 "supernet epoch %d/%d: loss %.4f, largest subnet val %.4f (%.1f s)",
                 epoch.epoch,
@@ -243,7 +462,8 @@ def _progress(epochs: int, show: bool | None) -> Iterator[Any]:
     bar = tqdm(total=epochs, unit="epoch", desc="supernet")
 
     def update(epoch: EpochResult) -> None:
-        bar.set_postfix_str(f"loss {epoch.train_loss:.3f} largest {epoch.val_accuracy:.3f}")
+        loss = epoch.train_loss if math.isfinite(epoch.train_loss) else float("nan")
+        bar.set_postfix_str(f"loss {loss:.3f} largest {epoch.val_accuracy:.3f}")
         bar.update()
 
     try:
