@@ -301,49 +301,79 @@ class _Bucket:
         raise AssertionError
 
 
-SEGMENTS = st.sampled_from(
-    ["..", ".", "", "train.pt", "variants", "x.json", "0", "1", "12", "a\\b", "~", "-", "/"]
-) | st.text(alphabet="abc./\\\x00-0123456789", max_size=6)
+SEGMENTS = (
+    st.sampled_from(
+        ["..", ".", "", "train.pt", "variants", "x.json", "0", "1", "12", "a\\b", "~", "-", "/"]
+    )
+    | st.text(alphabet="abc./\\\x00-0123456789", max_size=6)
+    # Names a file system refuses or that are hard to write: too long (in characters or
+    # in UTF-8 bytes), unicode, a lone surrogate.
+    | st.sampled_from(["x" * 256, "é" * 128, "x" * 255, "日本語", "naïve", "\udcff", "\ud800"])
+)
+# Where the listing is taken: a trial's attempts, or the supernet job's claims.
+WORKS = {
+    "trial": ("checkpoints/ARCH", lambda a, arch: a.start_attempt(arch, 5)),
+    "supernet": ("supernet/JOB", lambda a, arch: a.start_job("JOB", 5)),
+}
 
 
 @settings(max_examples=300, deadline=None, derandomize=True, database=None)
 @given(
+    kind=st.sampled_from(sorted(WORKS)),
     keys=st.lists(
         st.tuples(
-            st.sampled_from(
-                ["checkpoints/ARCH", "checkpoints/OTHER", "checkpoints", "weights", ""]
-            ),
+            st.sampled_from(["WORK", "checkpoints/OTHER", "checkpoints", "supernet", "weights", ""]),
             st.lists(SEGMENTS, min_size=0, max_size=5),
         ),
         max_size=8,
     ),
+    # A file where a folder must go: ``N/a`` and ``N/a/b`` both listed (and train.pt too).
+    collisions=st.lists(
+        st.tuples(
+            st.sampled_from(["0", "1", "7"]),
+            st.sampled_from(["a", "train.pt", "variants", "é"]),
+            st.sampled_from(["b", "train.pt", "x.json"]),
+        ),
+        max_size=3,
+    ),
     done=st.booleans(),
 )
-def test_whatever_a_bucket_lists_nothing_lands_outside_the_attempt(keys, done, tmp_path_factory):
+def test_whatever_a_bucket_lists_nothing_lands_outside_the_attempt(
+    kind, keys, collisions, done, tmp_path_factory
+):
+    """Any object a listing returns is used or skipped with a log line: nothing written
+    outside the work folder, no listing that stops the run (the reported case: a name
+    over 255 characters, or both ``…/0/a`` and ``…/0/a/b``, made every later run exit
+    2)."""
     from autosearch.architecture import Architecture
     from autosearch.study.artifacts import Artifacts
 
     root = tmp_path_factory.mktemp("bucket")
     arch = Architecture(space="x", genes={"a": 1})
+    prefix, start = WORKS[kind]
+    prefix = prefix.replace("ARCH", arch.arch_id)
     objects = {
-        "/".join([head.replace("ARCH", arch.arch_id), *parts]).lstrip("/"): b"data"
+        "/".join([head.replace("WORK", prefix), *parts]).lstrip("/"): b"data"
         for head, parts in keys
     }
+    for attempt, folder, name in collisions:
+        objects[f"{prefix}/{attempt}/{folder}"] = b"a file"
+        objects[f"{prefix}/{attempt}/{folder}/{name}"] = b"under the file"
     if done:
-        objects[f"checkpoints/{arch.arch_id}/0/train.pt"] = b"state"
+        objects[f"{prefix}/0/train.pt"] = b"state"
     cache = root / "cache"
     outside = root / "outside"
     outside.mkdir()
-    (cache / "checkpoints" / arch.arch_id).mkdir(parents=True)
+    (cache / prefix).mkdir(parents=True)
     # A link planted in the cache, out to another folder: never followed out.
-    (cache / "checkpoints" / arch.arch_id / "1").symlink_to(outside, target_is_directory=True)
+    (cache / prefix / "1").symlink_to(outside, target_is_directory=True)
     artifacts = Artifacts(cache, _Bucket(objects))  # type: ignore[arg-type]
-    work = artifacts.start_attempt(arch, 5)
+    work = start(artifacts, arch)
     written = [p for p in root.rglob("*") if p.is_file()]
     assert all(p.resolve().is_relative_to(work.resolve()) for p in written), written
     assert list(outside.iterdir()) == []
-    if done:
-        assert (work / "train.pt").read_bytes() == b"state"
+    if done and not any(c[0] > "0" and c[1] == "train.pt" for c in collisions):
+        assert (work / "train.pt").is_file()
 
 
 @settings(max_examples=500, deadline=None, derandomize=True, database=None)

@@ -208,3 +208,77 @@ def test_damaged_weights_in_the_bucket_are_named_in_one_line(bucket, tmp_path, t
     err = capsys.readouterr().err.strip()
     assert code == 2 and "Traceback" not in err and len(err.splitlines()) == 1
     assert f"s3://{name}/bad/weights/{key.rsplit('/', 1)[1]}" in err and "damaged" in err
+
+
+SUPERNET_FILE = """
+from autosearch import StudySpec, SupernetConfig, TrainConfig
+from controllers import RandomSearch
+from search_spaces import ResNetSpace
+
+space = ResNetSpace(max_stages=2, depths=(1, 2), widths=(8, 16), stem_widths=(8, 16))
+study = StudySpec(
+    name="sn",
+    controller=RandomSearch(space.supernet(fixed={"stages": 2}), seed=0),
+    train=TrainConfig(epochs=8, batch_size=32, lr=0.05),
+    supernet=SupernetConfig(sandwich=1, latency=False),
+    storage="sqlite:///study.db",
+    n_trials=1,
+)
+"""
+
+
+def test_a_killed_supernet_resumes_from_the_bucket_past_stray_objects(
+    bucket, tmp_path, monkeypatch
+):
+    """The supernet's checkpoint lives in the bucket: killed mid-training, it resumes on
+    a disk that never saw it. Objects of every shape a listing may hold under its folder
+    (a name over 255 bytes, a file where a folder must go, an empty name, unicode) are
+    skipped with a log line, never a run that exits 2 until someone deletes them."""
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    import torch
+
+    name, client = bucket
+    # The killed worker's claim is taken over once silent for 2 s (not the default 60).
+    monkeypatch.setenv("AUTOSEARCH_HEARTBEAT_INTERVAL", "0.5")
+    monkeypatch.setenv("AUTOSEARCH_HEARTBEAT_GRACE", "2")
+    (tmp_path / "sn.py").write_text(SUPERNET_FILE)
+    cli = [str(Path(sys.executable).with_name("autosearch")), "supernet", "sn.py"]
+    cli += ["--artifacts", f"s3://{name}/sn"]
+    run = subprocess.Popen(cli, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        for _ in range(36000):  # waits on the bucket's state; the bound keeps a hang out
+            if any(k.endswith("/train.pt") for k in _keys(client, name)) or run.poll() is not None:
+                break
+            time.sleep(0.05)
+        run.send_signal(signal.SIGKILL)
+        run.wait(timeout=1800)
+    finally:
+        run.kill()
+    (checkpoint,) = [k for k in _keys(client, name) if k.endswith("/train.pt")]
+    folder = checkpoint.rsplit("/", 2)[0]  # sn/supernet/JOB
+    study = autosearch.load_study("sn", storage=f"sqlite:///{tmp_path}/study.db")
+    shutil.rmtree(study.artifacts.folder)  # another machine: this disk's copy is gone
+    client.download_file(name, checkpoint, str(tmp_path / "cut.pt"))
+    cut = torch.load(tmp_path / "cut.pt", weights_only=True)["epoch"]
+    for key in (
+        f"{folder}/0/{'x' * 300}",
+        f"{folder}/0/{'é' * 200}",
+        f"{folder}/0/variants",
+        f"{folder}/0/variants/x.json",
+        f"{folder}/0/train.pt/inside-a-file",
+        f"{folder}/0/",
+        f"{folder}/0/日本語",
+        f"{folder}/99/a/b",
+        f"{folder}/99/a",
+    ):
+        client.put_object(Bucket=name, Key=key, Body=b"stray")
+    history = study.train_supernet()["history"]
+    assert [e["epoch"] for e in history] == list(range(1, 9))
+    # Epochs up to the cut came from the bucket's checkpoint, not trained again.
+    again = torch.load(tmp_path / "cut.pt", weights_only=True)["history"]
+    assert [e["seconds"] for e in history[:cut]] == [e["seconds"] for e in again]
+    assert not [k for k in _keys(client, name) if "/supernet/" in k]  # its work is gone
