@@ -322,7 +322,9 @@ WORKS = {
     kind=st.sampled_from(sorted(WORKS)),
     keys=st.lists(
         st.tuples(
-            st.sampled_from(["WORK", "checkpoints/OTHER", "checkpoints", "supernet", "weights", ""]),
+            st.sampled_from(
+                ["WORK", "checkpoints/OTHER", "checkpoints", "supernet", "weights", ""]
+            ),
             st.lists(SEGMENTS, min_size=0, max_size=5),
         ),
         max_size=8,

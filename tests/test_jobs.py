@@ -83,8 +83,7 @@ def _check(storage, workers: list[Worker]) -> None:
     running_held = [
         w
         for w in workers
-        if w.state == "holding"
-        and storage.get_trial(w.claim.trial_id).state == TrialState.RUNNING
+        if w.state == "holding" and storage.get_trial(w.claim.trial_id).state == TrialState.RUNNING
     ]
     assert len(running_held) <= 1, "two workers hold running claims at once"
     results = {str(w.result) for w in workers if w.state == "finished"}
