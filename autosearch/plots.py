@@ -46,8 +46,8 @@ _HOVER = ("accuracy", "test_accuracy", "flops", "params", "latency")
 
 def _hover(record: Record) -> str:
     lines = [f"{metric(n).header}: {metric(n).cell(record.metrics)}" for n in _HOVER]
-    head = f"trial {record.trial} · {html.escape(record.variant)}"
-    return "<br>".join([head, html.escape(record.description), *lines])
+    head = f"trial {record.trial} · {_text(record.variant)}"
+    return "<br>".join([head, _text(record.description), *lines])
 
 
 def _kind(record: Record) -> str:
@@ -88,16 +88,16 @@ def pareto(
         done = [r for r in one.records() if r.state == "complete" and x in r.metrics]
         points += len(done)
         colour = _PALETTE[i % len(_PALETTE)]
-        prefix = f"{html.escape(one.name)}: " if len(studies) > 1 else ""
+        prefix = f"{_text(one.name)}: " if len(studies) > 1 else ""
         fig.add_traces(_study_traces(done, x, y, colour=colour, prefix=prefix))
     if len(studies) == 1:
         trials = len({r.trial for r in studies[0].records() if r.state == "complete"})
         title = (
-            f"{html.escape(studies[0].name)}: {y} against {x} ({trials} trials, "
+            f"{_text(studies[0].name)}: {y} against {x} ({trials} trials, "
             f"{points} points with variants)"
         )
     else:
-        title = f"{y} against {x}: " + ", ".join(html.escape(s.name) for s in studies)
+        title = f"{y} against {x}: " + ", ".join(_text(s.name) for s in studies)
     fig.update_layout(
         title=title,
         xaxis=_axis(x),
@@ -157,7 +157,7 @@ def _pareto_3d(studies: list[Study], x: str, y: str, z: str) -> go.Figure:
                     y=[r.metrics[z] for r in members],
                     z=[r.metrics[y] for r in members],
                     mode="markers",
-                    name=(f"{html.escape(one.name)}: " if len(studies) > 1 else "") + label,
+                    name=(f"{_text(one.name)}: " if len(studies) > 1 else "") + label,
                     marker={
                         "size": 5 if on_front else 3,
                         "color": _PALETTE[i % len(_PALETTE)] if on_front else "#9aa5b1",
@@ -229,7 +229,7 @@ def history(study: Study) -> go.Figure:
         )
     )
     fig.update_layout(
-        title=f"{html.escape(study.name)}: validation accuracy by trial",
+        title=f"{_text(study.name)}: validation accuracy by trial",
         xaxis={"title": "trial"},
         yaxis=_axis("accuracy"),
         template="plotly_white",
@@ -275,7 +275,7 @@ def hypervolume(study: Study, *, x: str = "flops") -> go.Figure:
         )
     )
     fig.update_layout(
-        title=f"{html.escape(study.name)}: hypervolume of the accuracy / {x} front",
+        title=f"{_text(study.name)}: hypervolume of the accuracy / {x} front",
         xaxis={"title": "trial"},
         yaxis={"title": f"accuracy × decades of {x} dominated (reference: 0, {reference:.3g})"},
         template="plotly_white",
@@ -304,13 +304,13 @@ def learning_curves(study: Study, *, limit: int = 50) -> go.Figure:
                 name=f"trial {trial}",
                 line={"color": sample_colorscale("Viridis", shade[trial])[0]},
                 hovertemplate=(
-                    f"trial {trial}: {html.escape(record.description) if record else ''}"
+                    f"trial {trial}: {_text(record.description) if record else ''}"
                     "<br>epoch %{x}: %{y:.4f}<extra></extra>"
                 ),
             )
         )
     fig.update_layout(
-        title=f"{html.escape(study.name)}: learning curves ({len(ranked)} of {len(curves)} trials;"
+        title=f"{_text(study.name)}: learning curves ({len(ranked)} of {len(curves)} trials;"
         " lighter: more accurate)",
         xaxis={"title": "epoch"},
         yaxis=_axis("accuracy"),
@@ -331,7 +331,7 @@ def compare(studies: Sequence[Study]) -> go.Figure:
                 y=_best_so_far(records),
                 mode="lines",
                 line={"shape": "hv", "color": _PALETTE[i % len(_PALETTE)]},
-                name=f"{html.escape(one.name)} ({html.escape(one.controller.name)})",
+                name=f"{_text(one.name)} ({_text(one.controller.name)})",
             )
         )
     fig.update_layout(
@@ -374,15 +374,27 @@ def importance(study: Study) -> go.Figure:
     )
     names = list(scores)[::-1]
     fig = go.Figure(
-        go.Bar(x=[scores[n] for n in names], y=names, orientation="h", marker_color="#30638e")
+        go.Bar(
+            x=[scores[n] for n in names],
+            y=[_text(n) for n in names],  # gene names come from storage: shown as text
+            orientation="h",
+            marker_color="#30638e",
+        )
     )
     fig.update_layout(
-        title=f"{html.escape(study.name)}: gene importance for validation accuracy (fANOVA)",
+        title=f"{_text(study.name)}: gene importance for validation accuracy (fANOVA)",
         xaxis={"title": "share of accuracy variance explained"},
         template="plotly_white",
         height=max(300, 28 * len(names) + 120),
     )
     return fig
+
+
+def _text(value: object) -> str:
+    """``value`` shown as plain text in a plotly label: plotly reads ``<``, ``>`` and
+    ``&`` as its markup (links, bold), and shows quotes as they are (``&quot;`` would be
+    shown as those six characters)."""
+    return html.escape(str(value), quote=False)
 
 
 def _key(record: Record) -> tuple[int, str]:

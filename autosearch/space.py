@@ -32,10 +32,36 @@ from autosearch.errors import (
     suggest,
 )
 
-__all__ = ["Categorical", "Domain", "IntRange", "NetworkSpec", "SearchSpace"]
+__all__ = [
+    "SIZE_LIMITS",
+    "Categorical",
+    "Domain",
+    "IntRange",
+    "NetworkSpec",
+    "SearchSpace",
+    "check_sizes",
+]
 
 _MAX_MUTATION_TRIES = 100
 _MAX_BUDGET_TRIES = 200
+
+# The largest size of each kind a space accepts. A stored study is data: one holding
+# widths=[10**9] or max_stages=10**6 is refused in one line when it is read, not in an
+# allocation when a worker builds the network. Far above any network trained today.
+SIZE_LIMITS = {"channels": 8192, "blocks": 1024, "stages": 32, "stride": 8, "kernel": 31}
+
+
+def check_sizes(owner: str, kind: str, **sizes: Any) -> None:
+    """Refuse any of ``sizes`` (a number, or a sequence of them) that is not a whole
+    number from 1 to ``SIZE_LIMITS[kind]``, naming ``owner``'s field."""
+    limit = SIZE_LIMITS[kind]
+    for name, given in sizes.items():
+        values = given if isinstance(given, tuple | list) else (given,)
+        for value in values:
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit:
+                raise ConfigError(
+                    f"{owner} {name}: {value!r} is not a number of {kind} from 1 to {limit}"
+                )
 
 
 @dataclass(frozen=True)

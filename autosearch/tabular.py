@@ -22,11 +22,41 @@ from pathlib import Path
 from typing import Any
 
 from autosearch.architecture import Architecture
-from autosearch.errors import ConfigError, DataError, StudyError, TrialFailed
+from autosearch.errors import ConfigError, DataError, StudyError, TrialFailed, require
 from autosearch.metrics import metric
 from autosearch.space import SearchSpace
 
 __all__ = ["Table"]
+
+
+def _name(value: Any) -> bool:
+    return isinstance(value, str) and bool(value) and "\x00" not in value
+
+
+def _shape(value: Any) -> bool:
+    return (
+        isinstance(value, tuple | list)
+        and len(value) == 3
+        and all(isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 8192 for v in value)
+    )
+
+
+# (field, check, what is expected): a Table is checked when it is made (and so when a
+# stored table study is read).
+_CHECKS = (
+    ("path", _name, "the path of a CSV or JSON file"),
+    ("key", _name, "a column name"),
+    ("accuracy", _name, "a column name"),
+    ("test_accuracy", lambda v: v is None or _name(v), "a column name or None"),
+    ("train_time", lambda v: v is None or _name(v), "a column name or None"),
+    ("percent", lambda v: v is None or isinstance(v, bool), "True, False or None"),
+    ("input_shape", _shape, "(channels, height, width), each from 1 to 8192"),
+    (
+        "num_classes",
+        lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 10**6,
+        "a number of classes from 1 to 1000000",
+    ),
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,7 +88,11 @@ class Table:
     num_classes: int = 10
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "path", str(self.path))
+        if isinstance(self.path, Path):
+            object.__setattr__(self, "path", str(self.path))
+        for name, ok, expected in _CHECKS:
+            value = getattr(self, name)
+            require(ok(value), f"Table {name}", value, expected)
         pairs = dict(self.metrics).items() if self.metrics else ()
         for name, column in pairs:
             metric(name)  # an unknown metric is refused with the known ones

@@ -23,6 +23,7 @@ import logging
 import math
 import numbers
 import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -127,7 +128,9 @@ _CHECKS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("precision", lambda v: v in PRECISIONS, f"one of {', '.join(PRECISIONS)}"),
     (
         "device",
-        lambda v: isinstance(v, str) and bool(v),
+        lambda v: (
+            isinstance(v, str) and re.fullmatch(r"auto|cpu|mps|cuda(:\d{1,3})?", v) is not None
+        ),
         "'auto', 'cpu', 'cuda', 'cuda:1' or 'mps'",
     ),
 )

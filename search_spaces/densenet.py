@@ -13,7 +13,7 @@ from autosearch.architecture import Architecture, Gene
 from autosearch.cost import Cost, Tally
 from autosearch.errors import ConfigError, InvalidArchitectureError
 from autosearch.registry import register_space
-from autosearch.space import Categorical, Domain, IntRange, NetworkSpec, SearchSpace
+from autosearch.space import Categorical, Domain, IntRange, NetworkSpec, SearchSpace, check_sizes
 from search_spaces._stem import STEMS, choose_stem, tally_stem
 
 __all__ = ["DenseNetSpace"]
@@ -81,6 +81,11 @@ class DenseNetSpace(SearchSpace):
             object.__setattr__(self, name, tuple(getattr(self, name)))
             if not getattr(self, name):
                 raise ConfigError(f"DenseNetSpace {name} must not be empty")
+        owner = "DenseNetSpace"
+        check_sizes(owner, "channels", growths=self.growths, stem_widths=self.stem_widths)
+        check_sizes(owner, "channels", bn_size=self.bn_size)
+        check_sizes(owner, "blocks", layers=self.layers)
+        check_sizes(owner, "stages", min_blocks=self.min_blocks, max_blocks=self.max_blocks)
         if not 1 <= self.min_blocks <= self.max_blocks:
             raise ConfigError(
                 f"need 1 <= min_blocks <= max_blocks, got {self.min_blocks}, {self.max_blocks}"

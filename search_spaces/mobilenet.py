@@ -18,7 +18,7 @@ from autosearch.architecture import Architecture, Gene
 from autosearch.cost import Cost, Tally
 from autosearch.errors import ConfigError
 from autosearch.registry import register_space
-from autosearch.space import Categorical, Domain, IntRange, NetworkSpec, SearchSpace
+from autosearch.space import Categorical, Domain, IntRange, NetworkSpec, SearchSpace, check_sizes
 
 if TYPE_CHECKING:
     from search_spaces.elastic import ElasticSpace
@@ -120,6 +120,13 @@ class MobileNetSpace(SearchSpace):
             object.__setattr__(self, name, tuple(getattr(self, name)))
             if not getattr(self, name):
                 raise ConfigError(f"MobileNetSpace {name} must not be empty")
+        owner = "MobileNetSpace"
+        channels = {"stem_widths": self.stem_widths, "head_widths": self.head_widths}
+        check_sizes(owner, "channels", widths=self.widths, expansions=self.expansions, **channels)
+        check_sizes(owner, "blocks", depths=self.depths)
+        check_sizes(owner, "stride", strides=self.strides, stem_strides=self.stem_strides)
+        check_sizes(owner, "kernel", kernels=self.kernels)
+        check_sizes(owner, "stages", min_stages=self.min_stages, max_stages=self.max_stages)
         if not 1 <= self.min_stages <= self.max_stages:
             raise ConfigError(
                 f"need 1 <= min_stages <= max_stages, got {self.min_stages}, {self.max_stages}"

@@ -15,7 +15,7 @@ from autosearch.architecture import Architecture
 from autosearch.cost import Cost, Tally
 from autosearch.errors import ConfigError, InvalidArchitectureError
 from autosearch.registry import register_space
-from autosearch.space import Categorical, Domain, NetworkSpec, SearchSpace
+from autosearch.space import Categorical, Domain, NetworkSpec, SearchSpace, check_sizes
 
 __all__ = ["NB201Space"]
 
@@ -61,8 +61,8 @@ class NB201Space(SearchSpace):
         unknown = set(self.operations) - set(OPERATIONS)
         if unknown or not self.operations:
             raise ConfigError(f"operations must be among {OPERATIONS}, got {self.operations}")
-        if self.channels < 1 or self.cells < 1:
-            raise ConfigError("channels and cells must be positive")
+        check_sizes("NB201Space", "channels", channels=self.channels)
+        check_sizes("NB201Space", "blocks", cells=self.cells)
 
     def domains(self) -> Mapping[str, Domain]:
         default = "nor_conv_3x3" if "nor_conv_3x3" in self.operations else None

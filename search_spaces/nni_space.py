@@ -35,7 +35,7 @@ import torch
 from autosearch.architecture import Architecture
 from autosearch.errors import ConfigError, InvalidArchitectureError, suggest
 from autosearch.registry import register_space
-from autosearch.space import Categorical, Domain, NetworkSpec, SearchSpace
+from autosearch.space import SIZE_LIMITS, Categorical, Domain, NetworkSpec, SearchSpace
 from search_spaces import _nni_net
 
 __all__ = ["NNISpace", "from_nni", "nni_available", "register_nni_space"]
@@ -261,6 +261,15 @@ class NNISpace(SearchSpace):
         if not all(isinstance(k, str) for k in self.kwargs):
             raise ConfigError(f"NNISpace kwargs must be named by strings, got {self.kwargs!r}")
         object.__setattr__(self, "kwargs", dict(self.kwargs))
+        # The model space is built with these as given: a size no machine holds (a
+        # stored stem_out_channels=10**6) is refused here, not in an allocation.
+        limit = SIZE_LIMITS["channels"]
+        for name, value in self.kwargs.items():
+            if isinstance(value, int) and not isinstance(value, bool) and abs(value) > limit:
+                raise ConfigError(
+                    f"NNISpace kwargs {name}={value!r}: sizes above {limit} are refused (the "
+                    "model space is built with its keyword arguments as given)"
+                )
 
     def __hash__(self) -> int:  # kwargs is a dict: hash its JSON form
         return hash((self.factory, json.dumps(self.kwargs, sort_keys=True), self.budget_input))

@@ -17,7 +17,7 @@ from autosearch.architecture import Architecture, Gene
 from autosearch.cost import Cost, Tally
 from autosearch.errors import ConfigError
 from autosearch.registry import register_space
-from autosearch.space import Categorical, Domain, IntRange, NetworkSpec, SearchSpace
+from autosearch.space import Categorical, Domain, IntRange, NetworkSpec, SearchSpace, check_sizes
 from search_spaces._stem import STEMS, choose_stem, tally_stem
 
 if TYPE_CHECKING:
@@ -100,6 +100,10 @@ class ResNetSpace(SearchSpace):
             object.__setattr__(self, name, tuple(getattr(self, name)))
             if not getattr(self, name):
                 raise ConfigError(f"ResNetSpace {name} must not be empty")
+        check_sizes("ResNetSpace", "channels", widths=self.widths, stem_widths=self.stem_widths)
+        check_sizes("ResNetSpace", "blocks", depths=self.depths)
+        check_sizes("ResNetSpace", "stride", strides=self.strides)
+        check_sizes("ResNetSpace", "stages", min_stages=self.min_stages, max_stages=self.max_stages)
         if not 1 <= self.min_stages <= self.max_stages:
             raise ConfigError(
                 f"need 1 <= min_stages <= max_stages, got {self.min_stages}, {self.max_stages}"
@@ -110,8 +114,6 @@ class ResNetSpace(SearchSpace):
             raise ConfigError(f"blocks must be among 'basic', 'bottleneck', got {self.blocks}")
         if set(self.shortcuts) - {"projection", "pad"}:
             raise ConfigError(f"shortcuts must be among 'projection', 'pad', got {self.shortcuts}")
-        if min(self.depths + self.widths + self.stem_widths + self.strides) < 1:
-            raise ConfigError("depths, widths and strides must be positive")
 
     def domains(self) -> Mapping[str, Domain]:
         genes: dict[str, Domain] = {

@@ -192,8 +192,11 @@ def test_an_interrupted_run_says_so_and_exits_with_the_signal(tmp_path):
 
     import autosearch
 
+    # Epochs enough that the trial cannot end between the epoch seen and the signal
+    # (4 epochs of this tiny network took under a second on a fast machine, so the trial
+    # sometimes completed first: "after 1 of 2 trials"); the run stops after one more.
     (tmp_path / "slow.py").write_text(
-        TINY_STUDY.replace("epochs=1", "epochs=4").replace("cli-tiny", "cli-slow")
+        TINY_STUDY.replace("epochs=1", "epochs=500").replace("cli-tiny", "cli-slow")
     )
     cli = Path(sys.executable).with_name("autosearch")
     run = subprocess.Popen(

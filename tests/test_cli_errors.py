@@ -93,6 +93,10 @@ CASES = {
     ),
     # supernet
     "supernet: a study without one": (["supernet", F], "defines no supernet"),
+    "supernet: --retrain on a study without one": (
+        ["supernet", F, "--retrain"],
+        "defines no supernet",
+    ),
     "supernet: no processes": (
         ["supernet", "{root}/sn.py", "--nproc-per-node", "0"],
         "--nproc-per-node: expected an integer >= 1",

@@ -48,6 +48,9 @@ def test_export_round_trip_in_a_process_without_autosearch(make_study, digits, t
         "model.py",
         "model.safetensors",
     ]
+    # Every exported file has the mode any new file of this user gets (the weights
+    # were 0600, written by safetensors' own writer).
+    assert len({p.stat().st_mode & 0o777 for p in out.iterdir()}) == 1
     card = json.loads((out / "arch.json").read_text())
     assert card["arch_id"] == record.arch.arch_id and card["variant"] == "base"
     assert card["metrics"]["accuracy"] == record.accuracy and "2 x MACs" in card["conventions"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -395,6 +396,116 @@ def test_a_path_from_outside_is_confined_to_its_folder(relative, tmp_path_factor
 
 
 # The faults, one test each --------------------------------------------------------------
+STORED_FIELDS = {
+    "an unknown objective": (("objectives",), ["nonsense", "flops"], "unknown objective"),
+    "an objective that is no name": (("objectives",), [1], "objective 1 is not a metric"),
+    "no objectives": (("objectives",), [], "is not a list of metric names"),
+    "a device that does not exist": (("train", "device"), "tpu", "TrainConfig device='tpu'"),
+    "a table path that is no path": (("table",), {"path": 5}, "Table path=5"),
+    "a table of huge images": (
+        ("table",),
+        {"path": "t.csv", "input_shape": [3, 10**6, 10**6]},
+        "Table input_shape",
+    ),
+    "a huge width": (("space", "config", "widths"), [8, 10**9], "widths: 1000000000"),
+    "a million stages": (("space", "config", "max_stages"), 10**6, "max_stages: 1000000"),
+    "a supernet told 'no' to distill": (("supernet",), {"distill": "no"}, "distill='no'"),
+    "a supernet told 'x' to measure latency": (("supernet",), {"latency": "x"}, "latency='x'"),
+}
+
+
+@pytest.mark.parametrize("case", list(STORED_FIELDS))
+def test_a_stored_field_out_of_shape_is_refused_in_one_line(case, stored, tmp_path, capsys):
+    """The reported cases: stored objectives, train.device and table were not checked
+    on read (status and report ended in a KeyError, a worker stored the trial as failed
+    by the architecture's fault), sizes reached an allocation, truthy strings passed
+    for booleans. Every command now refuses the study in one line, and nothing runs."""
+    study, url = stored["study"], stored["url"]
+    path, value, message = STORED_FIELDS[case]
+    definition = _set(copy.deepcopy(stored["definition"]), path, value)
+    study.storage.set_study_user_attr(study._study_id, "autosearch", definition)
+    trials = len(study.optuna_trials())
+    try:
+        for argv in (
+            ["status", "--study", "kept", "--storage", url],
+            ["report", "--study", "kept", "--storage", url, "--out", str(tmp_path / "r.html")],
+            ["worker", "--study", "kept", "--storage", url, "--n-trials", "1"],
+        ):
+            code, output = _cli(argv, capsys)
+            assert code == 2 and "Traceback" not in output, output[-2000:]
+            assert message in output and len(output.strip().splitlines()) == 1, output
+    finally:
+        study.storage.set_study_user_attr(study._study_id, "autosearch", stored["definition"])
+    assert len(study.optuna_trials()) == trials  # no trial stored as failed
+
+
+def test_a_table_that_cannot_be_read_stops_the_worker_not_the_trials(tmp_path, capsys):
+    from autosearch import Table, tabular
+    from search_spaces import NB201Space
+
+    space = NB201Space()
+    rows = tmp_path / "t.csv"
+    arch = space.to_string(space.sample(__import__("numpy").random.default_rng(0)))
+    rows.write_text(f"arch,val_accuracy\n{arch},50.0\n")
+    study = autosearch.create_study(
+        "tab",
+        controller=RandomSearch(space, seed=0),
+        storage=f"sqlite:///{tmp_path}/t.db",
+        table=Table(path=str(rows)),
+    )
+    rows.unlink()
+    tabular._load.cache_clear()  # as in a worker of its own: the table not read yet
+    argv = ["worker", "--study", "tab", "--storage", study.storage_url, "--n-trials", "2"]
+    code, output = _cli(argv, capsys)
+    assert code == 2 and "does not exist" in output and "Traceback" not in output
+    assert study.optuna_trials() == []  # not two trials failed "by the architecture"
+
+
+def test_a_trial_whose_result_lacks_a_metric_is_named_and_left_out(stored, capsys):
+    """The reported case: a stored result of {"points": []} made status and report fail
+    with a KeyError."""
+    from optuna.trial import TrialState, create_trial
+
+    study, url = stored["study"], stored["url"]
+    kept = study.optuna_trials()[0]
+    for result in ({"points": []}, {"points": [{"variant": "base", "metrics": {}}]}):
+        study.storage.create_new_trial(
+            study._study_id,
+            template_trial=create_trial(
+                state=TrialState.COMPLETE,
+                values=kept.values,
+                params=kept.params,
+                distributions=kept.distributions,
+                user_attrs={**kept.user_attrs, "result": result},
+            ),
+        )
+    for argv in (
+        ["status", "--study", "kept", "--storage", url],
+        ["report", "--study", "kept", "--storage", url, "--out", str(stored["root"] / "r.html")],
+    ):
+        code, output = _cli(argv, capsys)
+        assert code == 0 and "Traceback" not in output, output[-2000:]
+    status = _cli(["status", "--study", "kept", "--storage", url], capsys)[1]
+    assert "its stored base point has no accuracy, flops, params" in status
+
+
+def test_plot_labels_show_stored_names_as_text(stored):
+    """The reported cases: a quoted study name showed as &quot;, and gene names in the
+    importance plot were read as markup (a payload became a link)."""
+    from autosearch import plots
+
+    study = stored["study"]
+    named = copy.copy(study)
+    named.name = 'my "best" <a href="x">study</a>'
+    title = plots.pareto(named).layout.title.text
+    assert '"best"' in title and "&quot;" not in title and "<a href" not in title
+    figure = plots.importance(study)
+    assert all("<" not in label for label in figure.data[0].y)
+    from autosearch.plots import _text
+
+    assert _text('<a href="javascript:x">gene</a>') == '&lt;a href="javascript:x"&gt;gene&lt;/a&gt;'
+
+
 def _edit(study, change) -> None:
     stored = study.storage.get_study_user_attrs(study._study_id)["autosearch"]
     change(stored)
@@ -634,41 +745,66 @@ def test_a_read_only_study_with_unmerged_commits_is_named_not_called_damaged(tmp
     assert "write-ahead log" in err and "damaged" not in err
 
 
-def test_an_unreadable_study_is_named_a_permission_problem(make_study, tmp_path):
-    """As another user (nobody), a study file only its owner may read."""
-    import shutil
-    import subprocess
+def test_an_unreadable_study_is_named_a_permission_problem(make_study, tmp_path, capsys):
+    """As a user who may not read the study file. Run as root (which reads everything),
+    the command runs in a forked child that has become 'nobody' and imported what it
+    needs already: so the test needs nothing of the checkout to be readable by others
+    (a clone in a private 0700 folder failed when the CLI was started as 'nobody')."""
+    import pwd
 
-    if shutil.which("setpriv") is None or subprocess.run(["id", "nobody"]).returncode:
-        pytest.skip("needs setpriv and a 'nobody' user to read as another user")
     study = make_study("p")
     _closed(study)
     path = Path(study.storage_url[len("sqlite:///") :])
-    path.chmod(0o600)
-    path.parent.chmod(0o755)
-    cli = Path(sys.executable).with_name("autosearch")
-    shown = subprocess.run(
-        [
-            "setpriv",
-            "--reuid=nobody",
-            "--regid=nogroup",
-            "--clear-groups",
-            str(cli),
-            "status",
-            "--study",
-            "p",
-            "--storage",
-            study.storage_url,
-        ],
-        cwd="/",
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent"},
-    )
-    err = shown.stderr.strip()
-    assert shown.returncode == 2 and "Traceback" not in err, err
-    assert "permission denied" in err and "damaged" not in err
+    argv = ["status", "--study", "p", "--storage", study.storage_url]
+    assert main(argv) == 0  # everything the command imports is imported now
+    capsys.readouterr()
+    if os.geteuid() != 0:
+        path.chmod(0o000)  # this user may not read it: in-process is enough
+        try:
+            code, output = _cli(argv, capsys)
+        finally:
+            path.chmod(0o600)
+    else:
+        try:
+            nobody = pwd.getpwnam("nobody")
+        except KeyError:
+            pytest.skip("needs a 'nobody' user to read as another user")
+        path.chmod(0o600)
+        path.parent.chmod(0o755)
+        code, output = _as_user(nobody, lambda: main(argv))
+    assert code == 2 and "Traceback" not in output, output
+    assert "permission denied" in output and "damaged" not in output
+
+
+def _as_user(user: Any, run: Any) -> tuple[int, str]:
+    """``run()`` in a forked child with ``user``'s ids (real and effective): its exit
+    status and what it wrote."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        code = 99
+        try:
+            os.dup2(write, 1)
+            os.dup2(write, 2)
+            # pytest's capture replaced sys.stdout and sys.stderr: write to the pipe.
+            sys.stdout = sys.stderr = open(write, "w", buffering=1, closefd=False)
+            os.setgroups([])
+            os.setresgid(user.pw_gid, user.pw_gid, user.pw_gid)
+            os.setresuid(user.pw_uid, user.pw_uid, user.pw_uid)
+            code = int(run())
+        except BaseException as exc:
+            os.write(2, f"Traceback: {type(exc).__name__}: {exc}\n".encode())
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    os.close(write)
+    chunks = []
+    while chunk := os.read(read, 65536):
+        chunks.append(chunk)
+    os.close(read)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), b"".join(chunks).decode(errors="replace")
 
 
 # Exports carry no data ------------------------------------------------------------------

@@ -227,13 +227,9 @@ study = StudySpec(
 """
 
 
-def test_a_killed_supernet_resumes_from_the_bucket_past_stray_objects(
-    bucket, tmp_path, monkeypatch
-):
-    """The supernet's checkpoint lives in the bucket: killed mid-training, it resumes on
-    a disk that never saw it. Objects of every shape a listing may hold under its folder
-    (a name over 255 bytes, a file where a folder must go, an empty name, unicode) are
-    skipped with a log line, never a run that exits 2 until someone deletes them."""
+def _killed_supernet(name: str, client, tmp_path) -> tuple[str, int]:
+    """Run `autosearch supernet` on SUPERNET_FILE with its artifacts in the bucket and
+    kill it once its first checkpoint is there: that checkpoint's key, and its epoch."""
     import subprocess
     import sys
     import time
@@ -241,10 +237,6 @@ def test_a_killed_supernet_resumes_from_the_bucket_past_stray_objects(
 
     import torch
 
-    name, client = bucket
-    # The killed worker's claim is taken over once silent for 2 s (not the default 60).
-    monkeypatch.setenv("AUTOSEARCH_HEARTBEAT_INTERVAL", "0.5")
-    monkeypatch.setenv("AUTOSEARCH_HEARTBEAT_GRACE", "2")
     (tmp_path / "sn.py").write_text(SUPERNET_FILE)
     cli = [str(Path(sys.executable).with_name("autosearch")), "supernet", "sn.py"]
     cli += ["--artifacts", f"s3://{name}/sn"]
@@ -259,11 +251,27 @@ def test_a_killed_supernet_resumes_from_the_bucket_past_stray_objects(
     finally:
         run.kill()
     (checkpoint,) = [k for k in _keys(client, name) if k.endswith("/train.pt")]
+    client.download_file(name, checkpoint, str(tmp_path / "cut.pt"))
+    return checkpoint, torch.load(tmp_path / "cut.pt", weights_only=True)["epoch"]
+
+
+def test_a_killed_supernet_resumes_from_the_bucket_past_stray_objects(
+    bucket, tmp_path, monkeypatch
+):
+    """The supernet's checkpoint lives in the bucket: killed mid-training, it resumes on
+    a disk that never saw it. Objects of every shape a listing may hold under its folder
+    (a name over 255 bytes, a file where a folder must go, an empty name, unicode) are
+    skipped with a log line, never a run that exits 2 until someone deletes them."""
+    import torch
+
+    name, client = bucket
+    # The killed worker's claim is taken over once silent for 2 s (not the default 60).
+    monkeypatch.setenv("AUTOSEARCH_HEARTBEAT_INTERVAL", "0.5")
+    monkeypatch.setenv("AUTOSEARCH_HEARTBEAT_GRACE", "2")
+    checkpoint, cut = _killed_supernet(name, client, tmp_path)
     folder = checkpoint.rsplit("/", 2)[0]  # sn/supernet/JOB
     study = autosearch.load_study("sn", storage=f"sqlite:///{tmp_path}/study.db")
     shutil.rmtree(study.artifacts.folder)  # another machine: this disk's copy is gone
-    client.download_file(name, checkpoint, str(tmp_path / "cut.pt"))
-    cut = torch.load(tmp_path / "cut.pt", weights_only=True)["epoch"]
     for key in (
         f"{folder}/0/{'x' * 300}",
         f"{folder}/0/{'é' * 200}",
@@ -282,3 +290,27 @@ def test_a_killed_supernet_resumes_from_the_bucket_past_stray_objects(
     again = torch.load(tmp_path / "cut.pt", weights_only=True)["history"]
     assert [e["seconds"] for e in history[:cut]] == [e["seconds"] for e in again]
     assert not [k for k in _keys(client, name) if "/supernet/" in k]  # its work is gone
+
+
+def test_a_supernet_study_made_again_at_the_same_url_resumes_nothing_of_the_first(
+    bucket, tmp_path, monkeypatch
+):
+    """The reported case: a supernet study made again on the same s3:// URL (its SQLite
+    file deleted) resumed the deleted study's supernet checkpoint from the bucket. The
+    job's folder is keyed by the study's creation id: the new study trains afresh."""
+    import torch
+
+    name, client = bucket
+    checkpoint, cut = _killed_supernet(name, client, tmp_path)
+    (tmp_path / "study.db").unlink()  # the first study is gone; its bucket folder is not
+    from autosearch.studyfile import load_spec
+
+    study = load_spec(str(tmp_path / "sn.py")).create(
+        storage=f"sqlite:///{tmp_path}/study.db", artifacts=f"s3://{name}/sn"
+    )
+    history = study.train_supernet()["history"]
+    first = torch.load(tmp_path / "cut.pt", weights_only=True)["history"]
+    assert len(history) == 8
+    # Trained from the first epoch: none of the cut run's epochs were restored.
+    assert [e["seconds"] for e in history[:cut]] != [e["seconds"] for e in first]
+    assert checkpoint in _keys(client, name)  # the old study's work is left as it was

@@ -341,3 +341,27 @@ def test_untrained_and_damaged_states_say_what_to_do(tmp_path):
     again = autosearch.load_study("state", storage=study.storage_url)
     with pytest.raises(StudyError, match=r"stored supernet state is damaged \(its seconds"):
         again.train_supernet()
+
+
+def test_a_garbage_stored_history_is_named_by_the_cli_in_one_line(tmp_path, monkeypatch, capsys):
+    """The reported case: a garbage stored supernet history made `autosearch supernet`
+    fail with a format traceback."""
+    monkeypatch.chdir(tmp_path)
+    _write(tmp_path, epochs=1)
+    assert main(["supernet", "job.py"]) == 0
+    capsys.readouterr()
+    study = autosearch.load_study("job", storage=_url(tmp_path))
+    state = _state(tmp_path)
+    for garbage in ({"history": [{"epoch": "one"}]}, {"seconds": "x"}, {"weights": "../x"}):
+        study.storage.set_study_system_attr(
+            study._study_id, "autosearch:supernet", {**state, **garbage}
+        )
+        for argv in (["supernet", "job.py"], ["run", "job.py"]):
+            code = main(argv)
+            err = capsys.readouterr().err
+            assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1
+            assert "stored supernet state is damaged" in err and "--retrain" in err
+        assert main(["status", "job.py"]) == 0  # reading the trials needs no supernet
+    # What the message says to do repairs it.
+    assert main(["supernet", "job.py", "--retrain"]) == 0
+    assert _state(tmp_path)["digest"] == state["digest"]  # seeded: the same weights again

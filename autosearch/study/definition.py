@@ -179,7 +179,7 @@ class StudyDefinition:
                 space=Component(**stored["space"]),
                 controller=Component(**stored["controller"]),
                 data=str(stored["data"]),
-                objectives=tuple(stored["objectives"]),
+                objectives=_objectives(stored["objectives"]),
                 reward=parse_reward(stored["reward"]),
                 variants=parse_variants(stored.get("variants") or ["base"]),
                 compression=Compression(**(stored.get("compression") or {})),
@@ -300,6 +300,19 @@ def read_definition(storage: BaseStorage, name: str, url: str) -> tuple[int, Stu
     if not isinstance(stored, dict):
         raise StudyError(f"study {name!r} in {url} was not created by autosearch (no definition)")
     return study_id, StudyDefinition.from_json(stored, where=f"study {name!r} in {url}")
+
+
+def _objectives(stored: Any) -> tuple[str, ...]:
+    """A stored list of objectives, each a known metric, distinct."""
+    if not isinstance(stored, list) or not stored:
+        raise ValueError(f"objectives {stored!r} is not a list of metric names")
+    for name in stored:
+        if not isinstance(name, str):
+            raise ValueError(f"objective {name!r} is not a metric name")
+        objective(name)  # an unknown name: UnknownNameError, with the close matches
+    if len(set(stored)) != len(stored):
+        raise ValueError(f"objectives {stored!r} repeat a name")
+    return tuple(stored)
 
 
 def study_uid(storage: BaseStorage, study_id: int) -> str:

@@ -100,6 +100,12 @@ class Jobs:
         trials = self.storage.get_all_trials(self.study_id, deepcopy=False)
         return [t for t in trials if t.user_attrs.get(_JOB) == job]
 
+    def names(self, *, finished: bool = False) -> set[str]:
+        """The jobs ever claimed (``finished``: those done)."""
+        trials = self.storage.get_all_trials(self.study_id, deepcopy=False)
+        done = (TrialState.COMPLETE,) if finished else tuple(TrialState)
+        return {str(t.user_attrs.get(_JOB)) for t in trials if t.state in done}
+
     def holder(self, claims: list[FrozenTrial]) -> FrozenTrial | None:
         """The live claim that holds the job: the lowest-numbered running one."""
         return next((t for t in claims if t.state == TrialState.RUNNING), None)

@@ -90,6 +90,7 @@ _LEGACY_METRICS = (
 
 
 _REPR_METRICS = ("accuracy", "test_accuracy", "flops", "params")
+_MEASURED = ("accuracy", "flops", "params")  # what every measured point holds
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -194,12 +195,14 @@ def encode(result: TrialResult, *, weights: str | None) -> dict[str, Any]:
     }
 
 
-def decode(trial: FrozenTrial) -> list[Record]:
+def decode(trial: FrozenTrial, objectives: tuple[str, ...] = ()) -> list[Record]:
     """The trial's base record, then one record per variant; [] for a superseded trial
     or one some other tool added to the Optuna study.
 
     Raises:
-        UnreadableTrial: the stored architecture or result cannot be parsed.
+        UnreadableTrial: the stored architecture or result cannot be parsed, or a
+            measured point lacks a metric every trial measures (or one of
+            ``objectives``).
     """
     attrs = trial.user_attrs
     if ARCH not in attrs or SUPERSEDED in attrs:
@@ -212,9 +215,18 @@ def decode(trial: FrozenTrial) -> list[Record]:
             state=_STATES[trial.state],
             reason=str(attrs.get(FAIL_REASON, "")),
         )
-        return [_point(base, p) for p in _points(attrs)] or [base]
+        found = [_point(base, p) for p in _points(attrs)] or [base]
     except (InvalidArchitectureError, KeyError, TypeError, ValueError, AttributeError) as exc:
         raise UnreadableTrial(f"trial {trial.number}: {type(exc).__name__}: {exc}") from None
+    needed = {*_MEASURED, *objectives}
+    for record in found:
+        missing = sorted(needed - set(record.metrics))
+        if record.state in ("complete", "stopped") and missing:
+            raise UnreadableTrial(
+                f"trial {trial.number}: its stored {record.variant} point has no "
+                f"{', '.join(missing)}; its result was edited or damaged"
+            )
+    return found
 
 
 def outcome(trial: FrozenTrial, objectives: tuple[str, ...]) -> Outcome:

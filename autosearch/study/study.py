@@ -336,7 +336,7 @@ class Study:
         if trial.number in self._decoded:
             return self._decoded[trial.number]
         try:
-            decoded = records.decode(trial)
+            decoded = records.decode(trial, self.objectives)
         except UnreadableTrial as exc:
             if trial.number not in self.unreadable:
                 logger.warning("left out of study %s: %s", self.name, exc)
@@ -504,6 +504,8 @@ class Study:
         rank, size = world()
         check_run(n_trials, n_workers, max_failures_in_a_row, epoch_callbacks, ranks=size)
         _ = self.training_data  # data that cannot be loaded stops the study here, not in a trial
+        if self.table is not None and n_trials:
+            self.table.rows()  # so does a table that cannot be read: not every trial failing
         if self.supernet is not None and n_trials:
             _ = self.supernet_evaluator  # an untrained supernet stops the study here
         elif self.table is None and n_trials:

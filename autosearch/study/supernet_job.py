@@ -182,21 +182,37 @@ class SupernetJob:
         """The trained state, or a claim on training it (after waiting for any worker
         that holds one)."""
         fp = self.fingerprint(data)
-        state = self.trained(data)
-        round_ = 0
+        try:
+            state = self.trained(data)
+        except StudyError:  # its stored state is damaged
+            if not retrain:
+                raise
+            state = None
+        round_ = self._next_round(fp) if retrain else 0
         if state is not None:
             problem = self._problem(state, data)
             if problem is None:
                 return state
             if not retrain:
                 raise PlatformError(f"{problem}; {REPAIR}")
-            round_ = state.round + 1
             logger.warning("%s; training it again", problem)
         job = self._job(fp, round_)
         found = self.jobs.acquire(job, wait=self._wait)
         if isinstance(found, Done):
             return self._adopt(found)
         return _Attempt(job=job, round=round_, claim=found)
+
+    def _next_round(self, fp: str) -> int:
+        """The round after the last one that finished: training again never adopts a
+        finished round's result (whose weights were lost), and resumes a round that was
+        cut short."""
+        key = self._job(fp, 0).rsplit("-r", 1)[0]
+        rounds = [
+            int(job.rsplit("-r", 1)[1])
+            for job in self.jobs.names(finished=True)
+            if job.startswith(f"{key}-r") and job.rsplit("-r", 1)[1].isdigit()
+        ]
+        return max(rounds, default=-1) + 1
 
     def _adopt(self, done: Done) -> SupernetState:
         """The state another worker's claim finished with, stored as the study's."""
