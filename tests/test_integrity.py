@@ -127,6 +127,21 @@ TARGETS = st.one_of(
     st.tuples(st.sampled_from([("table",), ("early_stopping",), ("format",)]), JSON),
     st.tuples(st.sampled_from([("train", "lr"), ("train", "optimizer")]), JSON),
     st.tuples(st.just(()), JSON),  # the whole definition replaced
+    # Fields the adversarial run found unchecked: names, devices, tables, sizes.
+    st.tuples(
+        st.just(("objectives",)),
+        st.lists(st.sampled_from(["accuracy", "flops", "params", "nonsense", ""]), max_size=3),
+    ),
+    st.tuples(st.just(("train", "device")), st.sampled_from(["tpu", "cuda:x", "", 5, "cpu"])),
+    st.tuples(
+        st.sampled_from([("table", k) for k in ("path", "key", "input_shape", "num_classes")]),
+        JSON,
+    ),
+    st.tuples(
+        st.sampled_from([("space", "config", k) for k in ("widths", "max_stages", "depths")]),
+        st.sampled_from([[8, 10**9], 10**6, [10**7], 0, -1]),
+    ),
+    st.tuples(st.sampled_from([("supernet",), ("supernet", "distill")]), JSON),
 )
 
 
@@ -218,7 +233,7 @@ def _one_line_or_works(code: int, output: str, what: str) -> None:
 
 @pytest.mark.slow
 @settings(
-    max_examples=40,
+    max_examples=60,
     deadline=None,
     derandomize=True,  # the same examples in every run: a test, not a fuzzing campaign
     database=None,
