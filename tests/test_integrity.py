@@ -476,12 +476,14 @@ def test_a_table_that_cannot_be_read_stops_the_worker_not_the_trials(tmp_path, c
     assert study.optuna_trials() == []  # not two trials failed "by the architecture"
 
 
-def test_a_trial_whose_result_lacks_a_metric_is_named_and_left_out(stored, capsys):
+def test_a_trial_whose_result_lacks_a_metric_is_named_and_left_out(make_study, tmp_path, capsys):
     """The reported case: a stored result of {"points": []} made status and report fail
     with a KeyError."""
     from optuna.trial import TrialState, create_trial
 
-    study, url = stored["study"], stored["url"]
+    study = make_study("kept")
+    study.optimize(1)
+    url = study.storage_url
     kept = study.optuna_trials()[0]
     for result in ({"points": []}, {"points": [{"variant": "base", "metrics": {}}]}):
         study.storage.create_new_trial(
@@ -496,12 +498,15 @@ def test_a_trial_whose_result_lacks_a_metric_is_named_and_left_out(stored, capsy
         )
     for argv in (
         ["status", "--study", "kept", "--storage", url],
-        ["report", "--study", "kept", "--storage", url, "--out", str(stored["root"] / "r.html")],
+        ["report", "--study", "kept", "--storage", url, "--out", str(tmp_path / "r.html")],
+        ["export", "--study", "kept", "--storage", url, "--out", str(tmp_path / "x")],
     ):
         code, output = _cli(argv, capsys)
         assert code == 0 and "Traceback" not in output, output[-2000:]
     status = _cli(["status", "--study", "kept", "--storage", url], capsys)[1]
-    assert "its stored base point has no accuracy, flops, params" in status
+    assert "trial 1: its stored base point has no accuracy, flops" in status
+    assert "trial 2: its stored base point has no accuracy, flops" in status
+    assert len(autosearch.load_study("kept", storage=url).optimize(1)) == 1  # the study goes on
 
 
 def test_plot_labels_show_stored_names_as_text(stored):

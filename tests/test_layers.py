@@ -14,6 +14,7 @@ RANKS = {
     "_torch_build": 0,
     "_logs": 0,  # stdlib only: the set-up runs it before anything is installed
     "_paths": 0,  # paths from outside names, confined to their folder (stdlib only)
+    "_files": 0,  # files written whole (a temporary name, then renamed)
     "cost": 0,  # counting FLOPs needs only torch; spaces use it for budgets
     "pareto": 1,
     "architecture": 1,
@@ -138,12 +139,16 @@ def test_the_checker_catches_a_violation(tmp_path):
 
 # Inside the study package: the facade at the top, the definition and codec at the bottom.
 STUDY_RANKS = {
-    "definition": 0,
     "_s3": 0,
     "executors": 0,
+    "interrupts": 0,  # Ctrl-C and SIGTERM: stop after the epoch's checkpoint
+    "jobs": 0,  # work done once per study (the supernet), claimed like a trial
+    "supernet_state": 0,  # what a study stores of its supernet, checked on read
+    "supernet_file": 0,  # a supernet's weights as a file of their own
+    "definition": 1,
     "records": 1,
     "artifacts": 1,
-    "supernet_job": 1,  # the supernet's training as a job of the study; its evaluator
+    "supernet_job": 2,  # the supernet's training as a job of the study; its evaluator
     "results": 2,
     "claims": 2,
     "replay": 2,

@@ -280,6 +280,7 @@ def cmd_supernet(args: argparse.Namespace) -> int:
         return _supernet_first(study, retrain=args.retrain, as_json=args.json)
     finally:
         if distributed:
+            dist.barrier()  # the ranks leave together: rank 0 stores after the others end
             dist.destroy_process_group()
 
 

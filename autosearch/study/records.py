@@ -90,7 +90,7 @@ _LEGACY_METRICS = (
 
 
 _REPR_METRICS = ("accuracy", "test_accuracy", "flops", "params")
-_MEASURED = ("accuracy", "flops", "params")  # what every measured point holds
+_MEASURED = ("accuracy", "flops")  # what every measured point holds (every layout)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -303,7 +303,9 @@ def _best_metrics(attrs: Mapping[str, Any]) -> Mapping[str, Any] | None:
     points = {str(p["variant"]): p for p in _points(attrs)}
     if not points:
         return None
-    best = attrs[RESULT]["best"] if RESULT in attrs else attrs.get("best_variant", "base")
+    best = (
+        attrs[RESULT].get("best", "base") if RESULT in attrs else attrs.get("best_variant", "base")
+    )
     return points.get(best, points["base"]).get("metrics")
 
 

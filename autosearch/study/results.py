@@ -3,6 +3,7 @@ point, and the most accurate point within a budget. Pure functions over records.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -36,7 +37,7 @@ def best(
         r
         for r in done
         if (max_flops is None or r.metrics["flops"] <= max_flops)
-        and (max_params is None or r.metrics["params"] <= max_params)
+        and (max_params is None or r.metrics.get("params", math.inf) <= max_params)
     ]
     if fits:
         return max(fits, key=lambda r: (r.metrics["accuracy"], -r.metrics["flops"]))
@@ -49,5 +50,6 @@ def best(
     raise StudyError(
         f"no complete trial of {study!r} fits max_flops={max_flops}, "
         f"max_params={max_params}; the smallest has {smallest.metrics['flops']:.3g} "
-        f"FLOPs and {smallest.metrics['params']:.3g} params (trial {smallest.trial})"
+        f"FLOPs and {smallest.metrics.get('params', math.nan):.3g} params (trial "
+        f"{smallest.trial})"
     )
