@@ -129,15 +129,7 @@ def train_export(
     exported = load_export(folder)
     _check_fits(exported, data, folder, trained_on)
     data = dataclasses.replace(data, mean=tuple(exported.MEAN), std=tuple(exported.STD))
-    out = Path(folder) / "full"
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        tempfile.TemporaryFile(dir=out).close()  # before training, not after it
-    except OSError as exc:
-        raise ExportError(
-            f"cannot write the trained weights into {out} ({exc.strerror or exc}); copy the "
-            "export folder somewhere writable and train it there"
-        ) from None
+    out = _writable(Path(folder) / "full")  # refused before training, not after it
     runtime = runtime or resolve(device=config.device, precision=config.precision)
     torch.manual_seed(seed)
     model = exported.build()  # seeded initial weights
@@ -167,10 +159,22 @@ def train_export(
             "train_config": dataclasses.asdict(config),
             "history": [vars(e) for e in result.history],
         }
-        state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
         try:
-            save_tensors(state, out / "model.safetensors")
+            save_tensors(model.state_dict(), out / "model.safetensors")
             (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
         except Exception as exc:  # OSError, or safetensors' own error for the same
             raise ExportError(f"cannot write the trained weights into {out}: {exc}") from None
     return metrics
+
+
+def _writable(out: Path) -> Path:
+    """``out``, made, once this process is known to be able to write into it."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=out).close()
+    except OSError as exc:
+        raise ExportError(
+            f"cannot write the trained weights into {out} ({exc.strerror or exc}); copy the "
+            "export folder somewhere writable and train it there"
+        ) from None
+    return out

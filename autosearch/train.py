@@ -14,15 +14,10 @@ only its share; its batches are augmented the same way once they reach the devic
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import dataclasses
-import io
-import json
 import logging
 import math
 import numbers
-import os
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -35,9 +30,10 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
+from autosearch import _checkpoint as checkpoint_file
 from autosearch._feed import Batch, epoch_batches
 from autosearch.data import Dataset, FileSplit, Split
-from autosearch.errors import PlatformError, TrialFailed, require
+from autosearch.errors import TrialFailed, require
 from autosearch.runtime import PRECISIONS, Runtime, autocast, resolve
 
 logger = logging.getLogger(__name__)
@@ -236,7 +232,8 @@ def _train(
     state_path = Path(checkpoint) if checkpoint else None
     first, history = 1, list[EpochResult]()
     if state_path is not None and state_path.is_file():
-        first, history = _restore(state_path, loop, _settings(config, seed, data))
+        first, restored = checkpoint_file.restore(state_path, loop, _settings(config, seed, data))
+        history = [EpochResult(**e) for e in restored]
     for epoch in range(first, config.epochs + 1):
         start = time.perf_counter()
         train_loss = loop.epoch(epoch)
@@ -250,7 +247,8 @@ def _train(
         )
         history.append(result)
         if state_path is not None and runtime.rank == 0:
-            _save(state_path, epoch, history, loop, _settings(config, seed, data))
+            states = [vars(e) for e in history]
+            checkpoint_file.save(state_path, epoch, states, loop, _settings(config, seed, data))
         if on_epoch is not None:
             on_epoch(result)
     return TrainResult(
@@ -430,95 +428,6 @@ def _settings(config: TrainConfig, seed: int, data: Dataset) -> dict[str, Any]:
         "data": data.name,
         "images": [len(data.train), len(data.val)],
     }
-
-
-def _save(
-    path: Path, epoch: int, history: list[EpochResult], loop: _Loop, settings: dict[str, Any]
-) -> None:
-    """Write the run's state after ``epoch``: to a temporary file of this process, then
-    renamed, so a crash mid-write leaves the previous checkpoint whole. A file that
-    cannot be written is the platform's failure (a read-only or full disk), not the
-    candidate's."""
-    state = {
-        "settings": json.dumps(settings, sort_keys=True),
-        "epoch": epoch,
-        "history": [vars(e) for e in history],
-        "model": loop.model.state_dict(),
-        "optimizer": loop.optimizer.state_dict(),
-        "schedule": loop.schedule.state_dict(),
-        "scaler": loop.scaler.state_dict(),
-        "generator": loop.generator.get_state(),
-        "torch_rng": torch.get_rng_state(),
-    }
-    # Serialised in memory, then written by Python: a failed write then says why (torch's
-    # own writer reports a full disk as "unexpected pos").
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_bytes(buffer.getbuffer())
-        tmp.replace(path)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
-        raise PlatformError(f"cannot write checkpoint {path}: {exc.strerror or exc}") from None
-
-
-def _restore(path: Path, loop: _Loop, settings: dict[str, Any]) -> tuple[int, list[EpochResult]]:
-    """Resume from the checkpoint at ``path``: (next epoch, history so far). One that
-    cannot be read (corrupt, truncated, or holding anything but tensors and plain
-    values) is moved aside and the run starts from scratch; one of a run with other
-    ``settings`` is not resumed (it is overwritten after the first epoch)."""
-    fresh = (copy.deepcopy(loop.model.state_dict()), copy.deepcopy(loop.optimizer.state_dict()))
-    try:
-        # weights_only: a checkpoint holds tensors and plain values, never objects.
-        state = torch.load(path, weights_only=True, map_location="cpu")
-        differ = _differences(state.get("settings"), settings)
-        if differ:
-            logger.warning(
-                "checkpoint %s is of a run with other settings (%s); training from scratch",
-                path,
-                differ,
-            )
-            return 1, []
-        loop.model.load_state_dict(state["model"])
-        loop.optimizer.load_state_dict(state["optimizer"])
-        loop.schedule.load_state_dict(state["schedule"])
-        loop.scaler.load_state_dict(state["scaler"])
-        loop.generator.set_state(state["generator"])
-        torch.set_rng_state(state["torch_rng"])
-        return int(state["epoch"]) + 1, [EpochResult(**e) for e in state["history"]]
-    except Exception as exc:
-        loop.model.load_state_dict(fresh[0])
-        loop.optimizer.load_state_dict(fresh[1])
-        aside = path.with_name(f"{path.name}.unreadable")
-        try:
-            path.replace(aside)
-        except OSError as err:
-            raise PlatformError(
-                f"checkpoint {path} cannot be read and cannot be moved aside: {err.strerror}"
-            ) from None
-        logger.warning(
-            "checkpoint %s cannot be read (%s); moved to %s, training from scratch",
-            path,
-            type(exc).__name__,
-            aside,
-        )
-        return 1, []
-
-
-def _differences(stored: Any, settings: dict[str, Any]) -> str:
-    """The settings a checkpoint's run differs in (``lr 0.05 -> 0.9``), or "". A
-    checkpoint that records none (written before settings were recorded) is resumed."""
-    if stored is None:
-        return ""
-    then = json.loads(stored) if isinstance(stored, str) else {}
-    return ", ".join(
-        f"{key} {then.get(key)!r} -> {value!r}"
-        for key, value in settings.items()
-        if json.loads(json.dumps(value)) != then.get(key)
-    )
 
 
 @torch.no_grad()

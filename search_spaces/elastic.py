@@ -11,7 +11,7 @@ a subnet's network is the wrapped space's ordinary network.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +24,7 @@ from autosearch.errors import ConfigError, InvalidArchitectureError, suggest
 from autosearch.registry import register_space, spaces
 from autosearch.space import Domain, NetworkSpec, SearchSpace
 from search_spaces._dynamic import copy_slices
+from search_spaces._shareable import Shareable
 
 __all__ = ["ElasticNetwork", "ElasticSpace"]
 
@@ -56,7 +57,7 @@ class ElasticSpace(SearchSpace):
         if isinstance(inner, Mapping):  # from a stored config: {"name": ..., "config": ...}
             inner = spaces.get(inner["name"])(**inner["config"])
             object.__setattr__(self, "space", inner)
-        able = getattr(inner, "elastic_genes", None)
+        able = inner.elastic_genes if isinstance(inner, Shareable) else None
         if not isinstance(inner, SearchSpace) or able is None or not able():
             name = getattr(inner, "name", type(inner).__name__)
             raise ConfigError(
@@ -107,9 +108,8 @@ class ElasticSpace(SearchSpace):
 
     @classmethod
     def example(cls) -> ElasticSpace:
-        from search_spaces.resnet import ResNetSpace
-
-        inner = ResNetSpace(max_stages=2, depths=(1, 2), widths=(8, 16), stem_widths=(8, 16))
+        make: Callable[..., SearchSpace] = spaces.get("resnet")  # by name: not imported
+        inner = make(max_stages=2, depths=(1, 2), widths=(8, 16), stem_widths=(8, 16))
         return cls(space=inner, fixed={"stages": 2, "block": "basic"})
 
     # The genes ------------------------------------------------------------------------

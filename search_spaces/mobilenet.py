@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
 import torch.nn as nn
 
@@ -19,9 +18,7 @@ from autosearch.cost import Cost, Tally
 from autosearch.errors import ConfigError
 from autosearch.registry import register_space
 from autosearch.space import Categorical, Domain, IntRange, NetworkSpec, SearchSpace, check_sizes
-
-if TYPE_CHECKING:
-    from search_spaces.elastic import ElasticSpace
+from search_spaces._shareable import WithSupernet
 
 __all__ = ["MobileNetSpace"]
 
@@ -74,7 +71,7 @@ def _divisible(value: float, divisor: int = 8) -> int:
 
 @register_space("mobilenet")
 @dataclass(frozen=True, kw_only=True)
-class MobileNetSpace(SearchSpace):
+class MobileNetSpace(WithSupernet, SearchSpace):
     """MobileNet-family networks of 1 to ``max_stages`` stages.
 
     Genes: ``width_mult``, ``activation``, ``stem.width``, ``stem.stride``,
@@ -262,19 +259,6 @@ class MobileNetSpace(SearchSpace):
         per_stage = ("depth", "width", "expansion", "kernel", "se")
         stages = range(1, self.max_stages + 1)
         return tuple(f"stage{i}.{part}" for i in stages for part in per_stage)
-
-    def supernet(
-        self,
-        *,
-        elastic: Sequence[str] = (),
-        fixed: Mapping[str, Gene] | None = None,
-        **options: Any,
-    ) -> ElasticSpace:
-        """The elastic sub-space one supernet holds (see search_spaces.elastic);
-        ``kernel_transform=True`` learns OFA's kernel transformations."""
-        from search_spaces.elastic import ElasticSpace
-
-        return ElasticSpace(space=self, elastic=tuple(elastic), fixed=dict(fixed or {}), **options)
 
     def build_supernet(
         self,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch.nn as nn
 
@@ -18,10 +18,8 @@ from autosearch.cost import Cost, Tally
 from autosearch.errors import ConfigError
 from autosearch.registry import register_space
 from autosearch.space import Categorical, Domain, IntRange, NetworkSpec, SearchSpace, check_sizes
+from search_spaces._shareable import WithSupernet
 from search_spaces._stem import STEMS, choose_stem, tally_stem
-
-if TYPE_CHECKING:
-    from search_spaces.elastic import ElasticSpace
 
 __all__ = ["ResNetSpace"]
 
@@ -63,7 +61,7 @@ _REFERENCES: dict[str, dict[str, Gene]] = {
 
 @register_space("resnet")
 @dataclass(frozen=True, kw_only=True)
-class ResNetSpace(SearchSpace):
+class ResNetSpace(WithSupernet, SearchSpace):
     """Residual networks of 1 to ``max_stages`` stages.
 
     Genes: ``stem.width``, ``block`` (basic / bottleneck), ``shortcut`` (projection /
@@ -210,18 +208,6 @@ class ResNetSpace(SearchSpace):
         per_stage = ("depth", "width")
         stages = range(1, self.max_stages + 1)
         return ("stem.width", *(f"stage{i}.{part}" for i in stages for part in per_stage))
-
-    def supernet(
-        self,
-        *,
-        elastic: Sequence[str] = (),
-        fixed: Mapping[str, Gene] | None = None,
-        **options: Any,
-    ) -> ElasticSpace:
-        """The elastic sub-space one supernet holds (see search_spaces.elastic)."""
-        from search_spaces.elastic import ElasticSpace
-
-        return ElasticSpace(space=self, elastic=tuple(elastic), fixed=dict(fixed or {}), **options)
 
     def build_supernet(
         self, largest: Architecture, *, input_shape: Sequence[int], num_classes: int, **_: Any

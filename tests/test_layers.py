@@ -33,18 +33,20 @@ RANKS = {
     "early_stopping": 5,
     "runtime": 5,
     "_feed": 6,  # each epoch's batches, augmented on the device, each rank its share
+    "_checkpoint": 1,  # a training run's state after each epoch, resumed by the same run
     "train": 7,
     "compress": 8,  # derives variants with the trainer
     "supernet": 8,  # trains a supernet with the trainer, evaluates its subnets
-    "runner": 9,  # a whole trial: train, variants, costs, rewards
-    "export": 9,
-    "retrain": 9,  # trains an export folder in full with the shared stack
-    "study": 10,
-    "plots": 11,
-    "studyfile": 11,
-    "report": 12,
-    "cli": 13,
-    "testing": 13,
+    "trial": 9,  # a trial's plan and result: what the study and the runner exchange
+    "runner": 10,  # a whole trial: train, variants, costs, rewards
+    "export": 10,
+    "retrain": 10,  # trains an export folder in full with the shared stack
+    "study": 11,
+    "plots": 12,
+    "studyfile": 12,
+    "report": 13,
+    "cli": 14,
+    "testing": 14,
 }
 CORE_FOR_PLUGINS = {
     "architecture",
@@ -145,19 +147,25 @@ STUDY_RANKS = {
     "jobs": 0,  # work done once per study (the supernet), claimed like a trial
     "supernet_state": 0,  # what a study stores of its supernet, checked on read
     "supernet_file": 0,  # a supernet's weights as a file of their own
-    "definition": 1,
-    "records": 1,
-    "artifacts": 1,
-    "supernet_job": 2,  # the supernet's training as a job of the study; its evaluator
-    "results": 2,
+    "definition": 0,  # the typed, frozen definition (JSON once each way)
+    "records": 1,  # the codec: a trial written and read back as records
+    "artifacts": 1,  # weights and per-attempt work folders (a folder, or S3)
+    "stored": 1,  # the definition in storage: created once, read back, continued
+    "dataset": 1,  # the study's data, loaded when first needed
+    "trials": 2,  # the stored trials, read as records
+    "plans": 2,  # how the study evaluates an architecture
     "claims": 2,
     "replay": 2,
+    "results": 2,
+    "supernet_job": 2,  # the supernet's training as a job of the study; its evaluator
     "loop": 3,
+    "rebuild": 3,
     "workers": 4,
-    "rebuild": 4,
     "progress": 4,
-    "study": 5,
+    "study": 5,  # the facade: composes the parts
+    "opening": 6,  # create_study / load_study: give the facade
 }
+FACADE = "study"
 
 
 def test_the_study_package_is_layered_too():
@@ -169,10 +177,128 @@ def test_the_study_package_is_layered_too():
             continue
         deps = {
             n.split(".")[2]
-            for n in _imports(path, runtime=True)
+            for n in _imports(path)  # type-checking imports too: a part is read alone
             if n.startswith("autosearch.study.") and n.split(".")[2] in STUDY_RANKS
         }
         for dep in deps - {path.stem}:
             if STUDY_RANKS[dep] >= STUDY_RANKS[path.stem]:
                 bad.append(f"study/{path.stem} imports study/{dep}")
     assert not bad, "\n".join(bad)
+
+
+# The import graph of the three packages: no circles, no part that takes the facade.
+PACKAGES = ("autosearch", "search_spaces", "controllers")
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            found[name.removesuffix(".__init__")] = path
+    return found
+
+
+def _arrows(modules: dict[str, Path]) -> set[tuple[str, str]]:
+    """(importer, imported) for every import between the packages' modules, those only
+    for type checkers included; ``from package import name`` points at the module
+    ``package.name`` where there is one, else at the package."""
+    arrows = set()
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*parts, *([base] if base else [])])
+                targets = [
+                    f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base
+                    for a in node.names
+                ]
+            for target in targets:
+                while target and target not in modules:
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    arrows.add((name, target))
+    return arrows
+
+
+def _circles(nodes: list[str], arrows: set[tuple[str, str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan)."""
+    after: dict[str, list[str]] = {n: [] for n in nodes}
+    for a, b in arrows:
+        after[a].append(b)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in after[node]:
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                top = stack.pop()
+                group.append(top)
+                if top == node:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in nodes:
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_circles_in_the_three_packages():
+    modules = _modules()
+    circles = _circles(sorted(modules), _arrows(modules))
+    assert not circles, "import circles:\n" + "\n".join(" <-> ".join(c) for c in circles)
+
+
+def test_no_part_of_the_study_imports_the_facade():
+    modules = _modules()
+    above = {f"autosearch.study.{m}" for m, r in STUDY_RANKS.items() if r > STUDY_RANKS[FACADE]}
+    takers = sorted(
+        a
+        for a, b in _arrows(modules)
+        if b == f"autosearch.study.{FACADE}"
+        and a.startswith("autosearch.study.")
+        and a not in above
+    )
+    assert not takers, f"parts that import the facade (take what they read instead): {takers}"
+
+
+def test_the_circle_finder_finds_a_circle():
+    assert _circles(["a", "b", "c"], {("a", "b"), ("b", "a"), ("b", "c")}) == [["a", "b"]]
+
+
+MAX_FILE_LINES = 500
+MAX_FUNCTION_LINES = 60
+
+
+def test_no_file_over_500_lines_and_no_function_over_60():
+    long_files, long_functions = [], []
+    for name, path in _modules().items():
+        text = path.read_text()
+        if len(text.splitlines()) > MAX_FILE_LINES:
+            long_files.append(f"{path.relative_to(ROOT)}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                size = (node.end_lineno or node.lineno) - first + 1
+                if size > MAX_FUNCTION_LINES:
+                    long_functions.append(f"{name}.{node.name}: {size} lines")
+    assert not long_files and not long_functions, "\n".join(long_files + long_functions)

@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,17 +24,15 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from autosearch._heartbeat import worker_id
+from autosearch.cli.reading import table
 from autosearch.data import load_data
 from autosearch.errors import ConfigError, ExportError, StudyError
-from autosearch.metrics import metric
 from autosearch.registry import controllers, spaces
 from autosearch.report import write_report
-from autosearch.runner import Interrupted
 from autosearch.runtime import init_distributed, world
 from autosearch.scoring import objective
 from autosearch.study import (
     RayExecutor,
-    Record,
     Study,
     Table,
     create_study,
@@ -44,51 +42,15 @@ from autosearch.study import (
 from autosearch.study.workers import start_worker
 from autosearch.studyfile import load_spec
 from autosearch.train import EpochResult, TrainConfig
+from autosearch.trial import Interrupted
 
 __all__ = [
-    "cmd_export",
-    "cmd_report",
-    "cmd_rerun",
     "cmd_run",
     "cmd_search",
-    "cmd_status",
     "cmd_supernet",
     "cmd_train",
     "cmd_worker",
 ]
-
-
-_COLUMNS = ("accuracy", "test_accuracy", "flops", "params", "latency", "bytes")
-
-
-def _table(records: Sequence[Record]) -> str:
-    """A plain-text table of records, in the units of autosearch.metrics (FLOPs are
-    2 × MACs per image; latency ms per image at batch 1 on one CPU thread)."""
-    rows = [("trial", "architecture", "variant", *(metric(n).header for n in _COLUMNS))]
-    for r in records:
-        cells = (metric(n).cell(r.metrics) for n in _COLUMNS)
-        rows.append((str(r.trial), r.description, r.variant, *cells))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join(
-        "  ".join(
-            cell.ljust(w) if i == 1 else cell.rjust(w)
-            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
-        )
-        for row in rows
-    )
-
-
-def _open(args: argparse.Namespace) -> Study:
-    """The study named by a study file or by --study (and --storage), opened to read:
-    nothing in its storage is created or changed."""
-    if args.study_file:
-        spec = load_spec(args.study_file)
-        url = args.storage or spec.storage or default_storage(spec.name)
-        return load_study(spec.name, storage=url, read_only=True)
-    if not args.study:
-        raise StudyError("name the study: a study file (studies/digits_quick.py) or --study NAME")
-    url = args.storage or default_storage(args.study)
-    return load_study(args.study, storage=url, read_only=True)
 
 
 @contextlib.contextmanager
@@ -156,7 +118,7 @@ def _run_to_budget(
         return _nothing_complete(study, done, report)
     best = study.best()
     print("\nPareto front (validation accuracy against FLOPs = 2 x MACs per image):")
-    print(_table(study.pareto()))
+    print(table(study.pareto()))
     test = best.metrics.get("test_accuracy")
     print(
         f"\nbest: trial {best.trial}, {best.description}: val {best.metrics['accuracy']:.4f}"
@@ -323,80 +285,6 @@ def _search(args: argparse.Namespace, out: Path) -> int:
     return _run_to_budget(study, args.n_trials, out)
 
 
-def cmd_status(args: argparse.Namespace) -> int:
-    study = _open(args)
-    records = study.records(variants=False)
-    counts = {s: sum(r.state == s for r in records) for s in ("complete", "failed", "running")}
-    if args.json:
-        front = [
-            {"trial": r.trial, "variant": r.variant, "description": r.description, **r.metrics}
-            for r in study.pareto()
-        ]
-        status = {
-            "study": study.name,
-            "storage": study.storage_url,
-            "space": study.space.name,
-            "controller": study.controller.name,
-            "objectives": list(study.objectives),
-            "trials": counts,
-            "pareto": front,
-            "unreadable": study.unreadable,
-        }
-        print(json.dumps(status, indent=2))
-        return 0
-    print(
-        f"study {study.name} ({study.storage_url}): space {study.space.name}, controller "
-        f"{study.controller.name}, objectives {', '.join(study.objectives)}"
-    )
-    print(", ".join(f"{n} {s}" for s, n in counts.items()))
-    for reason in study.unreadable.values():
-        print(f"left out, unreadable: {reason}")
-    if counts["complete"]:
-        print(
-            "\nPareto front over every (architecture, variant) (FLOPs = 2 x MACs per "
-            "image; latency: ms per image, batch 1, one CPU thread):\n" + _table(study.pareto())
-        )
-    return 0
-
-
-def cmd_report(args: argparse.Namespace) -> int:
-    study = _open(args)
-    path = write_report(
-        study, Path(args.out) if args.out else Path("runs") / study.name / "report.html"
-    )
-    print(json.dumps({"report": str(path), "bytes": path.stat().st_size}) if args.json else path)
-    return 0
-
-
-def cmd_export(args: argparse.Namespace) -> int:
-    study = _open(args)
-    if args.trial is not None:
-        record = study.record(args.trial, args.variant or "base")
-    else:
-        record = study.best(max_flops=args.max_flops, variant=args.variant)
-    out = study.export(
-        record,
-        Path(args.out) if args.out else Path("runs") / study.name / "export",
-        finetune_epochs=args.finetune or 0,
-    )
-    card = json.loads((out / "arch.json").read_text())
-    if args.json:
-        print(
-            json.dumps(
-                {"folder": str(out), "files": sorted(p.name for p in out.iterdir()), **card},
-                indent=2,
-            )
-        )
-        return 0
-    print(
-        f"exported trial {record.trial} ({record.description}), variant {record.variant}, "
-        f"to {out}/: {', '.join(sorted(p.name for p in out.iterdir()))}\n"
-        f"ONNX checked in onnxruntime: largest |difference| from torch "
-        f"{card['onnx']['max_abs_diff']:.2g} on {card['onnx']['checked_images']} images"
-    )
-    return 0
-
-
 def cmd_train(args: argparse.Namespace) -> int:
     """Train an export folder from scratch with the shared stack."""
     from autosearch.retrain import recipe, train_export
@@ -448,7 +336,10 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_worker(args: argparse.Namespace) -> int:
     """Join a stored study and run trials until ``--n-trials`` are done (or Ctrl-C)."""
     study = load_study(args.study, storage=args.storage)
-    start_worker(study, worker_id())  # its controller on a random stream of its own
+    # Its controller on a random stream of its own.
+    start_worker(
+        study.trials, study.replay, study.worker_attrs, seed=study.seed, worker=worker_id()
+    )
     print(f"worker joined study {study.name} ({study.storage_url}); {args.n_trials} trials")
     try:
         records = study.optimize(args.n_trials, max_failures_in_a_row=args.max_failures)
@@ -463,41 +354,6 @@ def cmd_worker(args: argparse.Namespace) -> int:
         return 128 + signal.Signals[study.interrupted].value
     print(f"worker finished {len(records)} trials: {[r.trial for r in records]}")
     return 0
-
-
-def cmd_rerun(args: argparse.Namespace) -> int:
-    """Retrain a stored trial with its seed and compare with what was stored."""
-    study = _open(args)
-    outcome = study.rerun(args.trial)
-    if args.json:
-        print(json.dumps(outcome, indent=2))
-    else:
-        stored, again = outcome["stored"], outcome["rerun"]
-        verdict = "reproduced exactly" if outcome["identical"] else "NOT reproduced"
-        how = "evaluated again on the supernet" if "supernet" in outcome else "rerun"
-        print(
-            f"trial {args.trial} ({outcome['description']}), seed {outcome['seed']}: "
-            f"stored {_accuracies(stored)}; {how} {_accuracies(again)}: {verdict}"
-        )
-        weights = outcome.get("supernet", {})
-        if weights.get("stored") and weights["stored"] != weights["now"]:
-            print(
-                f"the supernet was trained again since the trial ran: its weights were "
-                f"{weights['stored']}, now {weights['now']}"
-            )
-        if outcome["data_hash"]["stored"] != outcome["data_hash"]["now"]:
-            print(f"the data differs from the stored data: {outcome['data_hash']}")
-        for key, change in outcome["provenance_changed"].items():
-            print(f"{key} changed since the trial ran: {change['stored']} -> {change['now']}")
-    return 0 if outcome["identical"] else 1
-
-
-def _accuracies(figures: dict[str, float | None]) -> str:
-    return " ".join(
-        f"{name} {figures[key]:.6f}"
-        for key, name in (("accuracy", "val"), ("test_accuracy", "test"))
-        if figures.get(key) is not None
-    )
 
 
 _TRAIN_OPTIONS = ("epochs", "batch_size", "lr", "precision", "crop_padding", "flip")

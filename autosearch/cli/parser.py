@@ -8,7 +8,7 @@ import math
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from autosearch.cli import commands
+from autosearch.cli import commands, reading
 from autosearch.registry import controllers, spaces
 
 __all__ = ["build_parser"]
@@ -206,13 +206,13 @@ def _reading(
 
 
 def _add_reading(sub: Subparsers) -> None:
-    status = _reading(sub, "status", "trial counts and the Pareto front", commands.cmd_status)
+    status = _reading(sub, "status", "trial counts and the Pareto front", reading.cmd_status)
     status.add_argument("--json", action="store_true", help=JSON_HELP)
-    report = _reading(sub, "report", "write the HTML report (works offline)", commands.cmd_report)
+    report = _reading(sub, "report", "write the HTML report (works offline)", reading.cmd_report)
     report.add_argument("--out", help="HTML path (default runs/NAME/report.html)")
     report.add_argument("--json", action="store_true", help=JSON_HELP)
     export = _reading(
-        sub, "export", "export a trained architecture (model.py + weights)", commands.cmd_export
+        sub, "export", "export a trained architecture (model.py + weights)", reading.cmd_export
     )
     which = export.add_mutually_exclusive_group()
     which.add_argument("--trial", type=_integer(0), help="trial number")
@@ -234,7 +234,7 @@ def _add_reading(sub: Subparsers) -> None:
         sub,
         "rerun",
         "retrain a trial with its seed; compare with the stored result",
-        commands.cmd_rerun,
+        reading.cmd_rerun,
     )
     rerun.add_argument("--trial", type=_integer(0), required=True, help="trial number")
     rerun.add_argument("--json", action="store_true", help=JSON_HELP)

@@ -25,15 +25,22 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from autosearch.compress.variants import (
+    Compression,
+    Derived,
+    VariantSpec,
+    parse_variant,
+    parse_variants,
+    variant_kinds,
+)
 from autosearch.data import Dataset
-from autosearch.errors import AutosearchError, ConfigError, UnknownNameError
 from autosearch.runtime import resolve
 from autosearch.train import Criterion, TrainConfig, train
 
@@ -49,138 +56,6 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, kw_only=True)
-class VariantSpec:
-    """A parsed variant name: its kind and, for pruning, the sparsity or ratio."""
-
-    kind: str
-    amount: float | None = None
-
-    @property
-    def name(self) -> str:
-        return self.kind if self.amount is None else f"{self.kind}@{self.amount:g}"
-
-    def __str__(self) -> str:
-        return self.name
-
-
-@dataclass(frozen=True, kw_only=True)
-class Compression:
-    """How variants are derived (the same for every candidate of a study).
-
-    Attributes:
-        finetune_epochs: Epochs of fine-tuning for pruned, QAT and distilled variants.
-        finetune_lr_scale: Fine-tuning learning rate = the study's ``lr`` × this.
-        temperature: Softmax temperature of knowledge distillation.
-        alpha: Weight of the soft-target term (1 - alpha goes to the labels).
-        calibration_images: Training images that calibrate int8 activation ranges.
-        only_front: Derive variants only for candidates whose base is on the current
-            accuracy-FLOPs front of the study (keeps CPU studies fast).
-    """
-
-    finetune_epochs: int = 2
-    finetune_lr_scale: float = 0.5
-    temperature: float = 4.0
-    alpha: float = 0.9
-    calibration_images: int = 512
-    only_front: bool = False
-
-    def __post_init__(self) -> None:
-        if self.finetune_epochs < 1 or self.calibration_images < 1:
-            raise ConfigError(
-                "finetune_epochs and calibration_images must be >= 1, got "
-                f"{self.finetune_epochs}, {self.calibration_images}"
-            )
-        if not 0.0 <= self.alpha <= 1.0 or not self.temperature > 0:
-            raise ConfigError(
-                f"alpha must be in [0, 1] and temperature > 0, got {self.alpha}, {self.temperature}"
-            )
-        if not self.finetune_lr_scale > 0:
-            raise ConfigError(f"finetune_lr_scale must be > 0, got {self.finetune_lr_scale}")
-
-
-@dataclass(frozen=True, kw_only=True, eq=False)
-class Derived:
-    """A variant ready to evaluate and measure.
-
-    ``model`` is what runs (for int8: the lowered program); ``float_model`` is the float
-    network with the variant's structure and zeros, on which MACs are counted.
-    ``saved_bytes`` is set where the saved form is not a float state dict. ``reference``
-    (int8 only) is the portable quantized graph: int8 weights with quantize / dequantize
-    operations, which ``torch.export`` can save and plain torch can load.
-    """
-
-    model: nn.Module
-    float_model: nn.Module
-    weight_bits: int = 32
-    activation_bits: int = 32
-    saved_bytes: int | None = None
-    details: dict[str, float] = field(default_factory=dict)
-    reference: nn.Module | None = None
-
-
-# Parsing ------------------------------------------------------------------------------
-def _no_amount(kind: str) -> Callable[[str | None], VariantSpec]:
-    def parse(amount: str | None) -> VariantSpec:
-        if amount is not None:
-            raise AutosearchError(f"variant {kind!r} takes no '@' amount, got {kind}@{amount}")
-        return VariantSpec(kind=kind)
-
-    return parse
-
-
-def _fraction(kind: str, what: str) -> Callable[[str | None], VariantSpec]:
-    def parse(amount: str | None) -> VariantSpec:
-        try:
-            value = float(amount) if amount is not None else None
-        except ValueError:
-            value = None
-        if value is None or not 0.0 < value < 1.0:
-            raise AutosearchError(
-                f"variant {kind!r} needs a {what} between 0 and 1 after '@', "
-                f"e.g. {kind}@0.5; got {kind}@{amount}"
-            )
-        return VariantSpec(kind=kind, amount=value)
-
-    return parse
-
-
-_PARSERS: dict[str, Callable[[str | None], VariantSpec]] = {
-    "base": _no_amount("base"),
-    "prune-l1": _fraction("prune-l1", "sparsity"),
-    "prune-channels": _fraction("prune-channels", "ratio"),
-    "int8": _no_amount("int8"),
-    "qat-int8": _no_amount("qat-int8"),
-    "distill": _no_amount("distill"),
-}
-
-
-def variant_kinds() -> list[str]:
-    return list(_PARSERS)
-
-
-def parse_variant(text: str) -> VariantSpec:
-    """``"prune-channels@0.5"`` → VariantSpec(kind="prune-channels", amount=0.5)."""
-    kind, _, amount = str(text).strip().partition("@")
-    try:
-        parser = _PARSERS[kind]
-    except KeyError:
-        raise UnknownNameError("variant", kind, _PARSERS) from None
-    return parser(amount if _ else None)
-
-
-def parse_variants(names: Iterable[str]) -> tuple[VariantSpec, ...]:
-    """Parse a study's variants: ``base`` first (added when missing), no duplicates."""
-    specs = [parse_variant(n) for n in names]
-    seen = [s.name for s in specs]
-    if len(set(seen)) != len(seen):
-        raise AutosearchError(f"variants must be distinct, got {seen}")
-    if "base" not in seen:
-        specs.insert(0, VariantSpec(kind="base"))
-    return tuple(sorted(specs, key=lambda s: s.kind != "base"))
-
-
-# Distillation -------------------------------------------------------------------------
 def distillation_loss(
     student: torch.Tensor,
     teacher: torch.Tensor,

@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from autosearch.compress import Compression, Derived
+from autosearch.compress.variants import Compression, Derived
 from autosearch.data import Dataset
 from autosearch.errors import TrialFailed
 

@@ -32,8 +32,8 @@ from autosearch._paths import inside, plain_name
 from autosearch._storage import local_path
 from autosearch.architecture import Architecture
 from autosearch.errors import ConfigError, ExportError, PlatformError
-from autosearch.runner import TRAIN_STATE
 from autosearch.study._s3 import S3Folder, is_s3
+from autosearch.trial import TRAIN_STATE
 
 __all__ = ["Artifacts", "default_folder", "location_of", "opened_location"]
 

@@ -15,6 +15,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,13 +23,21 @@ import optuna
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 
-from autosearch._heartbeat import WORKER, first_stamp, last_beat
+from autosearch._heartbeat import WORKER, beating, first_stamp, last_beat
 from autosearch._storage import trial_number
 from autosearch.architecture import Architecture
 from autosearch.errors import ConfigError, StudyError
 from autosearch.space import SearchSpace
 from autosearch.study import records
-from autosearch.study.records import ARCH_ID, FAIL_REASON, RESUME, RESUMES, SUPERSEDED
+from autosearch.study.records import (
+    ARCH_ID,
+    FAIL_REASON,
+    RESULT,
+    RESUME,
+    RESUMES,
+    SUPERSEDED,
+    VALUES_FROM,
+)
 
 __all__ = ["Claim", "Claims", "heartbeat_settings"]
 
@@ -202,6 +211,33 @@ class Claims:
         if trial.state != TrialState.RUNNING:
             return f"it is {trial.state.name.lower()} already"
         return None
+
+    def beating(self, trial_id: int, interval: float) -> AbstractContextManager[None]:
+        """Stamp our claim's heartbeat every ``interval`` seconds while the block runs
+        (it was created with its first stamp)."""
+        return beating(self.storage, trial_id, interval, stamped=True)
+
+    def report(self, trial_id: int, epoch: int, value: float) -> None:
+        """Our trial's validation accuracy after ``epoch`` (its learning curve)."""
+        self.storage.set_trial_intermediate_value(trial_id, epoch, value)
+
+    def store(
+        self,
+        trial_id: int,
+        result: dict[str, Any],
+        *,
+        best: str | None,
+        values: list[float] | None,
+    ) -> None:
+        """End our trial with its ``result`` (one attribute): complete with the
+        objective ``values`` of its ``best`` point, or stopped early (``best`` None)."""
+        self.storage.set_trial_user_attr(trial_id, RESULT, result)
+        if best is None:
+            self.storage.set_trial_state_values(trial_id, TrialState.PRUNED)
+            return
+        # The trial's values are its best point's: say which, where Optuna's tools look.
+        self.storage.set_trial_user_attr(trial_id, VALUES_FROM, best)
+        self.storage.set_trial_state_values(trial_id, TrialState.COMPLETE, values)
 
     def fail(self, trial_id: int, reason: str) -> None:
         """End a trial as failed with its reason."""

@@ -13,15 +13,11 @@ import functools
 import hashlib
 import json
 import logging
-import uuid
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import numpy as np
-import optuna
-from optuna.storages import BaseStorage
 
 from autosearch._version import __version__
 from autosearch.architecture import Architecture
@@ -34,15 +30,12 @@ from autosearch.errors import (
     AutosearchError,
     ConfigError,
     PlatformError,
-    StorageError,
     StudyError,
-    suggest,
 )
 from autosearch.pareto import Direction
 from autosearch.registry import controllers, spaces
 from autosearch.scoring import Reward, objective, parse_reward, resolve_reward
 from autosearch.space import SearchSpace
-from autosearch.study.jobs import is_companion
 from autosearch.supernet import ElasticSpaceLike, SupernetConfig
 from autosearch.tabular import Table
 from autosearch.train import TrainConfig
@@ -50,18 +43,13 @@ from autosearch.train import TrainConfig
 __all__ = [
     "Component",
     "StudyDefinition",
-    "read_definition",
     "resolve_components",
-    "store_definition",
     "trial_seed",
-    "write_definition",
 ]
 
 logger = logging.getLogger(__name__)
 
 FORMAT = 1
-_ATTR = "autosearch"  # the study user attribute that holds the definition
-_UID = "autosearch:uid"  # the study system attribute: a random id, made once at creation
 # What must match for a stored study to be continued: its results would not be
 # comparable otherwise. (The controller and compression settings may change.)
 _COMPARED = (
@@ -285,23 +273,6 @@ class StudyDefinition:
         return dataclasses.replace(self, reward=reward, data_report=report)
 
 
-def read_definition(storage: BaseStorage, name: str, url: str) -> tuple[int, StudyDefinition]:
-    """The id and definition of study ``name`` in ``storage`` (at ``url``, for errors)."""
-    try:
-        study_id = storage.get_study_id_from_name(name)
-    except KeyError:
-        names = [s.study_name for s in storage.get_all_studies() if not is_companion(s.study_name)]
-        close = suggest(name, names)
-        hint = f" Did you mean {' or '.join(map(repr, close))}?" if close else ""
-        raise StorageError(
-            f"no study named {name!r} in {url}.{hint} Studies there: {', '.join(names) or '(none)'}"
-        ) from None
-    stored = storage.get_study_user_attrs(study_id).get(_ATTR)
-    if not isinstance(stored, dict):
-        raise StudyError(f"study {name!r} in {url} was not created by autosearch (no definition)")
-    return study_id, StudyDefinition.from_json(stored, where=f"study {name!r} in {url}")
-
-
 def _objectives(stored: Any) -> tuple[str, ...]:
     """A stored list of objectives, each a known metric, distinct."""
     if not isinstance(stored, list) or not stored:
@@ -313,63 +284,6 @@ def _objectives(stored: Any) -> tuple[str, ...]:
     if len(set(stored)) != len(stored):
         raise ValueError(f"objectives {stored!r} repeat a name")
     return tuple(stored)
-
-
-def study_uid(storage: BaseStorage, study_id: int) -> str:
-    """The id made when the study was created ("" for a study made before there was
-    one): two studies of the same name and artifacts URL, made one after the other,
-    differ in it."""
-    uid = storage.get_study_system_attrs(study_id).get(_UID)
-    return uid if isinstance(uid, str) and uid.isalnum() else ""
-
-
-def write_definition(storage: BaseStorage, study_id: int, definition: StudyDefinition) -> None:
-    storage.set_study_user_attr(study_id, _ATTR, definition.to_json())
-
-
-def store_definition(
-    storage: BaseStorage,
-    name: str,
-    url: str,
-    definition: StudyDefinition,
-    *,
-    load_if_exists: bool,
-    artifacts_given: bool = False,
-) -> StudyDefinition:
-    """Create study ``name`` with ``definition``; or, with ``load_if_exists``, continue
-    the stored one if it measures the same (and, ``artifacts_given``, keeps its weights
-    where the definition says): the definition the study then runs with."""
-    if name not in {s.study_name for s in storage.get_all_studies()}:
-        created = optuna.create_study(
-            storage=storage, study_name=name, directions=definition.directions
-        )
-        with warnings.catch_warnings():  # "experimental": stable since Optuna 3.2
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            created.set_metric_names(list(definition.objectives))  # the dashboard shows them
-        study_id = storage.get_study_id_from_name(name)
-        storage.set_study_system_attr(study_id, _UID, uuid.uuid4().hex)
-        write_definition(storage, study_id, definition)
-        return definition
-    if not load_if_exists:
-        raise StudyError(
-            f"study {name!r} already exists in {url}; pass load_if_exists=True to continue "
-            "it, load it with autosearch.load_study, or choose another name"
-        )
-    study_id, stored = read_definition(storage, name, url)
-    definition.check_continues(stored, name)
-    if artifacts_given and definition.artifacts != stored.artifacts:
-        raise StudyError(
-            f"study {name!r} keeps its weights in {stored.artifacts or 'the default folder'}, "
-            f"not {definition.artifacts}: every process of a study uses the location stored "
-            "with it. Leave artifacts unset to use it, or choose another study name"
-        )
-    if stored.controller != definition.controller:
-        # Continuing with another controller is allowed; record it, so that load_study
-        # rebuilds the controller that ran last.
-        logger.info("study %s continues with controller %s", name, definition.controller.name)
-        stored = dataclasses.replace(stored, controller=definition.controller)
-        write_definition(storage, study_id, stored)
-    return stored
 
 
 def trial_seed(study_seed: int, arch: Architecture) -> int:

@@ -12,49 +12,50 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import sqlalchemy.exc
 import torch.nn as nn
 from optuna.exceptions import StorageInternalError, UpdateFinishedTrialError
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial
 
-from autosearch._heartbeat import beating, worker_id
+from autosearch._heartbeat import worker_id
 from autosearch._provenance import provenance
 from autosearch.architecture import Architecture
 from autosearch.controller import Outcome, unseen_architecture
 from autosearch.errors import (
     AutosearchError,
     ConfigError,
-    ExportError,
     PlatformError,
     SpaceExhausted,
     StudyError,
 )
-from autosearch.pareto import pareto_mask
 from autosearch.runner import Interrupted, TakenOver, TrialContext, TrialResult, run_trial
 from autosearch.runtime import broadcast_object, world
 from autosearch.study import records
-from autosearch.study.claims import Claim
+from autosearch.study.artifacts import Artifacts
+from autosearch.study.claims import Claim, Claims
+from autosearch.study.dataset import StudyData
 from autosearch.study.definition import trial_seed
 from autosearch.study.interrupts import Interrupts
-from autosearch.study.records import FINISHED, RESULT, VALUES_FROM, Record
+from autosearch.study.plans import Planner
+from autosearch.study.records import FINISHED, Record
+from autosearch.study.replay import ControllerReplay
+from autosearch.study.results import on_front
+from autosearch.study.trials import StoredTrials
 from autosearch.train import EpochResult
-
-if TYPE_CHECKING:
-    from autosearch.study.study import Study
 
 __all__ = [
     "DROPPED",
     "PLATFORM_FAILURES",
     "EpochCallback",
+    "RecordCallback",
     "SearchLoop",
-    "TrialCallback",
+    "SearchParts",
     "check_run",
-    "on_front",
     "platform_error",
-    "teacher",
 ]
 
 logger = logging.getLogger(__name__)
@@ -78,22 +79,46 @@ def platform_error(exc: BaseException, storage: str) -> PlatformError:
     return PlatformError(f"storage {storage} failed: {type(exc).__name__}: {first}"[:500])
 
 
-TrialCallback = Callable[["Study", Record], None]
+RecordCallback = Callable[[Record], None]
 EpochCallback = Callable[[int, EpochResult], None]
+Teacher = Callable[[Mapping[str, float]], nn.Module | None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchParts:
+    """What a search loop works with, each part narrow (the facade composes them): the
+    study's name and storage URL (for messages), its objectives and seed, its stored
+    trials, the claims and the controller's replay, where attempts keep their work, how
+    an architecture is evaluated, the data, the distillation teacher, the heartbeat
+    interval and the attributes this worker adds to each trial."""
+
+    name: str
+    where: str
+    objectives: tuple[str, ...]
+    seed: int
+    trials: StoredTrials
+    claims: Claims
+    replay: ControllerReplay
+    artifacts: Artifacts
+    planner: Planner
+    data: StudyData
+    teacher: Teacher
+    heartbeat_interval: float
+    worker_attrs: Mapping[str, Any] = field(default_factory=dict)
 
 
 class SearchLoop:
-    """Runs trials of ``study`` in this process until told how many, or interrupted."""
+    """Runs trials of a study in this process until told how many, or interrupted."""
 
     def __init__(
         self,
-        study: Study,
+        parts: SearchParts,
         *,
-        callbacks: list[TrialCallback],
+        callbacks: list[RecordCallback],
         epoch_callbacks: list[EpochCallback],
         max_failures_in_a_row: int,
     ) -> None:
-        self.study = study
+        self.parts = parts
         self.callbacks, self.epoch_callbacks = callbacks, epoch_callbacks
         self.max_failures = max_failures_in_a_row
         self.interrupts = Interrupts()
@@ -105,7 +130,7 @@ class SearchLoop:
             try:
                 record = self.run_one()
             except SpaceExhausted as exc:
-                logger.warning("%s; study %r ends here", exc, self.study.name)
+                logger.warning("%s; study %r ends here", exc, self.parts.name)
                 break
             if record is None:  # interrupted: the trial resumes next time
                 break
@@ -123,10 +148,10 @@ class SearchLoop:
             dropped = 0
             failures = failures + 1 if record.state == "failed" else 0
             for callback in self.callbacks:
-                callback(self.study, record)
+                callback(record)
             if failures >= self.max_failures:
                 raise StudyError(
-                    f"{failures} trials failed in a row in study {self.study.name!r}; the last "
+                    f"{failures} trials failed in a row in study {self.parts.name!r}; the last "
                     f"said: {record.reason}. Fix the setup (data, training config) before resuming"
                 )
         return done
@@ -139,40 +164,40 @@ class SearchLoop:
             PlatformError: storage, artifact or checkpoint I/O failed; the trial stays
                 resumable and nothing was told to the controller.
         """
-        study = self.study
+        parts = self.parts
         try:
-            claim = study.claims.claim(self._propose, self._attrs)
+            claim = parts.claims.claim(self._propose, self._attrs)
         except PLATFORM_FAILURES as exc:
-            raise platform_error(exc, study.storage_url) from None
-        with beating(study.storage, claim.trial_id, study.heartbeat_interval, stamped=True):
+            raise platform_error(exc, parts.where) from None
+        with parts.claims.beating(claim.trial_id, parts.heartbeat_interval):
             return self._run_claimed(claim)
 
     def _run_claimed(self, claim: Claim) -> Record | str | None:
-        study = self.study
-        plan = study.plan(claim.arch, number=claim.number)
-        logger.debug("trial %d: %s", claim.number, study.space.describe(claim.arch))
+        parts = self.parts
+        plan = parts.planner.plan(claim.arch, number=claim.number)
+        logger.debug("trial %d: %s", claim.number, parts.planner.space.describe(claim.arch))
         try:
             if plan.work is not None:
-                study.artifacts.start_attempt(claim.arch, claim.number)
+                parts.artifacts.start_attempt(claim.arch, claim.number)
             if world()[1] > 1:  # the other ranks train it too
                 broadcast_object({"arch": claim.arch.to_json(), "number": claim.number})
-            result = run_trial(plan, study.training_data, StudyContext(self, claim))
+            result = run_trial(plan, parts.data.training, StudyContext(self, claim))
             outcome = self._store(claim, result)
         except (TakenOver, UpdateFinishedTrialError) as exc:
             logger.warning(
                 "trial %d was taken over by another worker (%s); dropping it", claim.number, exc
             )
-            study.artifacts.drop_attempt(claim.arch, claim.number)
+            parts.artifacts.drop_attempt(claim.arch, claim.number)
             return DROPPED
         except (Interrupted, KeyboardInterrupt) as exc:
-            study.claims.supersede(
+            parts.claims.supersede(
                 claim.trial_id, f"interrupted by the user ({exc}); it resumes from its checkpoint"
             )
             if isinstance(exc, KeyboardInterrupt):
                 raise
             return None
         except PLATFORM_FAILURES as exc:
-            raise self._release(claim, platform_error(exc, study.storage_url)) from None
+            raise self._release(claim, platform_error(exc, parts.where)) from None
         except Exception as exc:  # the candidate's own failure ends this trial only
             logger.warning(
                 "trial %d failed", claim.number, exc_info=not isinstance(exc, AutosearchError)
@@ -182,50 +207,49 @@ class SearchLoop:
                 return DROPPED
             outcome = failed
         try:
-            study.replay.tell(claim.number, claim.arch, outcome)
-            record = study.record(claim.number)
+            parts.replay.tell(claim.number, claim.arch, outcome)
+            record = parts.trials.record(claim.number)
         except PLATFORM_FAILURES as exc:  # stored already: it is told on the next replay
-            raise platform_error(exc, study.storage_url) from None
+            raise platform_error(exc, parts.where) from None
         logger.debug("trial %d %s: %s", claim.number, record.state, _summary(record))
         return record
 
     def _store(self, claim: Claim, result: TrialResult) -> Outcome:
         """Write the trial's result (one attribute), then its state and objective values;
         only then is the work of its attempts no longer needed."""
-        study = self.study
-        lost = study.claims.taken_over(claim.trial_id)
+        parts = self.parts
+        lost = parts.claims.taken_over(claim.trial_id)
         if lost is not None:
             raise TakenOver(lost)
         weights = None
         if result.model is not None:
-            weights = study.artifacts.save_weights(study.storage, claim.trial_id, result.model)
-        study.storage.set_trial_user_attr(
-            claim.trial_id, RESULT, records.encode(result, weights=weights)
+            weights = parts.artifacts.save_weights(
+                parts.claims.storage, claim.trial_id, result.model
+            )
+        stopped = result.status == "stopped"
+        parts.claims.store(
+            claim.trial_id,
+            records.encode(result, weights=weights),
+            best=None if stopped else result.best.name,
+            values=None if stopped else records.objective_values(result, parts.objectives),
         )
-        if result.status == "stopped":
-            study.storage.set_trial_state_values(claim.trial_id, TrialState.PRUNED)
-        else:
-            # The trial's values are its best point's: say which, where Optuna's tools look.
-            study.storage.set_trial_user_attr(claim.trial_id, VALUES_FROM, result.best.name)
-            values = records.objective_values(result, study.objectives)
-            study.storage.set_trial_state_values(claim.trial_id, TrialState.COMPLETE, values)
-        study.artifacts.finish(claim.arch)
-        return result.outcome(study.objectives)
+        parts.artifacts.finish(claim.arch)
+        return result.outcome(parts.objectives)
 
     def _fail(self, claim: Claim, reason: str) -> Outcome | None:
         """Store the candidate's failure; None when the trial is no longer ours."""
         try:
-            self.study.claims.fail(claim.trial_id, reason)
+            self.parts.claims.fail(claim.trial_id, reason)
         except UpdateFinishedTrialError:
             return None
-        self.study.artifacts.finish(claim.arch)
+        self.parts.artifacts.finish(claim.arch)
         return Outcome.failed(reason)
 
     def _release(self, claim: Claim, error: PlatformError) -> PlatformError:
         """After a platform failure: mark the trial resumable, if the storage still
         takes writes (else its silent heartbeat gives it to the next worker)."""
         try:
-            self.study.claims.supersede(
+            self.parts.claims.supersede(
                 claim.trial_id, f"platform failure ({error}); it resumes from its checkpoint"
             )
         except Exception:
@@ -236,19 +260,20 @@ class SearchLoop:
 
     def _propose(self, trials: list[FrozenTrial]) -> Architecture:
         """The controller's next architecture that no trial holds or has evaluated."""
-        study = self.study
-        study.replay.sync(trials)
-        held = study.claims.index.read(trials)
+        parts = self.parts
+        parts.replay.sync(trials)
+        held = parts.claims.index.read(trials)
+        controller, space = parts.replay.controller, parts.planner.space
         for _ in range(_MAX_DUPLICATE_ASKS):
-            arch = study.space.canonicalize(study.controller.ask())
+            arch = space.canonicalize(controller.ask())
             known = held.last(arch.arch_id)
             if known is None:
                 return arch
             # Already evaluated: hand the controller the stored result instead of retraining.
             if known.state in FINISHED:
-                study.controller.tell(arch, records.outcome(known, study.objectives))
+                controller.tell(arch, records.outcome(known, parts.objectives))
         return unseen_architecture(
-            study.space,
+            space,
             held,
             np.random.default_rng(len(trials)),
             why=f"the controller proposed only evaluated architectures {_MAX_DUPLICATE_ASKS} "
@@ -256,15 +281,14 @@ class SearchLoop:
         )
 
     def _attrs(self, arch: Architecture) -> dict[str, Any]:
-        study = self.study
-        attrs: dict[str, Any] = {
-            "seed": trial_seed(study.seed, arch),
-            "data_hash": study.data_hash,
+        parts = self.parts
+        return {
+            "seed": trial_seed(parts.seed, arch),
+            "data_hash": parts.data.hash,
             "provenance": provenance(),
             "worker": worker_id(),
-            **study.worker_attrs,
+            **parts.worker_attrs,
         }
-        return attrs
 
     @property
     def interrupted(self) -> bool:
@@ -289,18 +313,16 @@ class StudyContext(TrialContext):
         self.loop, self.claim = loop, claim
 
     def epoch_done(self, epoch: EpochResult) -> None:
-        study = self.loop.study
+        parts = self.loop.parts
         # The curve first: the epoch's checkpoint is on this disk already, so a bucket
         # failure in the push below must not leave the epoch out of the resumed curve.
-        study.storage.set_trial_intermediate_value(
-            self.claim.trial_id, epoch.epoch, epoch.val_accuracy
-        )
+        parts.claims.report(self.claim.trial_id, epoch.epoch, epoch.val_accuracy)
         self.work_saved()  # the epoch's checkpoint, to the bucket (where there is one)
         for callback in self.loop.epoch_callbacks:
             callback(self.claim.number, epoch)
 
     def work_saved(self) -> None:
-        artifacts = self.loop.study.artifacts
+        artifacts = self.loop.parts.artifacts
         if artifacts.remote is not None and self.taken_over() is None:  # else: not ours
             artifacts.push(self.claim.arch, self.claim.number)
 
@@ -308,46 +330,20 @@ class StudyContext(TrialContext):
         return self.loop.interrupted
 
     def taken_over(self) -> str | None:
-        return self.loop.study.claims.taken_over(self.claim.trial_id)
+        return self.loop.parts.claims.taken_over(self.claim.trial_id)
 
     def peers(self) -> Mapping[int, Mapping[int, float]]:
         return {
             number: curve
-            for number, curve in self.loop.study.curves().items()
+            for number, curve in self.loop.parts.trials.curves().items()
             if number != self.claim.number
         }
 
     def on_front(self, metrics: Mapping[str, float]) -> bool:
-        return on_front(self.loop.study, metrics)
+        return on_front(self.loop.parts.trials.records(variants=False), metrics)
 
     def teacher(self, metrics: Mapping[str, float]) -> nn.Module | None:
-        return teacher(self.loop.study, metrics)
-
-
-def on_front(study: Study, metrics: Mapping[str, float]) -> bool:
-    """Whether a candidate's base point is on the accuracy-FLOPs front of the study's
-    complete base records so far."""
-    others = [
-        (r.metrics["accuracy"], r.metrics["flops"])
-        for r in study.records(variants=False)
-        if r.state == "complete" and "flops" in r.metrics
-    ]
-    points = np.array([(metrics["accuracy"], metrics["flops"]), *others])
-    return bool(pareto_mask(points, ["maximize", "minimize"])[0])
-
-
-def teacher(study: Study, metrics: Mapping[str, float]) -> nn.Module | None:
-    """The study's most accurate trained model so far, if it beats a candidate of
-    ``metrics`` (None: the candidate teaches itself)."""
-    done = [r for r in study.records(variants=False) if r.state == "complete" and r.accuracy]
-    best = max(done, key=lambda r: r.metrics["accuracy"], default=None)
-    if best is None or best.metrics["accuracy"] <= metrics["accuracy"]:
-        return None
-    try:
-        return study.load_model(best)
-    except ExportError as exc:
-        logger.info("no teacher for distillation (%s); the candidate teaches itself", exc)
-        return None
+        return self.loop.parts.teacher(metrics)
 
 
 def _summary(record: Record) -> str:

@@ -8,17 +8,13 @@ import logging
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
 
 from tqdm import tqdm
 
 from autosearch.metrics import metric
-from autosearch.study.loop import EpochCallback, TrialCallback
+from autosearch.study.loop import EpochCallback, RecordCallback
 from autosearch.study.records import Record
 from autosearch.train import EpochResult
-
-if TYPE_CHECKING:
-    from autosearch.study.study import Study
 
 __all__ = ["bars"]
 
@@ -27,7 +23,7 @@ logger = logging.getLogger(__name__)
 _SHOWN = ("accuracy", "flops", "params")
 
 
-def _log_line(_: Study, record: Record) -> None:
+def _log_line(record: Record) -> None:
     if record.state == "failed":
         logger.info("trial %d failed: %s", record.trial, record.reason)
         return
@@ -38,7 +34,7 @@ def _log_line(_: Study, record: Record) -> None:
 @contextmanager
 def bars(
     total: int, epochs: int | None, *, show: bool | None
-) -> Iterator[tuple[list[TrialCallback], list[EpochCallback]]]:
+) -> Iterator[tuple[list[RecordCallback], list[EpochCallback]]]:
     """Trial and epoch callbacks that draw the bars: none when ``show`` is False, or is
     None and standard error is not a terminal; no epoch bar when ``epochs`` is None
     (trials trained in other processes)."""
@@ -51,7 +47,7 @@ def bars(
     trials = tqdm(total=total, unit="trial", position=0)
     current = tqdm(total=epochs, unit="epoch", position=1, leave=False, disable=epochs is None)
 
-    def trial_done(_: Study, record: Record) -> None:
+    def trial_done(record: Record) -> None:
         accuracy = record.metrics.get("accuracy")
         trials.set_postfix_str(
             f"last {record.state}" + (f" acc {accuracy:.3f}" if accuracy else "")

@@ -23,8 +23,8 @@ from autosearch.architecture import Architecture
 from autosearch.controller import Outcome
 from autosearch.distributions import distributions
 from autosearch.errors import InvalidArchitectureError
-from autosearch.runner import TrialResult
 from autosearch.space import SearchSpace
+from autosearch.trial import TrialResult
 
 __all__ = [
     "ARCH_ID",

@@ -4,7 +4,7 @@ point, and the most accurate point within a budget. Pure functions over records.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -12,7 +12,7 @@ from autosearch.errors import StudyError
 from autosearch.scoring import objective, pareto_mask
 from autosearch.study.records import Record
 
-__all__ = ["best", "front"]
+__all__ = ["best", "front", "on_front"]
 
 
 def front(points: Sequence[Record], objectives: Sequence[str]) -> list[Record]:
@@ -29,10 +29,25 @@ def front(points: Sequence[Record], objectives: Sequence[str]) -> list[Record]:
 
 
 def best(
-    done: Sequence[Record], *, max_flops: float | None, max_params: float | None, study: str
+    points: Sequence[Record],
+    *,
+    max_flops: float | None,
+    max_params: float | None,
+    study: str,
+    variant: str | None = None,
 ) -> Record:
-    """The most accurate (validation) of the complete records ``done`` within the budget;
-    ties go to fewer FLOPs. The error says what is closest when nothing fits."""
+    """The most accurate (validation) of the complete records of ``points`` (of
+    ``variant`` only, if given) within the budget; ties go to fewer FLOPs. The error
+    says what is closest when nothing fits."""
+    done = [
+        r for r in points if r.state == "complete" and (variant is None or r.variant == variant)
+    ]
+    if variant is not None and not done:
+        measured = sorted({r.variant for r in points if r.state == "complete"})
+        raise StudyError(
+            f"study {study!r} has no complete {variant!r} record; measured variants: "
+            f"{', '.join(measured) or 'none'}"
+        )
     fits = [
         r
         for r in done
@@ -53,3 +68,15 @@ def best(
         f"FLOPs and {smallest.metrics.get('params', math.nan):.3g} params (trial "
         f"{smallest.trial})"
     )
+
+
+def on_front(done: Sequence[Record], metrics: Mapping[str, float]) -> bool:
+    """Whether a candidate's base point (``metrics``) is on the accuracy-FLOPs front of
+    the complete base records ``done``."""
+    others = [
+        (r.metrics["accuracy"], r.metrics["flops"])
+        for r in done
+        if r.state == "complete" and r.is_base and "flops" in r.metrics
+    ]
+    points = np.array([(metrics["accuracy"], metrics["flops"]), *others])
+    return bool(pareto_mask(points, ["maximize", "minimize"])[0])

@@ -6,9 +6,9 @@ The storage is the single source of truth; the package docstring maps each conce
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -18,186 +18,48 @@ import torch.nn as nn
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial
 
-from autosearch._storage import close_storage, default_storage, open_storage
+from autosearch._storage import close_storage, open_storage
 from autosearch.architecture import Architecture
 from autosearch.compress import Compression, VariantSpec
 from autosearch.controller import Controller
 from autosearch.data import Dataset, load_data, spec_of
 from autosearch.early_stopping import SuccessiveHalving
-from autosearch.errors import PlatformError, StudyError
-from autosearch.runner import TrialPlan
+from autosearch.errors import StudyError
 from autosearch.runtime import broadcast_object, world
 from autosearch.scoring import Reward
 from autosearch.space import SearchSpace
-from autosearch.study import progress, rebuild, records, results, workers
-from autosearch.study.artifacts import Artifacts, location_of, opened_location
+from autosearch.study import progress, results, workers
+from autosearch.study.artifacts import Artifacts, opened_location
 from autosearch.study.claims import Claims, heartbeat_settings
-from autosearch.study.definition import (
-    StudyDefinition,
-    read_definition,
-    resolve_components,
-    store_definition,
-    study_uid,
-    trial_seed,
-)
+from autosearch.study.dataset import StudyData
+from autosearch.study.definition import StudyDefinition
 from autosearch.study.executors import Executor
-from autosearch.study.loop import EpochCallback, SearchLoop, TrialCallback, check_run
-from autosearch.study.records import Record, State, UnreadableTrial
+from autosearch.study.loop import EpochCallback, RecordCallback, SearchLoop, SearchParts, check_run
+from autosearch.study.plans import Planner
+from autosearch.study.rebuild import Rebuilder
+from autosearch.study.records import Record, State
 from autosearch.study.replay import ControllerReplay
+from autosearch.study.stored import read_definition, study_uid
 from autosearch.study.supernet_job import SupernetJob
+from autosearch.study.trials import StoredTrials
 from autosearch.supernet import SubnetEvaluator, SupernetConfig
 from autosearch.tabular import Table
 from autosearch.train import TrainConfig
+from autosearch.trial import TrialPlan
 
-__all__ = ["Study", "create_study", "default_storage", "load_study"]
+__all__ = ["Study", "TrialCallback"]
 
 logger = logging.getLogger(__name__)
 
-
-def create_study(
-    name: str,
-    *,
-    controller: Controller | str,
-    space: SearchSpace | str | None = None,
-    data: str | tuple[Any, Any] = "digits",
-    objectives: Iterable[str] = ("accuracy", "flops"),
-    reward: str = "mnas",
-    variants: Iterable[str] = ("base",),
-    compression: Compression | None = None,
-    train: TrainConfig | None = None,
-    storage: str | None = None,
-    artifacts: str | None = None,
-    seed: int = 0,
-    table: Table | None = None,
-    early_stopping: SuccessiveHalving | None = None,
-    supernet: SupernetConfig | None = None,
-    load_if_exists: bool = False,
-) -> Study:
-    """Create a study (or, with ``load_if_exists``, continue the stored one of the same
-    name and definition). The arguments are the fields of :class:`autosearch.StudySpec`,
-    documented there (a study file declares the same).
-
-    Raises:
-        UnknownNameError, ConfigError: an unknown name, or a setting that cannot be used.
-        StorageError: an unusable storage URL.
-        StudyError: the study exists (without ``load_if_exists``) or is stored with a
-            different definition.
-    """
-    # Every setting is checked before data is read or storage touched: bad input
-    # changes nothing stored.
-    heartbeat_settings()
-    space, controller = resolve_components(space, controller, seed)
-    definition = StudyDefinition.define(
-        space=space,
-        controller=controller,
-        data=spec_of(data),
-        objectives=list(objectives),
-        reward=reward,
-        variants=list(variants),
-        compression=compression,
-        train=train,
-        seed=seed,
-        artifacts=artifacts,
-        table=table,
-        early_stopping=early_stopping,
-        supernet=supernet,
-    )
-    dataset = _check_data(space, data, table=table, seed=seed)
-    definition = definition.with_data(space, dataset)
-    url = storage or default_storage(name)
-    # Where weights go, stored with the study: refused here if unusable, before storage.
-    definition = dataclasses.replace(definition, artifacts=location_of(artifacts, url, name))
-    backend = open_storage(url)
-    try:
-        definition = store_definition(
-            backend,
-            name,
-            url,
-            definition,
-            load_if_exists=load_if_exists,
-            artifacts_given=artifacts is not None,
-        )
-    except BaseException:
-        close_storage(backend)
-        raise
-    if table is None:
-        _make_folder(definition.artifacts)
-    return Study(
-        name=name,
-        url=url,
-        storage=backend,
-        definition=definition,
-        controller=controller,
-        data=dataset,
-        data_source=None if isinstance(data, str) else data,
-    )
-
-
-def _make_folder(location: str | None) -> None:
-    """Create a new study's artifacts folder, so that its other processes find it (they
-    never create a stored folder: on a machine without it, that would scatter weights)."""
-    if location is None or location.startswith("s3://"):
-        return
-    try:
-        Path(location).mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise PlatformError(
-            f"cannot create the artifacts folder {location}: {exc.strerror or exc}; choose a "
-            "writable folder with artifacts="
-        ) from None
-
-
-def _check_data(
-    space: SearchSpace, data: str | tuple[Any, Any], *, table: Table | None, seed: int
-) -> Dataset | None:
-    """The study's data, loaded and cleaned; or, for a table study, the table checked."""
-    if table is None:
-        return load_data(data, seed=seed)
-    table.check_space(space)
-    table.rows()  # a missing or malformed table fails here, before storage is touched
-    return None
-
-
-def load_study(
-    name: str, *, storage: str, data: tuple[Any, Any] | None = None, read_only: bool = False
-) -> Study:
-    """Open a stored study, rebuilding its space and controller from storage.
-
-    The controller gets its stored state back, then every finished trial it has not
-    seen is replayed into it, so ``optimize`` continues where the study stopped.
-    A study created from ``(images, labels)`` arrays needs the same arrays again.
-    ``read_only``: to read results; opening creates and changes nothing in storage.
-    """
-    backend = open_storage(storage, create=not read_only)
-    try:
-        _, definition = read_definition(backend, name, storage)
-    except BaseException:
-        close_storage(backend)
-        raise
-    dataset = None
-    if data is not None:
-        if spec_of(data) != definition.data:
-            raise StudyError(
-                f"study {name!r} was created from other data ({definition.data}, "
-                f"given {spec_of(data)}); pass the arrays it was created from"
-            )
-        dataset = load_data(data, seed=definition.seed)
-    controller = definition.build(where=f"study {name!r} in {storage}")
-    study = Study(
-        name=name,
-        url=storage,
-        storage=backend,
-        definition=definition,
-        controller=controller,
-        data=dataset,
-        data_source=data,
-    )
-    study.read_only = read_only
-    return study
+TrialCallback = Callable[["Study", Record], None]  # called as each trial finishes
 
 
 class Study:
-    """A running or stored architecture search. Make one with create_study / load_study."""
+    """A running or stored architecture search. Make one with create_study / load_study.
+
+    The facade over the study's parts, each of which reads only what it is given: the
+    stored trials (:attr:`trials`), the claims, the controller's replay, the artifacts,
+    the data, how trials are planned, the supernet's job, and the rebuild of a trial."""
 
     def __init__(
         self,
@@ -210,9 +72,7 @@ class Study:
         data: Dataset | None,
         data_source: tuple[Any, Any] | None = None,
     ) -> None:
-        self.name = name
-        self.storage_url = url
-        self.storage = storage
+        self.name, self.storage_url, self.storage = name, url, storage
         self.definition = definition
         self.space: SearchSpace = controller.space
         self.controller = controller
@@ -221,32 +81,74 @@ class Study:
         # The signal that stopped the last optimize() (SIGTERM: it returned early), if any.
         self.interrupted: str | None = None
         self.read_only = False  # opened to read (load_study(read_only=True)): runs nothing
-        self._dataset = data
         self._study_id = storage.get_study_id_from_name(name)
-        self._decoded: dict[int, list[Record]] = {}  # finished trials never change
-        self.unreadable: dict[int, str] = {}  # stored trials left out: number -> why
         self.heartbeat_interval, self.heartbeat_grace = heartbeat_settings()
         uid = study_uid(storage, self._study_id)
         self.artifacts = Artifacts.at(opened_location(definition.artifacts, url, name), uid)
+        self.inputs = StudyData.of(definition, name=name, source=data_source, loaded=data)
+        self.trials = StoredTrials(storage, self._study_id, name=name, objectives=self.objectives)
         self.claims = Claims(storage, self._study_id, self.space, grace=self.heartbeat_grace)
         self.replay = ControllerReplay(controller, storage, self._study_id, self.objectives)
         self.replay.restore()
-        self.supernet_job = (
-            None
-            if definition.supernet is None
-            else SupernetJob(
-                study=name,
-                storage=storage,
-                study_id=self._study_id,
-                uid=uid,
-                config=definition.supernet,
-                train=definition.train,
-                seed=definition.seed,
-                space=self.space,
-                artifacts=self.artifacts,
-                heartbeat=(self.heartbeat_interval, self.heartbeat_grace),
-            )
+        self.supernet_job = self._supernet_job(uid)
+        supernet = (lambda: self.supernet_evaluator) if self.supernet_job else None
+        self.planner = Planner(
+            definition=definition, space=self.space, artifacts=self.artifacts, evaluator=supernet
         )
+        self.rebuilder = Rebuilder(
+            name=name, trials=self.trials, planner=self.planner, data=self.inputs, supernet=supernet
+        )
+
+    def _supernet_job(self, uid: str) -> SupernetJob | None:
+        if self.definition.supernet is None:
+            return None
+        return SupernetJob(
+            study=self.name,
+            storage=self.storage,
+            study_id=self._study_id,
+            uid=uid,
+            definition=self.definition,
+            space=self.space,
+            artifacts=self.artifacts,
+            heartbeat=(self.heartbeat_interval, self.heartbeat_grace),
+        )
+
+    @classmethod
+    def open(
+        cls,
+        name: str,
+        *,
+        storage: str,
+        data: tuple[Any, Any] | None = None,
+        read_only: bool = False,
+    ) -> Study:
+        """Open a stored study (autosearch.load_study, which documents it)."""
+        backend = open_storage(storage, create=not read_only)
+        try:
+            _, definition = read_definition(backend, name, storage)
+        except BaseException:
+            close_storage(backend)
+            raise
+        dataset = None
+        if data is not None:
+            if spec_of(data) != definition.data:
+                raise StudyError(
+                    f"study {name!r} was created from other data ({definition.data}, "
+                    f"given {spec_of(data)}); pass the arrays it was created from"
+                )
+            dataset = load_data(data, seed=definition.seed)
+        controller = definition.build(where=f"study {name!r} in {storage}")
+        study = cls(
+            name=name,
+            url=storage,
+            storage=backend,
+            definition=definition,
+            controller=controller,
+            data=dataset,
+            data_source=data,
+        )
+        study.read_only = read_only
+        return study
 
     # The definition, typed ------------------------------------------------------------
     @property
@@ -302,24 +204,17 @@ class Study:
     # Data ---------------------------------------------------------------------------------
     @property
     def data(self) -> Dataset:
-        if self._dataset is None:
-            if self.definition.data.startswith("arrays:"):
-                raise StudyError(
-                    f"study {self.name!r} was created from arrays; pass them again: "
-                    "autosearch.load_study(name, storage=..., data=(images, labels))"
-                )
-            self._dataset = load_data(self.definition.data, seed=self.seed)
-        return self._dataset
+        return self.inputs.dataset
 
     @property
     def training_data(self) -> Dataset | None:
         """What trials train on (None: a table study looks results up instead)."""
-        return None if self.table is not None else self.data
+        return self.inputs.training
 
-    @cached_property
+    @property
     def data_hash(self) -> str | None:
         """Content hash of the data every trial trains on (None for table studies)."""
-        return None if self.table is not None else self.data.content_hash()
+        return self.inputs.hash
 
     # Reading ------------------------------------------------------------------------------
     @property
@@ -328,54 +223,39 @@ class Study:
         return optuna.load_study(study_name=self.name, storage=self.storage)
 
     def optuna_trials(self) -> list[FrozenTrial]:
-        return self.storage.get_all_trials(self._study_id, deepcopy=False)
+        return self.trials.all()
+
+    def optuna_trial(self, number: int) -> FrozenTrial:
+        """The stored Optuna trial number ``number``."""
+        return self.trials.get(number)
+
+    @property
+    def unreadable(self) -> dict[int, str]:
+        """Stored trials left out as unreadable: number -> why."""
+        return self.trials.unreadable
 
     def decode(self, trial: FrozenTrial) -> list[Record]:
         """A stored trial's records (see records.decode); an unreadable trial is logged
         and left out."""
-        if trial.number in self._decoded:
-            return self._decoded[trial.number]
-        try:
-            decoded = records.decode(trial, self.objectives)
-        except UnreadableTrial as exc:
-            if trial.number not in self.unreadable:
-                logger.warning("left out of study %s: %s", self.name, exc)
-            self.unreadable[trial.number] = str(exc)
-            decoded = []
-        if trial.state.is_finished():
-            self._decoded[trial.number] = decoded
-        return decoded
+        return self.trials.decode(trial)
 
     def records(self, *, variants: bool = True) -> list[Record]:
         """Every trial of the study as Records, in trial order: the base record, then
         one per variant (``variants=False``: base records only)."""
-        return [r for t in self.optuna_trials() for r in self.decode(t) if variants or r.is_base]
+        return self.trials.records(variants=variants)
 
     def record(self, trial: int, variant: str = "base") -> Record:
         """The record of trial number ``trial`` and ``variant``."""
-        try:
-            found = self.storage.get_trial_id_from_study_id_trial_number(self._study_id, trial)
-        except KeyError:
-            found = None
-        for r in self.decode(self.storage.get_trial(found)) if found is not None else []:
-            if r.variant == variant:
-                return r
-        raise StudyError(
-            f"study {self.name!r} has no trial number {trial} with variant {variant!r}"
-        )
+        return self.trials.record(trial, variant)
 
     def curves(self) -> dict[int, dict[int, float]]:
         """Each trial's validation accuracy after every epoch it trained (learning
         curves; also what early stopping compares)."""
-        return {
-            t.number: dict(sorted(t.intermediate_values.items()))
-            for t in self.optuna_trials()
-            if t.intermediate_values and not records.superseded(t)
-        }
+        return self.trials.curves()
 
     def count(self, *states: State) -> int:
         """Trials (not variants) in any of ``states``."""
-        return sum(r.state in states for r in self.records(variants=False))
+        return self.trials.count(*states)
 
     def pareto(self) -> list[Record]:
         """The complete (architecture, variant) records that no other complete record
@@ -394,38 +274,19 @@ class Study:
         (``variants=True``: any variant's record; ``variant="int8"``: that variant's
         records only); ties go to fewer FLOPs. The test split plays no part in this
         choice."""
-        done = [
-            r
-            for r in self.records(variants=variants or variant is not None)
-            if r.state == "complete" and (variant is None or r.variant == variant)
-        ]
-        if variant is not None and not done:
-            measured = sorted({r.variant for r in self.records() if r.state == "complete"})
-            raise StudyError(
-                f"study {self.name!r} has no complete {variant!r} record; measured variants: "
-                f"{', '.join(measured) or 'none'}"
-            )
-        return results.best(done, max_flops=max_flops, max_params=max_params, study=self.name)
+        return results.best(
+            self.records(variants=variants or variant is not None),
+            max_flops=max_flops,
+            max_params=max_params,
+            variant=variant,
+            study=self.name,
+        )
 
     # Searching ----------------------------------------------------------------------------
     def plan(self, arch: Architecture, *, number: int = 0, seed: int | None = None) -> TrialPlan:
         """How this study evaluates ``arch`` (as trial ``number``; with its own seed
         unless ``seed`` is given)."""
-        d = self.definition
-        return TrialPlan(
-            space=self.space,
-            arch=arch,
-            train=d.train,
-            seed=trial_seed(d.seed, arch) if seed is None else seed,
-            number=number,
-            reward=d.reward,
-            variants=d.variants,
-            compression=d.compression,
-            early_stopping=d.early_stopping,
-            table=d.table,
-            supernet=self.supernet_evaluator if d.supernet else None,
-            work=None if d.table or d.supernet else self.artifacts.attempt(arch, number),
-        )
+        return self.planner.plan(arch, number=number, seed=seed)
 
     # Weight sharing -------------------------------------------------------------------------
     def train_supernet(
@@ -441,24 +302,22 @@ class Study:
         ``retrain``: train it again if its stored weights are missing or damaged
         (without it, that is a PlatformError that says so).
         """
-        state = self._supernet_job().train(
-            self.data, retrain=retrain, show_progress_bar=show_progress_bar
-        )
+        state = self._job().train(self.data, retrain=retrain, show_progress_bar=show_progress_bar)
         return state.to_json() if state is not None else {}
 
     @cached_property
     def supernet_evaluator(self) -> SubnetEvaluator:
         """What the study's trials are scored with: its trained supernet (StudyError
         while it is not trained; PlatformError when its weights are lost or changed)."""
-        return self._supernet_job().evaluator(self.data)
+        return self._job().evaluator(self.data)
 
     def save_supernet(self, path: str | Path) -> Path:
         """Write the trained supernet's weights (to a file, or ``supernet.safetensors``
         in a folder), for another study of the same supernet (another budget:
         ``SupernetConfig(weights=path)``) to use without training."""
-        return self._supernet_job().export_weights(self.data, path)  # type: ignore[no-any-return]
+        return self._job().export_weights(self.data, path)  # type: ignore[no-any-return]
 
-    def _supernet_job(self) -> SupernetJob:
+    def _job(self) -> SupernetJob:
         if self.supernet_job is None:
             raise StudyError(f"study {self.name!r} has no supernet (create it with supernet=...)")
         return self.supernet_job
@@ -476,10 +335,10 @@ class Study:
     ) -> list[Record]:
         """Evaluate ``n_trials`` new architectures; return their records.
 
-        ``callbacks`` are called with each finished trial's record; ``epoch_callbacks``
-        with ``(trial number, EpochResult)`` after every training epoch. A failing trial
-        is stored as failed with its reason and the search goes on;
-        ``max_failures_in_a_row`` failures in a row stop it with a StudyError, since
+        ``callbacks`` are called with each finished trial's study and record;
+        ``epoch_callbacks`` with ``(trial number, EpochResult)`` after every training
+        epoch. A failing trial is stored as failed with its reason and the search goes
+        on; ``max_failures_in_a_row`` failures in a row stop it with a StudyError, since
         that points at the setup rather than at the architectures.
 
         On a terminal (or with ``show_progress_bar=True``) a bar shows the trials and
@@ -494,39 +353,21 @@ class Study:
         the workers: ``"process"`` (this machine), ``"ray"`` or a ``RayExecutor``,
         ``"slurm"`` or a ``SlurmExecutor`` (autosearch.study.executors).
         """
-        callbacks, epoch_callbacks = list(callbacks), list(epoch_callbacks)
+        told = [functools.partial(callback, self) for callback in callbacks]
+        epoch_callbacks = list(epoch_callbacks)
         self.interrupted = None
-        if self.read_only and n_trials:
-            raise StudyError(
-                f"study {self.name!r} was opened read-only; open it with "
-                "autosearch.load_study(name, storage=...) to run trials"
-            )
-        rank, size = world()
-        check_run(n_trials, n_workers, max_failures_in_a_row, epoch_callbacks, ranks=size)
-        _ = self.training_data  # data that cannot be loaded stops the study here, not in a trial
-        if self.table is not None and n_trials:
-            self.table.rows()  # so does a table that cannot be read: not every trial failing
-        if self.supernet is not None and n_trials:
-            _ = self.supernet_evaluator  # an untrained supernet stops the study here
-        elif self.table is None and n_trials:
-            self.artifacts.check_reachable()  # where weights go, before any worker starts
+        rank, size = self._check_run(n_trials, n_workers, max_failures_in_a_row, epoch_callbacks)
         if size > 1 and rank != 0:
-            return workers.follow(self)  # under torchrun, rank 0 alone drives the search
+            return workers.follow(self.planner, self.inputs)  # under torchrun, rank 0 searches
         epochs = self.train_config.epochs if n_workers == 1 and self.table is None else None
         with progress.bars(n_trials, epochs, show=show_progress_bar) as (trial_bar, epoch_bar):
             if n_workers > 1:
-                return workers.run_pool(
-                    self,
-                    n_trials,
-                    n_workers,
-                    worker_main=_worker_main,
-                    callbacks=callbacks + trial_bar,
-                    max_failures_in_a_row=max_failures_in_a_row,
-                    executor=executor,
+                return self._pool(
+                    n_trials, n_workers, told + trial_bar, max_failures_in_a_row, executor
                 )
             loop = SearchLoop(
-                self,
-                callbacks=callbacks + trial_bar,
+                self._search_parts(),
+                callbacks=told + trial_bar,
                 epoch_callbacks=epoch_callbacks + epoch_bar,
                 max_failures_in_a_row=max_failures_in_a_row,
             )
@@ -541,29 +382,86 @@ class Study:
             raise KeyboardInterrupt
         return done
 
+    def _check_run(
+        self,
+        n_trials: int,
+        n_workers: int,
+        max_failures_in_a_row: int,
+        epoch_callbacks: list[EpochCallback],
+    ) -> tuple[int, int]:
+        """Refuse a run that cannot go, before any trial: (rank, world size)."""
+        if self.read_only and n_trials:
+            raise StudyError(
+                f"study {self.name!r} was opened read-only; open it with "
+                "autosearch.load_study(name, storage=...) to run trials"
+            )
+        rank, size = world()
+        check_run(n_trials, n_workers, max_failures_in_a_row, epoch_callbacks, ranks=size)
+        _ = self.training_data  # data that cannot be loaded stops the study here, not in a trial
+        if self.table is not None and n_trials:
+            self.table.rows()  # so does a table that cannot be read: not every trial failing
+        if self.supernet is not None and n_trials:
+            _ = self.supernet_evaluator  # an untrained supernet stops the study here
+        elif self.table is None and n_trials:
+            self.artifacts.check_reachable()  # where weights go, before any worker starts
+        return rank, size
+
+    def _pool(
+        self,
+        n_trials: int,
+        n_workers: int,
+        callbacks: list[RecordCallback],
+        max_failures_in_a_row: int,
+        executor: str | Executor,
+    ) -> list[Record]:
+        return workers.run_pool(
+            self.trials,
+            self.replay,
+            storage_url=self.storage_url,
+            data_source=self.data_source,
+            n_trials=n_trials,
+            n_workers=n_workers,
+            worker_main=_worker_main,
+            callbacks=callbacks,
+            max_failures_in_a_row=max_failures_in_a_row,
+            executor=executor,
+        )
+
+    def _search_parts(self) -> SearchParts:
+        return SearchParts(
+            name=self.name,
+            where=self.storage_url,
+            objectives=self.objectives,
+            seed=self.seed,
+            trials=self.trials,
+            claims=self.claims,
+            replay=self.replay,
+            artifacts=self.artifacts,
+            planner=self.planner,
+            data=self.inputs,
+            teacher=self.rebuilder.teacher,
+            heartbeat_interval=self.heartbeat_interval,
+            worker_attrs=self.worker_attrs,
+        )
+
     def rerun(self, trial: int) -> dict[str, Any]:
         """Train trial ``trial``'s architecture again, from scratch, with its stored seed
         and the study's data and training config (nothing is stored), and compare: see
-        autosearch.study.rebuild.rerun."""
-        return rebuild.rerun(self, trial)
+        autosearch.study.rebuild.Rebuilder.rerun. A supernet's subnet is evaluated again
+        on the supernet."""
+        return self.rebuilder.rerun(trial)
 
     def export(self, record: Record, out_dir: str | Path, *, finetune_epochs: int = 0) -> Path:
         """Write an export folder of ``record`` (``model.py``, weights, ONNX checked in
         onnxruntime, ``arch.json``, a README); a variant is derived again from its
         trial's weights; a supernet-evaluated subnet, with its inherited weights,
         fine-tuned for ``finetune_epochs`` first if asked: see
-        autosearch.study.rebuild.export."""
-        return rebuild.export(self, record, out_dir, finetune_epochs=finetune_epochs)
+        autosearch.study.rebuild.Rebuilder.export."""
+        return self.rebuilder.export(record, out_dir, finetune_epochs=finetune_epochs)
 
     def load_model(self, record: Record) -> nn.Module:
         """The trained network of a complete base record, in eval mode."""
-        return rebuild.load_model(self, record)
-
-    def optuna_trial(self, number: int) -> FrozenTrial:
-        """The stored Optuna trial number ``number``."""
-        return self.storage.get_trial(
-            self.storage.get_trial_id_from_study_id_trial_number(self._study_id, number)
-        )
+        return self.rebuilder.load_model(record)
 
 
 def _worker_main(
@@ -578,11 +476,18 @@ def _worker_main(
     max_failures_in_a_row: int,
 ) -> list[int]:
     """One process of ``optimize(n_workers=K)``: the numbers of the trials it finished."""
-    study = load_study(name, storage=storage, data=data)
+    study = Study.open(name, storage=storage, data=data)
     # The pool's parent logs each finished trial; a worker logging it too would say it twice.
     logging.getLogger(progress.__name__).setLevel(logging.WARNING)
     owed = workers.start_worker(
-        study, str(worker), run=run, share=n_trials, trials_before=trials_before
+        study.trials,
+        study.replay,
+        study.worker_attrs,
+        seed=study.seed,
+        worker=str(worker),
+        run=run,
+        share=n_trials,
+        trials_before=trials_before,
     )
     done = study.optimize(
         owed or 0, max_failures_in_a_row=max_failures_in_a_row, show_progress_bar=False

@@ -37,22 +37,22 @@ from tqdm import tqdm
 from autosearch._heartbeat import beating
 from autosearch.data import Dataset
 from autosearch.errors import AutosearchError, ExportError, PlatformError, StudyError
-from autosearch.runner import TRAIN_STATE, Interrupted, TakenOver
 from autosearch.runtime import broadcast_object, world
 from autosearch.space import SearchSpace
 from autosearch.study import supernet_file
 from autosearch.study.artifacts import Artifacts
+from autosearch.study.definition import StudyDefinition
 from autosearch.study.interrupts import Interrupts
 from autosearch.study.jobs import Done, Held, JobClaim, Jobs
 from autosearch.study.supernet_state import SupernetState
 from autosearch.supernet import (
     SubnetEvaluator,
-    SupernetConfig,
     fingerprint,
     train_supernet,
     weights_digest,
 )
-from autosearch.train import EpochResult, TrainConfig
+from autosearch.train import EpochResult
+from autosearch.trial import TRAIN_STATE, Interrupted, TakenOver
 
 __all__ = ["REPAIR", "SupernetJob"]
 
@@ -81,8 +81,9 @@ class _Attempt:
 
 class SupernetJob:
     """The supernet of one study (``study``: its name), from what it reads: the
-    storage and the study's id and creation ``uid``, the supernet and training configs,
-    the seed, the elastic space, the artifacts, and the heartbeat (interval, grace)."""
+    storage and the study's id and creation ``uid``, its definition (the supernet and
+    training configs, the seed), the elastic space, the artifacts, and the heartbeat
+    (interval, grace)."""
 
     def __init__(
         self,
@@ -91,15 +92,17 @@ class SupernetJob:
         storage: BaseStorage,
         study_id: int,
         uid: str,
-        config: SupernetConfig,
-        train: TrainConfig,
-        seed: int,
+        definition: StudyDefinition,
         space: SearchSpace,
         artifacts: Artifacts,
         heartbeat: tuple[float, float],
     ) -> None:
         self.study, self.storage, self.study_id, self.uid = study, storage, study_id, uid
-        self.config, self.settings, self.seed = config, config.train or train, seed
+        config = definition.supernet
+        if config is None:
+            raise StudyError(f"study {study!r} has no supernet (create it with supernet=...)")
+        self.config, self.settings = config, config.train or definition.train
+        self.seed = definition.seed
         self.space, self.artifacts = space, artifacts
         self.interval, grace = heartbeat
         self.jobs = Jobs(storage, study, grace=grace)

@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -27,13 +27,13 @@ from autosearch.errors import ConfigError
 from autosearch.runner import run_trial
 from autosearch.runtime import broadcast_object
 from autosearch.study import records
+from autosearch.study.dataset import StudyData
 from autosearch.study.executors import Executor, ProcessExecutor, resolve_executor
-from autosearch.study.loop import TrialCallback
+from autosearch.study.loop import RecordCallback
+from autosearch.study.plans import Planner
 from autosearch.study.records import Record
-from autosearch.study.replay import worker_stream
-
-if TYPE_CHECKING:
-    from autosearch.study.study import Study
+from autosearch.study.replay import ControllerReplay, worker_stream
+from autosearch.study.trials import StoredTrials
 
 __all__ = ["check_main_guard", "follow", "run_pool", "start_worker"]
 
@@ -47,25 +47,29 @@ WorkerMain = Callable[..., list[int]]
 
 
 def run_pool(
-    study: Study,
+    trials: StoredTrials,
+    replay: ControllerReplay,
+    *,
+    storage_url: str,
+    data_source: tuple[Any, Any] | None,
     n_trials: int,
     n_workers: int,
-    *,
     worker_main: WorkerMain,
-    callbacks: list[TrialCallback],
+    callbacks: list[RecordCallback],
     max_failures_in_a_row: int,
     executor: str | Executor = "process",
 ) -> list[Record]:
-    """Run ``n_trials`` in ``n_workers`` workers that ``executor`` starts (spawned local
-    processes, Ray tasks, Slurm jobs) on the study's storage; call ``callbacks`` here as
-    their trials finish; the trials' records.
+    """Run ``n_trials`` of the study of ``trials`` (at ``storage_url``) in ``n_workers``
+    workers that ``executor`` starts (spawned local processes, Ray tasks, Slurm jobs);
+    call ``callbacks`` here as their trials finish; the trials' records. ``replay``
+    catches this process's controller up with them at the end.
 
     ``worker_main(name=, storage=, data=, n_trials=, worker=, run=, trials_before=,
     max_failures_in_a_row=)`` is each worker's entry point (it opens the study, calls
     :func:`start_worker` and runs its trials); ``threads`` and ``gpu`` are set here. A
     worker the engine starts again (its node died) runs only what its share lacks."""
     engine = resolve_executor(executor)
-    if study.storage_url.startswith("sqlite") and ":memory:" in study.storage_url:
+    if storage_url.startswith("sqlite") and ":memory:" in storage_url:
         raise ConfigError("worker processes cannot share an in-memory storage; use a file")
     if isinstance(engine, ProcessExecutor):
         check_main_guard()
@@ -73,12 +77,11 @@ def run_pool(
     threads, assign_gpus = engine.resources(n_workers)
     gpus = torch.cuda.device_count() if assign_gpus else 0
     run = uuid.uuid4().hex[:12]
-    before = len(study.optuna_trials())
+    before = len(trials.all())
+    common = {"worker_main": worker_main, "name": trials.name, "storage": storage_url}
     calls = [
         {
-            "worker_main": worker_main,
-            "name": study.name,
-            "storage": study.storage_url,
+            **common,
             "n_trials": share,
             "worker": i,
             "run": run,
@@ -86,24 +89,24 @@ def run_pool(
             "threads": threads,
             "gpu": (i % gpus) if gpus else None,
             "cwd": os.getcwd(),
-            "data": study.data_source,
+            "data": data_source,
             "max_failures_in_a_row": max_failures_in_a_row,
         }
         for i, share in enumerate(shares)
         if share
     ]
     reported: set[int] = set()
-    engine.map(_process, calls, lambda: _report(study, run, callbacks, reported))
-    study.replay.sync()
-    _report(study, run, callbacks, reported)
-    return [study.record(n) for n in _finished(study, run)]
+    engine.map(_process, calls, lambda: _report(trials, run, callbacks, reported))
+    replay.sync()
+    _report(trials, run, callbacks, reported)
+    return [trials.record(n) for n in _finished(trials, run)]
 
 
-def _finished(study: Study, run: str, slot: int | None = None) -> list[int]:
+def _finished(trials: StoredTrials, run: str, slot: int | None = None) -> list[int]:
     """The numbers of the pool run's finished trials (of one worker ``slot``)."""
     return [
         t.number
-        for t in study.optuna_trials()
+        for t in trials.all()
         if t.user_attrs.get(_RUN) == run
         and (slot is None or t.user_attrs.get(_SLOT) == slot)
         and t.state.is_finished()
@@ -154,48 +157,55 @@ def _is_main_guard(statement: ast.stmt) -> bool:
     return isinstance(test.ops[0], ast.Eq) and names == {"__name__"} and texts == {"__main__"}
 
 
-def _report(study: Study, run: str, callbacks: list[TrialCallback], reported: set[int]) -> None:
+def _report(
+    trials: StoredTrials, run: str, callbacks: list[RecordCallback], reported: set[int]
+) -> None:
     """Call the callbacks for the run's trials that finished since the last look."""
     if not callbacks:
         return
-    for trial in study.optuna_trials():
+    for trial in trials.all():
         if trial.user_attrs.get(_RUN) != run or trial.number in reported:
             continue
         if not trial.state.is_finished():
             continue
         reported.add(trial.number)
-        for record in study.decode(trial)[:1]:
+        for record in trials.decode(trial)[:1]:
             for callback in callbacks:
-                callback(study, record)
+                callback(record)
 
 
 def start_worker(
-    study: Study,
-    worker: str,
+    trials: StoredTrials,
+    replay: ControllerReplay,
+    attrs: dict[str, Any],
     *,
+    seed: int,
+    worker: str,
     run: str | None = None,
     share: int | None = None,
     trials_before: int | None = None,
 ) -> int | None:
-    """Make this process one of several workers of ``study``: its controller on a random
-    stream of its own, and its trials marked with the pool run and worker slot that made
-    them. With ``share`` (the slot's trials), the trials it still owes: fewer when the
-    slot's worker was started again after dying.
+    """Make this process one of several workers of the study of ``trials``: its
+    controller (``replay``'s) on a random stream of its own, and its trials marked (in
+    ``attrs``, which every trial it starts carries) with the pool run and worker slot
+    that made them. With ``share`` (the slot's trials), the trials it still owes: fewer
+    when the slot's worker was started again after dying.
 
-    The stream follows the study's seed, the worker's name and the study's trial count
-    when the run began (``trials_before``; default: now): a pool's workers are seeded
-    the same however their starts interleave, so the same seed gives the same search."""
-    before = len(study.optuna_trials()) if trials_before is None else trials_before
-    stream = worker_stream(study.seed, worker, before)
-    study.replay.reseed(stream)
-    study.worker_attrs["controller_stream"] = stream
+    The stream follows the study's ``seed``, the worker's name and the study's trial
+    count when the run began (``trials_before``; default: now): a pool's workers are
+    seeded the same however their starts interleave, so the same seed gives the same
+    search."""
+    before = len(trials.all()) if trials_before is None else trials_before
+    stream = worker_stream(seed, worker, before)
+    replay.reseed(stream)
+    attrs["controller_stream"] = stream
     if run is None:
         return share
-    study.worker_attrs[_RUN] = run
-    study.worker_attrs[_SLOT] = int(worker)
+    attrs[_RUN] = run
+    attrs[_SLOT] = int(worker)
     if share is None:
         return None
-    return max(0, share - len(_finished(study, run, int(worker))))
+    return max(0, share - len(_finished(trials, run, int(worker))))
 
 
 def _process(
@@ -217,14 +227,14 @@ def _process(
     return worker_main(**options)
 
 
-def follow(study: Study) -> list[Record]:
+def follow(planner: Planner, data: StudyData) -> list[Record]:
     """A non-zero rank under torchrun: train what rank 0 broadcasts, until told to stop.
     Rank 0 records every result (and every failure); its decisions after each epoch
     (stop early, interrupted) reach this rank inside the runner."""
     while (message := broadcast_object(None)) is not None:
         arch = Architecture.from_json(message["arch"])
         try:
-            run_trial(study.plan(arch, number=message["number"]), study.training_data)
+            run_trial(planner.plan(arch, number=message["number"]), data.training)
         except Exception:  # rank 0 saw the same failure and stores it
             logger.debug("trial failed on this rank too", exc_info=True)
     return []

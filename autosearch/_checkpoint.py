@@ -1,0 +1,125 @@
+"""A training run's checkpoint: its whole state after an epoch (model, optimizer,
+schedule, loss scaler, random states, history), written whole, and resumed only by a
+run of the same settings; one that cannot be read is moved aside, never loaded as code
+(``weights_only``)."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+import torch.nn as nn
+
+from autosearch.errors import PlatformError
+
+__all__ = ["Resumable", "restore", "save"]
+
+logger = logging.getLogger(__name__)
+
+
+class Resumable(Protocol):
+    """What a checkpoint holds of a training run (autosearch.train's loop)."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    schedule: Any
+    scaler: torch.amp.GradScaler
+    generator: torch.Generator
+
+
+def save(
+    path: Path, epoch: int, history: list[dict[str, Any]], loop: Resumable, settings: dict[str, Any]
+) -> None:
+    """Write the run's state after ``epoch``: to a temporary file of this process, then
+    renamed, so a crash mid-write leaves the previous checkpoint whole. A file that
+    cannot be written is the platform's failure (a read-only or full disk), not the
+    candidate's."""
+    state = {
+        "settings": json.dumps(settings, sort_keys=True),
+        "epoch": epoch,
+        "history": list(history),
+        "model": loop.model.state_dict(),
+        "optimizer": loop.optimizer.state_dict(),
+        "schedule": loop.schedule.state_dict(),
+        "scaler": loop.scaler.state_dict(),
+        "generator": loop.generator.get_state(),
+        "torch_rng": torch.get_rng_state(),
+    }
+    # Serialised in memory, then written by Python: a failed write then says why (torch's
+    # own writer reports a full disk as "unexpected pos").
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_bytes(buffer.getbuffer())
+        tmp.replace(path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise PlatformError(f"cannot write checkpoint {path}: {exc.strerror or exc}") from None
+
+
+def restore(
+    path: Path, loop: Resumable, settings: dict[str, Any]
+) -> tuple[int, list[dict[str, Any]]]:
+    """Resume from the checkpoint at ``path``: (next epoch, history so far). One that
+    cannot be read (corrupt, truncated, or holding anything but tensors and plain
+    values) is moved aside and the run starts from scratch; one of a run with other
+    ``settings`` is not resumed (it is overwritten after the first epoch)."""
+    fresh = (copy.deepcopy(loop.model.state_dict()), copy.deepcopy(loop.optimizer.state_dict()))
+    try:
+        # weights_only: a checkpoint holds tensors and plain values, never objects.
+        state = torch.load(path, weights_only=True, map_location="cpu")
+        differ = _differences(state.get("settings"), settings)
+        if differ:
+            logger.warning(
+                "checkpoint %s is of a run with other settings (%s); training from scratch",
+                path,
+                differ,
+            )
+            return 1, []
+        loop.model.load_state_dict(state["model"])
+        loop.optimizer.load_state_dict(state["optimizer"])
+        loop.schedule.load_state_dict(state["schedule"])
+        loop.scaler.load_state_dict(state["scaler"])
+        loop.generator.set_state(state["generator"])
+        torch.set_rng_state(state["torch_rng"])
+        return int(state["epoch"]) + 1, list(state["history"])
+    except Exception as exc:
+        loop.model.load_state_dict(fresh[0])
+        loop.optimizer.load_state_dict(fresh[1])
+        aside = path.with_name(f"{path.name}.unreadable")
+        try:
+            path.replace(aside)
+        except OSError as err:
+            raise PlatformError(
+                f"checkpoint {path} cannot be read and cannot be moved aside: {err.strerror}"
+            ) from None
+        logger.warning(
+            "checkpoint %s cannot be read (%s); moved to %s, training from scratch",
+            path,
+            type(exc).__name__,
+            aside,
+        )
+        return 1, []
+
+
+def _differences(stored: Any, settings: dict[str, Any]) -> str:
+    """The settings a checkpoint's run differs in (``lr 0.05 -> 0.9``), or "". A
+    checkpoint that records none (written before settings were recorded) is resumed."""
+    if stored is None:
+        return ""
+    then = json.loads(stored) if isinstance(stored, str) else {}
+    return ", ".join(
+        f"{key} {then.get(key)!r} -> {value!r}"
+        for key, value in settings.items()
+        if json.loads(json.dumps(value)) != then.get(key)
+    )

@@ -1,0 +1,158 @@
+"""Opening a study: create one (its definition checked, stored once) or load a stored
+one; both give the facade (autosearch.study.study.Study)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from optuna.storages import BaseStorage
+
+from autosearch._storage import close_storage, default_storage, open_storage
+from autosearch.compress import Compression
+from autosearch.controller import Controller
+from autosearch.data import Dataset, load_data, spec_of
+from autosearch.early_stopping import SuccessiveHalving
+from autosearch.errors import PlatformError
+from autosearch.space import SearchSpace
+from autosearch.study.artifacts import location_of
+from autosearch.study.claims import heartbeat_settings
+from autosearch.study.definition import StudyDefinition, resolve_components
+from autosearch.study.stored import store_definition
+from autosearch.study.study import Study
+from autosearch.supernet import SupernetConfig
+from autosearch.tabular import Table
+from autosearch.train import TrainConfig
+
+__all__ = ["create_study", "default_storage", "load_study"]
+
+
+def create_study(
+    name: str,
+    *,
+    controller: Controller | str,
+    space: SearchSpace | str | None = None,
+    data: str | tuple[Any, Any] = "digits",
+    objectives: Iterable[str] = ("accuracy", "flops"),
+    reward: str = "mnas",
+    variants: Iterable[str] = ("base",),
+    compression: Compression | None = None,
+    train: TrainConfig | None = None,
+    storage: str | None = None,
+    artifacts: str | None = None,
+    seed: int = 0,
+    table: Table | None = None,
+    early_stopping: SuccessiveHalving | None = None,
+    supernet: SupernetConfig | None = None,
+    load_if_exists: bool = False,
+) -> Study:
+    """Create a study (or, with ``load_if_exists``, continue the stored one of the same
+    name and definition). The arguments are the fields of :class:`autosearch.StudySpec`,
+    documented there (a study file declares the same).
+
+    Raises:
+        UnknownNameError, ConfigError: an unknown name, or a setting that cannot be used.
+        StorageError: an unusable storage URL.
+        StudyError: the study exists (without ``load_if_exists``) or is stored with a
+            different definition.
+    """
+    heartbeat_settings()  # every setting is checked before data or storage is touched
+    space, controller = resolve_components(space, controller, seed)
+    definition = StudyDefinition.define(
+        space=space,
+        controller=controller,
+        data=spec_of(data),
+        objectives=list(objectives),
+        reward=reward,
+        variants=list(variants),
+        compression=compression,
+        train=train,
+        seed=seed,
+        artifacts=artifacts,
+        table=table,
+        early_stopping=early_stopping,
+        supernet=supernet,
+    )
+    dataset = _check_data(space, data, table=table, seed=seed)
+    url = storage or default_storage(name)
+    backend, definition = _store(
+        name, url, definition.with_data(space, dataset), artifacts, load_if_exists
+    )
+    return Study(
+        name=name,
+        url=url,
+        storage=backend,
+        definition=definition,
+        controller=controller,
+        data=dataset,
+        data_source=None if isinstance(data, str) else data,
+    )
+
+
+def _store(
+    name: str,
+    url: str,
+    definition: StudyDefinition,
+    artifacts: str | None,
+    load_if_exists: bool,
+) -> tuple[BaseStorage, StudyDefinition]:
+    """Store a new study's definition (or continue the stored one): its storage, and the
+    definition it runs with. Where its weights go is stored with it: refused here if
+    unusable, before the storage is touched."""
+    definition = dataclasses.replace(definition, artifacts=location_of(artifacts, url, name))
+    backend = open_storage(url)
+    try:
+        definition = store_definition(
+            backend,
+            name,
+            url,
+            definition,
+            load_if_exists=load_if_exists,
+            artifacts_given=artifacts is not None,
+        )
+    except BaseException:
+        close_storage(backend)
+        raise
+    if definition.table is None:
+        _make_folder(definition.artifacts)
+    return backend, definition
+
+
+def _make_folder(location: str | None) -> None:
+    """Create a new study's artifacts folder, so that its other processes find it (they
+    never create a stored folder: on a machine without it, that would scatter weights)."""
+    if location is None or location.startswith("s3://"):
+        return
+    try:
+        Path(location).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PlatformError(
+            f"cannot create the artifacts folder {location}: {exc.strerror or exc}; choose a "
+            "writable folder with artifacts="
+        ) from None
+
+
+def _check_data(
+    space: SearchSpace, data: str | tuple[Any, Any], *, table: Table | None, seed: int
+) -> Dataset | None:
+    """The study's data, loaded and cleaned; or, for a table study, the table checked."""
+    if table is None:
+        return load_data(data, seed=seed)
+    table.check_space(space)
+    table.rows()  # a missing or malformed table fails here, before storage is touched
+    return None
+
+
+def load_study(
+    name: str, *, storage: str, data: tuple[Any, Any] | None = None, read_only: bool = False
+) -> Study:
+    """Open a stored study, rebuilding its space and controller from storage.
+
+    The controller gets its stored state back, then every finished trial it has not
+    seen is replayed into it, so ``optimize`` continues where the study stopped.
+    A study created from ``(images, labels)`` arrays needs the same arrays again.
+    ``read_only``: to read results; opening creates and changes nothing in storage.
+    """
+    return Study.open(name, storage=storage, data=data, read_only=read_only)

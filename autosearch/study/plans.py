@@ -1,0 +1,55 @@
+"""How a study evaluates an architecture: the plan (autosearch.runner.TrialPlan) of a
+new trial, or of a stored one with the seed it ran with, from the study's definition,
+its space, where attempts keep their work, and the supernet evaluator, if any."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from optuna.trial import FrozenTrial
+
+from autosearch.architecture import Architecture
+from autosearch.space import SearchSpace
+from autosearch.study.artifacts import Artifacts
+from autosearch.study.definition import StudyDefinition, trial_seed
+from autosearch.supernet import SubnetEvaluator
+from autosearch.trial import TrialPlan
+
+__all__ = ["Planner"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Planner:
+    """Plans of one study's trials. ``evaluator`` gives the trained supernet's
+    evaluator (for a supernet study: asked for only when a plan is made)."""
+
+    definition: StudyDefinition
+    space: SearchSpace
+    artifacts: Artifacts
+    evaluator: Callable[[], SubnetEvaluator] | None = None
+
+    def plan(self, arch: Architecture, *, number: int = 0, seed: int | None = None) -> TrialPlan:
+        """How ``arch`` is evaluated as trial ``number`` (with its own seed unless
+        ``seed`` is given)."""
+        d = self.definition
+        trained = not (d.table or d.supernet)
+        return TrialPlan(
+            space=self.space,
+            arch=arch,
+            train=d.train,
+            seed=trial_seed(d.seed, arch) if seed is None else seed,
+            number=number,
+            reward=d.reward,
+            variants=d.variants,
+            compression=d.compression,
+            early_stopping=d.early_stopping,
+            table=d.table,
+            supernet=self.evaluator() if self.evaluator is not None else None,
+            work=self.artifacts.attempt(arch, number) if trained else None,
+        )
+
+    def stored(self, trial: FrozenTrial, arch: Architecture) -> TrialPlan:
+        """How stored ``trial`` (of ``arch``) was evaluated: with the seed it stored."""
+        seed = trial.user_attrs.get("seed")
+        return self.plan(arch, number=trial.number, seed=int(seed) if seed is not None else None)

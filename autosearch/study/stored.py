@@ -1,0 +1,98 @@
+"""A study in its storage: the Optuna study made once with its definition (a study
+user attribute) and a random creation id, the definition read back, and a stored
+study continued only with a definition that measures the same."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import uuid
+import warnings
+
+import optuna
+from optuna.storages import BaseStorage
+
+from autosearch.errors import StorageError, StudyError, suggest
+from autosearch.study.definition import StudyDefinition
+from autosearch.study.jobs import is_companion
+
+__all__ = ["read_definition", "store_definition", "study_uid", "write_definition"]
+
+logger = logging.getLogger(__name__)
+
+_ATTR = "autosearch"  # the study user attribute that holds the definition
+_UID = "autosearch:uid"  # the study system attribute: a random id, made once at creation
+
+
+def read_definition(storage: BaseStorage, name: str, url: str) -> tuple[int, StudyDefinition]:
+    """The id and definition of study ``name`` in ``storage`` (at ``url``, for errors)."""
+    try:
+        study_id = storage.get_study_id_from_name(name)
+    except KeyError:
+        names = [s.study_name for s in storage.get_all_studies() if not is_companion(s.study_name)]
+        close = suggest(name, names)
+        hint = f" Did you mean {' or '.join(map(repr, close))}?" if close else ""
+        raise StorageError(
+            f"no study named {name!r} in {url}.{hint} Studies there: {', '.join(names) or '(none)'}"
+        ) from None
+    stored = storage.get_study_user_attrs(study_id).get(_ATTR)
+    if not isinstance(stored, dict):
+        raise StudyError(f"study {name!r} in {url} was not created by autosearch (no definition)")
+    return study_id, StudyDefinition.from_json(stored, where=f"study {name!r} in {url}")
+
+
+def study_uid(storage: BaseStorage, study_id: int) -> str:
+    """The id made when the study was created ("" for a study made before there was
+    one): two studies of the same name and artifacts URL, made one after the other,
+    differ in it."""
+    uid = storage.get_study_system_attrs(study_id).get(_UID)
+    return uid if isinstance(uid, str) and uid.isalnum() else ""
+
+
+def write_definition(storage: BaseStorage, study_id: int, definition: StudyDefinition) -> None:
+    storage.set_study_user_attr(study_id, _ATTR, definition.to_json())
+
+
+def store_definition(
+    storage: BaseStorage,
+    name: str,
+    url: str,
+    definition: StudyDefinition,
+    *,
+    load_if_exists: bool,
+    artifacts_given: bool = False,
+) -> StudyDefinition:
+    """Create study ``name`` with ``definition``; or, with ``load_if_exists``, continue
+    the stored one if it measures the same (and, ``artifacts_given``, keeps its weights
+    where the definition says): the definition the study then runs with."""
+    if name not in {s.study_name for s in storage.get_all_studies()}:
+        created = optuna.create_study(
+            storage=storage, study_name=name, directions=definition.directions
+        )
+        with warnings.catch_warnings():  # "experimental": stable since Optuna 3.2
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            created.set_metric_names(list(definition.objectives))  # the dashboard shows them
+        study_id = storage.get_study_id_from_name(name)
+        storage.set_study_system_attr(study_id, _UID, uuid.uuid4().hex)
+        write_definition(storage, study_id, definition)
+        return definition
+    if not load_if_exists:
+        raise StudyError(
+            f"study {name!r} already exists in {url}; pass load_if_exists=True to continue "
+            "it, load it with autosearch.load_study, or choose another name"
+        )
+    study_id, stored = read_definition(storage, name, url)
+    definition.check_continues(stored, name)
+    if artifacts_given and definition.artifacts != stored.artifacts:
+        raise StudyError(
+            f"study {name!r} keeps its weights in {stored.artifacts or 'the default folder'}, "
+            f"not {definition.artifacts}: every process of a study uses the location stored "
+            "with it. Leave artifacts unset to use it, or choose another study name"
+        )
+    if stored.controller != definition.controller:
+        # Continuing with another controller is allowed; record it, so that load_study
+        # rebuilds the controller that ran last.
+        logger.info("study %s continues with controller %s", name, definition.controller.name)
+        stored = dataclasses.replace(stored, controller=definition.controller)
+        write_definition(storage, study_id, stored)
+    return stored
