@@ -633,14 +633,13 @@ def test_a_teacher_with_damaged_weights_is_a_platform_failure(make_study):
 
     from autosearch.errors import PlatformError
     from autosearch.study import records
-    from autosearch.study.loop import teacher
 
     study = make_study("d")
     study.optimize(1)
     artifact = records.weights_id(study.optuna_trial(0))
     (study.artifacts.folder / artifact).write_bytes(os.urandom(4096))
     with pytest.raises(PlatformError, match=f"{artifact}.*damaged|damaged.*{artifact}"):
-        teacher(study, {"accuracy": -1.0})
+        study.rebuilder.teacher({"accuracy": -1.0})
 
 
 def test_training_with_other_settings_starts_afresh_and_says_so(

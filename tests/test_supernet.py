@@ -403,7 +403,7 @@ STUDY_FILE = textwrap.dedent(
 
 
 @pytest.mark.slow
-def test_a_supernet_killed_mid_epoch_resumes_from_its_last_epoch(tmp_path):
+def test_a_supernet_killed_mid_epoch_resumes_from_its_last_epoch(tmp_path, monkeypatch):
     (tmp_path / "ws.py").write_text(STUDY_FILE.format(epochs=4))
     cli = Path(sys.executable).with_name("autosearch")
     run = subprocess.Popen(
@@ -427,6 +427,10 @@ def test_a_supernet_killed_mid_epoch_resumes_from_its_last_epoch(tmp_path):
     saved = torch.load(found[0], weights_only=True)
     cut_at = saved["epoch"]
     assert 1 <= cut_at < 4
+    # The killed run's claim on the job is taken over once silent for the grace period
+    # (the default 60 s; 2 s here).
+    monkeypatch.setenv("AUTOSEARCH_HEARTBEAT_INTERVAL", "0.5")
+    monkeypatch.setenv("AUTOSEARCH_HEARTBEAT_GRACE", "2")
     assert (
         main(
             [
