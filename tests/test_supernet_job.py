@@ -61,6 +61,25 @@ def _env(**extra: str) -> dict[str, str]:
     }
 
 
+def _started(folder: Path, options: list[str], *, stderr: int) -> subprocess.Popen[str]:
+    """`autosearch supernet job.py` started in ``folder``, once its first epoch's
+    checkpoint is written (or it ended)."""
+    run = subprocess.Popen(
+        [str(CLI), "supernet", "job.py", *options],
+        cwd=folder,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        text=True,
+    )
+    work = folder / "runs" / "job" / "artifacts" / "supernet"
+    for _ in range(36000):  # waits on the first checkpoint; the bound keeps a hang out
+        if list(work.rglob("train.pt")) or run.poll() is not None:
+            break
+        time.sleep(0.05)
+    return run
+
+
 def _state(folder: Path) -> dict:
     study = autosearch.load_study(
         "job", storage=f"sqlite:///{folder}/runs/job/study.db", read_only=True
@@ -74,20 +93,8 @@ def test_two_workers_started_together_train_the_supernet_once(tmp_path):
     overwriting the weights the earlier trials were scored on. Now the second waits for
     the first's claim and uses its result."""
     _write(tmp_path, epochs=12)
-    first = subprocess.Popen(
-        [str(CLI), "supernet", "job.py", "--json"],
-        cwd=tmp_path,
-        env=_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    first = _started(tmp_path, ["--json"], stderr=subprocess.PIPE)
     try:
-        work = tmp_path / "runs" / "job" / "artifacts" / "supernet"
-        for _ in range(36000):  # waits on the first epoch's checkpoint; the bound keeps a hang out
-            if list(work.rglob("train.pt")) or first.poll() is not None:
-                break
-            time.sleep(0.05)
         second = subprocess.run(
             [str(CLI), "supernet", "job.py", "--json"],
             cwd=tmp_path,
@@ -254,20 +261,9 @@ def test_supernet_training_repeats_and_draws_from_the_study_seed(tmp_path):
 def test_sigterm_during_supernet_training_says_so_and_resumes(tmp_path):
     """The reported fault: SIGTERM exited 143 with no message."""
     _write(tmp_path, epochs=40)
-    run = subprocess.Popen(
-        [str(CLI), "supernet", "job.py"],
-        cwd=tmp_path,
-        env=_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    run = _started(tmp_path, [], stderr=subprocess.STDOUT)
+    work = tmp_path / "runs" / "job" / "artifacts" / "supernet"
     try:
-        work = tmp_path / "runs" / "job" / "artifacts" / "supernet"
-        for _ in range(36000):  # waits on the first checkpoint; the bound keeps a hang out
-            if list(work.rglob("train.pt")) or run.poll() is not None:
-                break
-            time.sleep(0.05)
         run.send_signal(signal.SIGTERM)
         out, _ = run.communicate(timeout=1800)
     finally:
