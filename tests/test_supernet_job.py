@@ -361,3 +361,24 @@ def test_a_garbage_stored_history_is_named_by_the_cli_in_one_line(tmp_path, monk
     # What the message says to do repairs it.
     assert main(["supernet", "job.py", "--retrain"]) == 0
     assert _state(tmp_path)["digest"] == state["digest"]  # seeded: the same weights again
+
+
+def test_weights_of_a_claim_that_lost_its_job_are_removed(tmp_path, monkeypatch):
+    """A claim taken over between its last check and its finish: its upload is removed,
+    the job is the other worker's, and this worker then takes the result (here: the job
+    is free again, so it trains once more and stores one set of weights)."""
+    from autosearch.study.jobs import Jobs
+
+    study = _tiny_study(tmp_path, "lost-job")
+    real, lost = Jobs.finish, []
+
+    def finish(self, claim, result, value=0.0):
+        if not lost:  # the first finish: another worker gave this claim up meanwhile
+            self.give_up(claim, "its worker died (silent 99 s)")
+            lost.append(result["weights"])
+        return real(self, claim, result, value=value)
+
+    monkeypatch.setattr(Jobs, "finish", finish)
+    state = study.train_supernet()
+    files = {p.name for p in study.artifacts.folder.iterdir() if p.is_file()}
+    assert lost and lost[0] not in files and files == {state["weights"]}

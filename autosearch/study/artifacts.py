@@ -264,6 +264,13 @@ class Artifacts:
                     f"cannot store the weights in {self.location}: {type(exc).__name__}: {exc}"
                 ) from None
 
+    def drop_weights(self, artifact_id: str) -> None:
+        """Remove weights that no record will name (a claim that lost its job)."""
+        try:
+            self._store.remove(artifact_id)
+        except Exception as exc:  # already gone, or the bucket failed: nothing points at it
+            logger.info("weights %s not removed from %s: %s", artifact_id, self.location, exc)
+
     def load_weights(
         self,
         artifact_id: str,

@@ -351,6 +351,7 @@ class SupernetJob:
             **info,
         )
         if not self.jobs.finish(claim, state.to_json(), value=state.seconds):
+            self.artifacts.drop_weights(weights)  # the job is another worker's
             raise TakenOver("another worker finished the job first")
         self._publish(state)
         self.artifacts.finish_job(attempt.job)
