@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ __all__ = [
     "backend_for",
     "broadcast_object",
     "init_distributed",
+    "leave_distributed",
     "resolve",
     "world",
 ]
@@ -116,6 +118,18 @@ def init_distributed(device: str = "auto") -> bool:
             # One thread per process: on a shared CPU, ranks must not oversubscribe cores.
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // dist.get_world_size()))
     return True
+
+
+def leave_distributed() -> None:
+    """Leave torchrun's process group, every rank together. DDP wrappers of the run are
+    collected first: a wrapper left to the interpreter's exit destroys its process group
+    after torch's own teardown, and a rank aborted there ("terminate called without an
+    active exception") after a run that had succeeded."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    gc.collect()
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 def broadcast_object(value: Any) -> Any:

@@ -29,7 +29,7 @@ from autosearch.data import load_data
 from autosearch.errors import ConfigError, ExportError, StudyError
 from autosearch.registry import controllers, spaces
 from autosearch.report import write_report
-from autosearch.runtime import init_distributed, world
+from autosearch.runtime import init_distributed, leave_distributed, world
 from autosearch.scoring import objective
 from autosearch.study import (
     RayExecutor,
@@ -186,7 +186,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 return code
             return _supernet_first(study) or _run_to_budget(study, total, out)
         finally:
-            dist.destroy_process_group()
+            leave_distributed()
 
 
 def _supernet_first(study: Study, *, retrain: bool = False, as_json: bool = False) -> int:
@@ -242,8 +242,7 @@ def cmd_supernet(args: argparse.Namespace) -> int:
         return _supernet_first(study, retrain=args.retrain, as_json=args.json)
     finally:
         if distributed:
-            dist.barrier()  # the ranks leave together: rank 0 stores after the others end
-            dist.destroy_process_group()
+            leave_distributed()  # together: rank 0 stores after the others end
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -330,7 +329,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         return 0
     finally:
         if distributed:
-            dist.destroy_process_group()
+            leave_distributed()
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
