@@ -80,6 +80,18 @@ def _started(folder: Path, options: list[str], *, stderr: int) -> subprocess.Pop
     return run
 
 
+def _supernet(folder: Path, *options: str) -> subprocess.CompletedProcess[str]:
+    """`autosearch supernet job.py --json` run to its end in ``folder``."""
+    return subprocess.run(
+        [str(CLI), "supernet", "job.py", "--json", *options],
+        cwd=folder,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+
+
 def _state(folder: Path) -> dict:
     study = autosearch.load_study(
         "job", storage=f"sqlite:///{folder}/runs/job/study.db", read_only=True
@@ -95,14 +107,7 @@ def test_two_workers_started_together_train_the_supernet_once(tmp_path):
     _write(tmp_path, epochs=12)
     first = _started(tmp_path, ["--json"], stderr=subprocess.PIPE)
     try:
-        second = subprocess.run(
-            [str(CLI), "supernet", "job.py", "--json"],
-            cwd=tmp_path,
-            env=_env(),
-            capture_output=True,
-            text=True,
-            timeout=1800,
-        )
+        second = _supernet(tmp_path)
         out, err = first.communicate(timeout=1800)
     finally:
         first.kill()
@@ -232,14 +237,7 @@ def test_the_supernet_trains_under_torchrun_with_two_processes(tmp_path, shortcu
     """The reported fault: DDP refused the ResNet supernet (shortcut layers the largest
     subnet never uses) at the second step, on every rank."""
     _write(tmp_path, epochs=2, shortcut=shortcut)
-    done = subprocess.run(
-        [str(CLI), "supernet", "job.py", "--nproc-per-node", "2", "--json"],
-        cwd=tmp_path,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
+    done = _supernet(tmp_path, "--nproc-per-node", "2")
     assert done.returncode == 0, done.stderr[-3000:]
     state = json.loads(done.stdout)
     assert state["world_size"] == 2 and state["epochs"] == 2
@@ -273,14 +271,7 @@ def test_sigterm_during_supernet_training_says_so_and_resumes(tmp_path):
     assert "resumes from its last epoch" in out
     cut = torch.load(next(work.rglob("train.pt")), weights_only=True)["epoch"]
     # The next run takes the job up again from that checkpoint.
-    again = subprocess.run(
-        [str(CLI), "supernet", "job.py", "--json"],
-        cwd=tmp_path,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
+    again = _supernet(tmp_path)
     assert again.returncode == 0, again.stderr[-2000:]
     assert f"supernet epoch {cut}/40" not in again.stderr
     assert f"supernet epoch {cut + 1}/40" in again.stderr
