@@ -80,6 +80,8 @@ class Derived:
     ``saved_bytes`` is set where the saved form is not a float state dict. ``reference``
     (int8 only) is the portable quantized graph: int8 weights with quantize / dequantize
     operations, which ``torch.export`` can save and plain torch can load.
+    ``estimated``: ``model`` simulates the variant (int8 by fake quantization), so its
+    accuracy and bytes are estimates; the real variant is derived with ``estimate=False``.
     """
 
     model: nn.Module
@@ -89,6 +91,7 @@ class Derived:
     saved_bytes: int | None = None
     details: dict[str, float] = field(default_factory=dict)
     reference: nn.Module | None = None
+    estimated: bool = False
 
 
 # Parsing ------------------------------------------------------------------------------

@@ -1,0 +1,149 @@
+"""int8 accuracy estimated in eager mode: simulated (fake) quantization of the float
+network, without exporting or lowering it.
+
+It simulates what :mod:`autosearch.compress._quantize` lowers for real, with the same
+observers as torchao's ``X86InductorQuantizer``: every convolution's and linear
+layer's weight is rounded to int8 per output channel (symmetric, PerChannelMinMax),
+and its input to uint8 per tensor (affine, a HistogramObserver calibrated on the same
+training images; 7 bits without VNNI). Batch norm is not folded first: per-channel
+symmetric rounding of a weight scaled per output channel (the fold) gives the same
+grid scaled, so the rounding is the same. What is not simulated (the requantized
+outputs of additions and concatenations that the lowered program fuses) is why this
+is an estimate; ``benchmarks/scoring.py`` measures it against the real program.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import torch
+import torch.nn as nn
+
+from autosearch.compress._quantize import _calibration, has_vnni
+from autosearch.compress.variants import Compression, Derived
+from autosearch.data import Dataset
+
+__all__ = ["estimate_int8", "int8_bytes"]
+
+_LAYERS = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear)
+
+
+def _observer(reduce_range: bool) -> object:
+    """torchao's HistogramObserver as the real path configures it, with its range
+    search (a loop of up to 10⁵ steps that indexes a tensor at each) run on a list of
+    floats: the same steps and result, without a tensor access per step."""
+    from torchao.quantization.pt2e.observer import HistogramObserver
+
+    class Observer(HistogramObserver):
+        def _non_linear_param_search(self) -> tuple[torch.Tensor, torch.Tensor]:
+            bin_width = (self.max_val - self.min_val) / self.bins
+            total = torch.sum(self.histogram).item()
+            cumulative = torch.cumsum(self.histogram, dim=0).tolist()
+            alpha, beta, start_bin, end_bin = 0.0, 1.0, 0, self.bins - 1
+            norm_min = float("inf")
+            while alpha < beta:
+                next_alpha, next_beta = alpha + 1e-5, beta - 1e-5
+                left, right = start_bin, end_bin
+                while left < end_bin and cumulative[left] < next_alpha * total:
+                    left += 1
+                while right > start_bin and cumulative[right] > next_beta * total:
+                    right -= 1
+                next_start, next_end = start_bin, end_bin
+                if (left - start_bin) > (end_bin - right):
+                    next_start, alpha = left, next_alpha
+                else:
+                    next_end, beta = right, next_beta
+                if next_start == start_bin and next_end == end_bin:
+                    continue
+                norm = self._compute_quantization_error(next_start, next_end)
+                if norm > norm_min:
+                    break
+                norm_min, start_bin, end_bin = norm, next_start, next_end
+            return self.min_val + bin_width * start_bin, self.min_val + bin_width * (end_bin + 1)
+
+    return Observer(
+        dtype=torch.uint8, quant_min=0, quant_max=127 if reduce_range else 255, eps=2**-12
+    )
+
+
+class _InputQuant:
+    """A forward pre-hook: observes a layer's inputs while calibrating, then rounds
+    them to the observed uint8 grid."""
+
+    def __init__(self, reduce_range: bool) -> None:
+        self.observer = _observer(reduce_range)
+        self.scale: float | None = None
+        self.zero_point = 0
+        self.quant_max = 127 if reduce_range else 255
+
+    def __call__(self, module: nn.Module, inputs: tuple) -> tuple | None:
+        x = inputs[0]
+        if self.scale is None:
+            self.observer(x.detach())
+            return None
+        fake = torch.fake_quantize_per_tensor_affine(
+            x, self.scale, self.zero_point, 0, self.quant_max
+        )
+        return (fake, *inputs[1:])
+
+    def freeze(self) -> None:
+        scale, zero_point = self.observer.calculate_qparams()
+        self.scale, self.zero_point = float(scale), int(zero_point)
+
+
+def _round_weight(layer: nn.Module) -> None:
+    w = layer.weight.data
+    flat = w.reshape(w.shape[0], -1).abs().amax(dim=1)
+    scale = torch.clamp(flat / 127.5, min=2**-12)  # symmetric int8 [-128, 127], as the observer
+    zero = torch.zeros(w.shape[0], dtype=torch.int32)
+    layer.weight.data = torch.fake_quantize_per_channel_affine(w, scale, zero, 0, -128, 127)
+
+
+def int8_bytes(model: nn.Module) -> int:
+    """Bytes of a network's int8 program as :mod:`_quantize` saves it, computed: int8
+    weights with a float scale and an int64 zero point per output channel, float
+    biases (batch norm folded in: one per output channel), other tensors as floats."""
+    total = 0
+    for module in model.modules():
+        if isinstance(module, _LAYERS):
+            out = module.weight.shape[0]
+            total += module.weight.numel() + out * (4 + 8) + out * 4
+        elif next(module.children(), None) is None and not isinstance(module, nn.modules.batchnorm._BatchNorm):
+            total += sum(4 * p.numel() for p in module.parameters(recurse=False))
+    return total
+
+
+@torch.no_grad()
+def estimate_int8(
+    parent: nn.Module, data: Dataset, compression: Compression, *, seed: int
+) -> Derived:
+    """The int8 variant simulated on ``parent``'s float weights (left unchanged)."""
+    model = copy.deepcopy(parent).cpu().eval()
+    reduce_range = not has_vnni()
+    hooks = []
+    quants = []
+    for layer in model.modules():
+        if isinstance(layer, _LAYERS):
+            quant = _InputQuant(reduce_range)
+            quants.append(quant)
+            hooks.append(layer.register_forward_pre_hook(quant))
+    calibration = _calibration(data, compression.calibration_images, seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for batch in calibration.split(128):
+            model(batch)
+        for quant in quants:
+            quant.freeze()
+    for layer in model.modules():
+        if isinstance(layer, _LAYERS):
+            _round_weight(layer)
+    return Derived(
+        model=model,
+        float_model=parent,
+        weight_bits=8,
+        activation_bits=8,
+        saved_bytes=int8_bytes(parent),
+        details={"reduce_range": float(reduce_range)},
+        estimated=True,
+    )
