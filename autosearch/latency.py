@@ -58,7 +58,9 @@ __all__ = [
     "Part",
     "host_device",
     "host_table",
+    "latency_table",
     "parts",
+    "read",
 ]
 
 logger = logging.getLogger(__name__)
@@ -135,7 +137,7 @@ class _Tracer(TorchDispatchMode):
         self._unit: nn.Module | None = None
         self._leaves = _leaf_counts(model)
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         if self._unit is None:
@@ -182,7 +184,9 @@ def _threads(n: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def parts(model: nn.Module, input_shape: Sequence[int], *, batch: int = 1) -> tuple[list[Part], int]:
+def parts(
+    model: nn.Module, input_shape: Sequence[int], *, batch: int = 1
+) -> tuple[list[Part], int]:
     """The parts of one inference forward pass of ``batch`` images (on the CPU, in eval
     mode; the model's mode is restored), and how many container modules were called."""
     tracer = _Tracer(model)
@@ -258,7 +262,9 @@ class LatencyTable:
         """Predicted milliseconds per image of a forward pass of ``batch`` images on
         this table's device (the convention of :func:`autosearch.cost.latency`)."""
         if next(model.parameters(), torch.empty(0)).device.type != "cpu":
-            raise LatencyTableError("latency is predicted for CPU models; move the model to the CPU")
+            raise LatencyTableError(
+                "latency is predicted for CPU models; move the model to the CPU"
+            )
         with _threads(self.threads):
             found, containers = parts(model, input_shape, batch=batch)
             missing = {p.key for p in found if p.key not in self.entries}
@@ -337,10 +343,14 @@ def read(path: str | os.PathLike[str], *, fill: bool = False) -> LatencyTable:
     except FileNotFoundError:
         raise LatencyTableError(f"latency table {path} does not exist") from None
     except (OSError, ValueError) as exc:
-        raise LatencyTableError(f"latency table {path} cannot be read ({exc}); it is truncated or not JSON") from None
+        raise LatencyTableError(
+            f"latency table {path} cannot be read ({exc}); it is truncated or not JSON"
+        ) from None
     if not isinstance(stored, dict) or stored.get("format") != FORMAT:
         got = stored.get("format") if isinstance(stored, dict) else type(stored).__name__
-        raise LatencyTableError(f"{path} is not a latency table of format {FORMAT!r} (format {got!r})")
+        raise LatencyTableError(
+            f"{path} is not a latency table of format {FORMAT!r} (format {got!r})"
+        )
     try:
         entries = {str(k): float(v) for k, v in stored["entries"].items()}
         table = LatencyTable(
@@ -352,7 +362,9 @@ def read(path: str | os.PathLike[str], *, fill: bool = False) -> LatencyTable:
             path=path,
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise LatencyTableError(f"latency table {path} is damaged ({type(exc).__name__}: {exc})") from None
+        raise LatencyTableError(
+            f"latency table {path} is damaged ({type(exc).__name__}: {exc})"
+        ) from None
     if not all(v >= 0 and v == v and v != float("inf") for v in entries.values()):
         raise LatencyTableError(f"latency table {path} holds negative or non-finite times")
     if table.torch != _torch_version():
@@ -383,3 +395,15 @@ def host_table() -> LatencyTable:
         except LatencyTableError as exc:
             logger.warning("%s; measuring this machine's latency table again", exc)
     return LatencyTable(device=device, torch=version, path=path)
+
+
+_OPEN: dict[str, LatencyTable] = {}
+
+
+def latency_table(path: str | os.PathLike[str] | None = None) -> LatencyTable:
+    """The table a process predicts with, read once: this machine's (``path`` None),
+    or the one measured on another device in file ``path``."""
+    key = str(_cache_file(host_device(), _torch_version())) if path is None else f"file:{path}"
+    if key not in _OPEN:
+        _OPEN[key] = host_table() if path is None else read(path)
+    return _OPEN[key]

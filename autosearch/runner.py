@@ -31,6 +31,7 @@ from autosearch.cost import Cost, measure, saved_bytes, sparse_macs
 from autosearch.cost import latency as time_latency
 from autosearch.data import Dataset
 from autosearch.errors import AutosearchError, PlatformError
+from autosearch.latency import latency_table
 from autosearch.runtime import broadcast_object, world
 from autosearch.train import EpochResult, evaluate, train
 from autosearch.trial import (
@@ -144,7 +145,11 @@ def train_candidate(
     test_accuracy, _ = evaluate(model, data.test, data)
     # Under torchrun only rank 0's result is kept: the other ranks skip the measurement,
     # which would also compete with rank 0's latency timing for the same cores.
-    measured = profile(Derived(model=model, float_model=model), data) if world()[0] == 0 else {}
+    measured = (
+        profile(Derived(model=model, float_model=model), data, latency=plan.compression.latency)
+        if world()[0] == 0
+        else {}
+    )
     metrics = {
         "accuracy": result.val_accuracy,
         "test_accuracy": test_accuracy,
@@ -169,7 +174,7 @@ def evaluate_on_supernet(plan: TrialPlan, data: Dataset) -> tuple[nn.Module, dic
     measured = profile(
         Derived(model=model, float_model=model),
         data,
-        latency=plan.supernet.config.latency,
+        latency=plan.compression.latency if plan.supernet.config.latency else None,
         counted=counted,
     )
     metrics = {**metrics, **measured, "eval_seconds": time.perf_counter() - start}
@@ -183,10 +188,11 @@ def derive_variant(
     data: Dataset,
     *,
     teacher: nn.Module | None = None,
+    estimate: bool = False,
 ) -> Derived:
     """Derive variant ``spec`` of the trained ``parent`` as the trial does: with the
     candidate's own training config and the trial's seed (an export derives it again
-    the same way)."""
+    the same way). ``estimate``: a simulation where the variant has one (see derive)."""
     return derive(
         spec,
         parent,
@@ -195,19 +201,27 @@ def derive_variant(
         compression=plan.compression,
         seed=plan.seed,
         teacher=teacher,
+        estimate=estimate,
     )
 
 
 def profile(
-    derived: Derived, data: Dataset, *, latency: bool = True, counted: Cost | None = None
+    derived: Derived,
+    data: Dataset,
+    *,
+    latency: str | None = "measured",
+    counted: Cost | None = None,
 ) -> dict[str, float]:
     """Measure a model: FLOPs, MACs, sparse MACs and params counted on the float network
     with the variant's structure, BOPs at the variant's bit widths, saved bytes, and
-    (``latency``) latency of the model that really runs (conventions: autosearch.cost).
+    latency of the model that really runs (conventions: autosearch.cost): ``latency``
+    ``"measured"`` times it, ``"predicted"`` predicts it from this machine's lookup
+    table (``latency_predicted`` = 1), a path from that table's device, None skips it;
+    an estimated variant (``estimated`` = 1) has no latency until it is measured.
     ``counted``: the dense network's cost, counted already (no zeros to discount)."""
     shape = data.input_shape
     cost = counted or measure(derived.float_model, shape)
-    sparse = cost.macs if counted else sparse_macs(derived.float_model, shape)
+    sparse = cost.macs if counted or derived.estimated else sparse_macs(derived.float_model, shape)
     measured = {
         "flops": float(cost.flops),
         "macs": float(cost.macs),
@@ -216,15 +230,25 @@ def profile(
         "bops": float(cost.macs * derived.weight_bits * derived.activation_bits),
         "bytes": float(derived.saved_bytes or saved_bytes(derived.float_model)),
     }
-    if not latency:
+    if derived.estimated:
+        return {**measured, "estimated": 1.0}
+    if latency is None:
         return measured
     runs = derived.model
     if next(runs.parameters(), torch.empty(0)).device.type != "cpu":
         runs = copy.deepcopy(runs).cpu()  # latency is reported on one CPU thread
+    if latency == "measured":
+        return {
+            **measured,
+            "latency": time_latency(runs, shape, batch=1),
+            "latency_batched": time_latency(runs, shape, batch=LATENCY_BATCH),
+        }
+    table = latency_table(None if latency == "predicted" else latency)
     return {
         **measured,
-        "latency": time_latency(runs, shape, batch=1),
-        "latency_batched": time_latency(runs, shape, batch=LATENCY_BATCH),
+        "latency": table.predict(runs, shape, batch=1),
+        "latency_batched": table.predict(runs, shape, batch=LATENCY_BATCH),
+        "latency_predicted": 1.0,
     }
 
 
@@ -299,15 +323,23 @@ def _variants(
     if plan.compression.only_front and not context.on_front(base):
         return [], "not on the accuracy-FLOPs front (only_front)"
     teacher = context.teacher(base) if any(v.kind == "distill" for v in wanted) else None
+    # A variant of the same structure (int8) is counted as the base was.
+    same = Cost(flops=int(base["flops"]), macs=int(base["macs"]), params=int(base["params"]))
     results = []
     for spec in wanted:
-        results.append(_variant(plan, spec, model, data, teacher))
+        counted = same if spec.kind in ("int8", "qat-int8") else None
+        results.append(_variant(plan, spec, model, data, teacher, counted))
         context.work_saved()  # its result is in the attempt's folder
     return results, ""
 
 
 def _variant(
-    plan: TrialPlan, spec: VariantSpec, model: nn.Module, data: Dataset, teacher: nn.Module | None
+    plan: TrialPlan,
+    spec: VariantSpec,
+    model: nn.Module,
+    data: Dataset,
+    teacher: nn.Module | None,
+    counted: Cost | None,
 ) -> VariantResult:
     saved = plan.work / "variants" / f"{spec.name}.json" if plan.work else None
     if saved is not None and saved.is_file():  # derived by an attempt this one resumes
@@ -316,12 +348,14 @@ def _variant(
             return earlier
     start = time.perf_counter()
     try:
-        derived = derive_variant(plan, spec, model, data, teacher=teacher)
+        derived = derive_variant(
+            plan, spec, model, data, teacher=teacher, estimate=plan.compression.estimate
+        )
         seconds = time.perf_counter() - start
         metrics = {
             "accuracy": evaluate(derived.model, data.val, data)[0],
             "test_accuracy": evaluate(derived.model, data.test, data)[0],
-            **profile(derived, data),
+            **profile(derived, data, latency=plan.compression.latency, counted=counted),
             "finetune_seconds": seconds,
             **{f"detail_{k}": float(v) for k, v in derived.details.items()},
         }

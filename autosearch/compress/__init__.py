@@ -11,7 +11,8 @@ A study names its variants with short strings:
                           a really smaller network, fine-tuned with knowledge
                           distillation from its parent
 ``int8``                  post-training static int8 (torchao PT2E, X86InductorQuantizer,
-                          calibrated on training images, lowered to oneDNN int8 kernels)
+                          calibrated on training images, lowered to oneDNN int8 kernels);
+                          in a search, estimated by fake quantization first
 ``qat-int8``              quantization-aware fine-tuning, then int8 as above
 ``distill``               the candidate fine-tuned on a teacher's soft targets (the
                           study's most accurate model so far, else itself)
@@ -135,6 +136,7 @@ class _Job:
     compression: Compression
     seed: int
     teacher: nn.Module | None
+    estimate: bool = False
 
 
 def _base(job: _Job) -> Derived:
@@ -172,6 +174,10 @@ def _prune_channels(job: _Job) -> Derived:
 
 
 def _int8(job: _Job) -> Derived:
+    if job.estimate:
+        from autosearch.compress._fake_quant import estimate_int8
+
+        return estimate_int8(job.parent, job.data, job.compression, seed=job.seed)
     from autosearch.compress._quantize import quantize_ptq
 
     return quantize_ptq(job.parent, job.data, job.compression, seed=job.seed)
@@ -216,10 +222,13 @@ def derive(
     compression: Compression | None = None,
     seed: int = 0,
     teacher: nn.Module | None = None,
+    estimate: bool = False,
 ) -> Derived:
     """Derive variant ``spec`` of the trained ``parent`` (which is left unchanged).
 
     ``teacher`` is the distillation teacher of ``distill`` (default: the parent).
+    ``estimate``: where a variant has a cheap simulation (``int8``: fake quantization),
+    return that instead of the real variant (``Derived.estimated`` says which it is).
     """
     spec = parse_variant(spec) if isinstance(spec, str) else spec
     job = _Job(
@@ -230,6 +239,7 @@ def derive(
         compression=compression or Compression(),
         seed=seed,
         teacher=teacher,
+        estimate=estimate,
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)

@@ -109,7 +109,9 @@ def int8_bytes(model: nn.Module) -> int:
         if isinstance(module, _LAYERS):
             out = module.weight.shape[0]
             total += module.weight.numel() + out * (4 + 8) + out * 4
-        elif next(module.children(), None) is None and not isinstance(module, nn.modules.batchnorm._BatchNorm):
+        elif next(module.children(), None) is None and not isinstance(
+            module, nn.modules.batchnorm._BatchNorm
+        ):
             total += sum(4 * p.numel() for p in module.parameters(recurse=False))
     return total
 

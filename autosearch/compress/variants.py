@@ -48,6 +48,17 @@ class Compression:
         calibration_images: Training images that calibrate int8 activation ranges.
         only_front: Derive variants only for candidates whose base is on the current
             accuracy-FLOPs front of the study (keeps CPU studies fast).
+        estimate: Estimate each candidate's ``int8`` accuracy with simulated (fake)
+            quantization of its float weights (autosearch.compress._fake_quant), and
+            lower to a real int8 program only the points on the study's front (measured
+            when the search ends, or by ``study.measure_front()``), ``best()`` and
+            exports. False: every candidate's int8 program is lowered and measured.
+            (Studies with latency among their objectives lower every candidate: an
+            int8 program's latency is not predicted.)
+        latency: How candidates' latency is known: ``"predicted"`` from this machine's
+            lookup table of measured layers (autosearch.latency; front members are then
+            timed too), ``"measured"`` (timed for every candidate), or the path of a
+            table measured on another device (``python -m autosearch.latency``).
     """
 
     finetune_epochs: int = 2
@@ -56,6 +67,8 @@ class Compression:
     alpha: float = 0.9
     calibration_images: int = 512
     only_front: bool = False
+    estimate: bool = True
+    latency: str = "predicted"
 
     def __post_init__(self) -> None:
         if self.finetune_epochs < 1 or self.calibration_images < 1:
@@ -69,6 +82,18 @@ class Compression:
             )
         if not self.finetune_lr_scale > 0:
             raise ConfigError(f"finetune_lr_scale must be > 0, got {self.finetune_lr_scale}")
+        if not isinstance(self.estimate, bool):
+            raise ConfigError(f"estimate must be True or False, got {self.estimate!r}")
+        if not isinstance(self.latency, str) or not self.latency.strip():
+            raise ConfigError(
+                f"latency must be 'predicted', 'measured' or a latency table's path, got "
+                f"{self.latency!r}"
+            )
+
+    @property
+    def latency_table(self) -> str | None:
+        """The path of a table of another device, if ``latency`` names one."""
+        return None if self.latency in ("predicted", "measured") else self.latency
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)

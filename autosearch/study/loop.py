@@ -40,6 +40,7 @@ from autosearch.study.claims import Claim, Claims
 from autosearch.study.dataset import StudyData
 from autosearch.study.definition import trial_seed
 from autosearch.study.interrupts import Interrupts
+from autosearch.study.measure import check_latency_model
 from autosearch.study.plans import Planner
 from autosearch.study.records import FINISHED, Record
 from autosearch.study.replay import ControllerReplay
@@ -126,6 +127,11 @@ class SearchLoop:
     def run(self, n_trials: int) -> list[Record]:
         done: list[Record] = []
         failures = dropped = 0
+        if n_trials:
+            trials, definition = self.parts.trials, self.parts.planner.definition
+            check_latency_model(
+                trials.storage, trials.study_id, self.parts.name, definition.compression
+            )
         while len(done) < n_trials and not self.interrupted:
             try:
                 record = self.run_one()

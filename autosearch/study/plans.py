@@ -4,12 +4,14 @@ its space, where attempts keep their work, and the supernet evaluator, if any.""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from optuna.trial import FrozenTrial
 
 from autosearch.architecture import Architecture
+from autosearch.compress import Compression
 from autosearch.space import SearchSpace
 from autosearch.study.artifacts import Artifacts
 from autosearch.study.definition import StudyDefinition, trial_seed
@@ -17,6 +19,17 @@ from autosearch.supernet import SubnetEvaluator
 from autosearch.trial import TrialPlan
 
 __all__ = ["Planner"]
+
+
+def _compression(d: StudyDefinition) -> Compression:
+    """The study's compression settings as trials use them: an int8 program's latency
+    is not predicted, so a study that scores latency lowers every int8 candidate."""
+    uses_latency = "latency" in d.objectives or (
+        d.reward.kind not in ("accuracy", "accuracy-per-gflop") and d.reward.metric == "latency"
+    )
+    if uses_latency and d.compression.estimate:
+        return dataclasses.replace(d.compression, estimate=False)
+    return d.compression
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,7 +55,7 @@ class Planner:
             number=number,
             reward=d.reward,
             variants=d.variants,
-            compression=d.compression,
+            compression=_compression(d),
             early_stopping=d.early_stopping,
             table=d.table,
             supernet=self.evaluator() if self.evaluator is not None else None,

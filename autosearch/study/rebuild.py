@@ -64,7 +64,7 @@ class Rebuilder:
     def artifacts(self) -> Artifacts:
         return self.planner.artifacts
 
-    def _stored_plan(self, record: Record) -> TrialPlan:
+    def stored_plan(self, record: Record) -> TrialPlan:
         """How ``record``'s trial was evaluated: with the seed it stored."""
         return self.planner.stored(self.trials.get(record.trial), record.arch)
 
@@ -148,7 +148,7 @@ class Rebuilder:
         base = record if record.is_base else self.trials.record(record.trial)
         model = self.load_model(base)
         metrics: dict[str, Any] = dict(record.metrics)
-        plan = self._stored_plan(record)
+        plan = self.stored_plan(record)
         if finetune_epochs:
             model = self._finetuned(plan, model, finetune_epochs, metrics)
         derived = None
@@ -222,7 +222,7 @@ class Rebuilder:
         if self.definition.table is not None:
             raise StudyError("a table study looks results up; there is no training to rerun")
         stored = self.trials.get(trial).user_attrs
-        plan = dataclasses.replace(self._stored_plan(record), work=None)
+        plan = dataclasses.replace(self.stored_plan(record), work=None)
         again = train_candidate(plan, self.data.dataset).metrics
         then, now = stored.get("provenance") or {}, provenance()
         changed = {

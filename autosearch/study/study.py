@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -20,21 +20,21 @@ from optuna.trial import FrozenTrial
 
 from autosearch._storage import close_storage, open_storage
 from autosearch.architecture import Architecture
-from autosearch.compress import Compression, VariantSpec
 from autosearch.controller import Controller
 from autosearch.data import Dataset, load_data, spec_of
-from autosearch.early_stopping import SuccessiveHalving
 from autosearch.errors import StudyError
 from autosearch.runtime import broadcast_object, world
-from autosearch.scoring import Reward
 from autosearch.space import SearchSpace
 from autosearch.study import progress, results, workers
+from autosearch.study._typed import DefinitionView
 from autosearch.study.artifacts import Artifacts, opened_location
 from autosearch.study.claims import Claims, heartbeat_settings
 from autosearch.study.dataset import StudyData
 from autosearch.study.definition import StudyDefinition
 from autosearch.study.executors import Executor
 from autosearch.study.loop import EpochCallback, RecordCallback, SearchLoop, SearchParts, check_run
+from autosearch.study.measure import FrontMeasurer
+from autosearch.study.overlays import is_estimated
 from autosearch.study.plans import Planner
 from autosearch.study.rebuild import Rebuilder
 from autosearch.study.records import Record, State
@@ -42,9 +42,7 @@ from autosearch.study.replay import ControllerReplay
 from autosearch.study.stored import read_definition, study_uid
 from autosearch.study.supernet_job import SupernetJob
 from autosearch.study.trials import StoredTrials
-from autosearch.supernet import SubnetEvaluator, SupernetConfig
-from autosearch.tabular import Table
-from autosearch.train import TrainConfig
+from autosearch.supernet import SubnetEvaluator
 from autosearch.trial import TrialPlan
 
 __all__ = ["Study", "TrialCallback"]
@@ -54,7 +52,7 @@ logger = logging.getLogger(__name__)
 TrialCallback = Callable[["Study", Record], None]  # called as each trial finishes
 
 
-class Study:
+class Study(DefinitionView):
     """A running or stored architecture search. Make one with create_study / load_study.
 
     The facade over the study's parts, each of which reads only what it is given: the
@@ -97,6 +95,12 @@ class Study:
         )
         self.rebuilder = Rebuilder(
             name=name, trials=self.trials, planner=self.planner, data=self.inputs, supernet=supernet
+        )
+        self.measurer = FrontMeasurer(
+            rebuilder=self.rebuilder,
+            storage=storage,
+            study_id=self._study_id,
+            objectives=self.objectives,
         )
 
     def _supernet_job(self, uid: str) -> SupernetJob | None:
@@ -149,53 +153,6 @@ class Study:
         )
         study.read_only = read_only
         return study
-
-    # The definition, typed ------------------------------------------------------------
-    @property
-    def objectives(self) -> tuple[str, ...]:
-        return self.definition.objectives
-
-    @property
-    def reward(self) -> Reward:
-        return self.definition.reward
-
-    @property
-    def variants(self) -> tuple[VariantSpec, ...]:
-        return self.definition.variants
-
-    @property
-    def compression(self) -> Compression:
-        return self.definition.compression
-
-    @property
-    def train_config(self) -> TrainConfig:
-        return self.definition.train
-
-    @property
-    def seed(self) -> int:
-        return self.definition.seed
-
-    @property
-    def table(self) -> Table | None:
-        return self.definition.table
-
-    @property
-    def early_stopping(self) -> SuccessiveHalving | None:
-        return self.definition.early_stopping
-
-    @property
-    def supernet(self) -> SupernetConfig | None:
-        """How the study's supernet is trained and evaluated (None: trials train)."""
-        return self.definition.supernet
-
-    @property
-    def data_report(self) -> Mapping[str, Any] | None:
-        """The cleaning report stored when the study was created (None for tables)."""
-        return self.definition.data_report
-
-    @property
-    def reward_name(self) -> str:
-        return str(self.definition.reward)
 
     @property
     def artifacts_dir(self) -> Path:
@@ -273,14 +230,24 @@ class Study:
         """The most accurate (validation) complete base record within the given budget
         (``variants=True``: any variant's record; ``variant="int8"``: that variant's
         records only); ties go to fewer FLOPs. The test split plays no part in this
-        choice."""
-        return results.best(
-            self.records(variants=variants or variant is not None),
-            max_flops=max_flops,
-            max_params=max_params,
-            variant=variant,
-            study=self.name,
-        )
+        choice. A choice whose figures are estimates is measured first (and the choice
+        made again, on the measured figures)."""
+        for _ in range(20):
+            chosen = results.best(
+                self.records(variants=variants or variant is not None),
+                **{"max_flops": max_flops, "max_params": max_params, "variant": variant},
+                study=self.name,
+            )
+            if self.read_only or not is_estimated(chosen):
+                return chosen
+            self.measurer.measure([chosen])
+        return chosen
+
+    def measure_front(self) -> list[Record]:
+        """The front (:meth:`pareto`), its estimated points measured for real first:
+        int8 programs lowered, latency timed (autosearch.study.measure). ``optimize``
+        does it when its trials are done."""
+        return self.measurer.front()
 
     # Searching ----------------------------------------------------------------------------
     def plan(self, arch: Architecture, *, number: int = 0, seed: int | None = None) -> TrialPlan:
@@ -362,9 +329,11 @@ class Study:
         epochs = self.train_config.epochs if n_workers == 1 and self.table is None else None
         with progress.bars(n_trials, epochs, show=show_progress_bar) as (trial_bar, epoch_bar):
             if n_workers > 1:
-                return self._pool(
+                done = self._pool(
                     n_trials, n_workers, told + trial_bar, max_failures_in_a_row, executor
                 )
+                self.measurer.front()
+                return done
             loop = SearchLoop(
                 self._search_parts(),
                 callbacks=told + trial_bar,
@@ -380,6 +349,8 @@ class Study:
         self.interrupted = loop.signal
         if loop.signal == "SIGINT":  # the checkpoint is written: now Ctrl-C interrupts
             raise KeyboardInterrupt
+        if done and loop.signal is None:
+            self.measurer.front()
         return done
 
     def _check_run(
@@ -456,7 +427,10 @@ class Study:
         onnxruntime, ``arch.json``, a README); a variant is derived again from its
         trial's weights; a supernet-evaluated subnet, with its inherited weights,
         fine-tuned for ``finetune_epochs`` first if asked: see
-        autosearch.study.rebuild.Rebuilder.export."""
+        autosearch.study.rebuild.Rebuilder.export. Estimated figures are measured first."""
+        if is_estimated(record) and not self.read_only:
+            self.measurer.measure([record])
+            record = self.record(record.trial, record.variant)
         return self.rebuilder.export(record, out_dir, finetune_epochs=finetune_epochs)
 
     def load_model(self, record: Record) -> nn.Module:

@@ -11,6 +11,7 @@ from optuna.trial import FrozenTrial
 
 from autosearch.errors import StudyError
 from autosearch.study import records
+from autosearch.study.overlays import measured_overlays, overlay
 from autosearch.study.records import Record, State, UnreadableTrial
 
 __all__ = ["StoredTrials"]
@@ -58,8 +59,15 @@ class StoredTrials:
 
     def records(self, *, variants: bool = True) -> list[Record]:
         """Every trial as records, in trial order: the base record, then one per variant
-        (``variants=False``: base records only)."""
-        return [r for t in self.all() for r in self.decode(t) if variants or r.is_base]
+        (``variants=False``: base records only), with figures measured since laid over
+        their estimates (study/measure.py)."""
+        measured = measured_overlays(self.storage, self.study_id)
+        return [
+            overlay(r, measured.get((r.trial, r.variant)))
+            for t in self.all()
+            for r in self.decode(t)
+            if variants or r.is_base
+        ]
 
     def record(self, trial: int, variant: str = "base") -> Record:
         """The record of trial number ``trial`` and ``variant``."""
@@ -69,7 +77,8 @@ class StoredTrials:
             found = None
         for r in self.decode(self.storage.get_trial(found)) if found is not None else []:
             if r.variant == variant:
-                return r
+                measured = measured_overlays(self.storage, self.study_id)
+                return overlay(r, measured.get((r.trial, r.variant)))
         raise StudyError(
             f"study {self.name!r} has no trial number {trial} with variant {variant!r}"
         )

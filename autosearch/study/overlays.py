@@ -1,0 +1,61 @@
+"""Figures measured after a trial, laid over the estimates it stored.
+
+A search scores candidates on estimates (int8 accuracy by fake quantization, latency
+from the lookup table); the points of the front are then measured for real
+(study/measure.py). The measured figures are stored on the study beside the trial (a
+study user attribute ``measured:TRIAL:VARIANT``, written whole, once per point): the
+trial's own result, estimates included, is never changed, and reading a record lays
+the measured figures over it, keeping each estimate as ``NAME_estimate``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import Mapping
+
+from optuna.storages import BaseStorage
+
+from autosearch.study.records import Record
+
+__all__ = ["ESTIMATED_FLAGS", "ESTIMATES", "PREFIX", "is_estimated", "measured_overlays", "overlay"]
+
+logger = logging.getLogger(__name__)
+
+PREFIX = "measured:"
+# What marks a point's figure as an estimate (records.Record.metrics): int8 accuracy
+# and bytes simulated, latency predicted.
+ESTIMATED_FLAGS = ("estimated", "latency_predicted")
+ESTIMATES = ("accuracy", "test_accuracy", "bytes", "latency", "latency_batched")
+
+
+def is_estimated(record: Record) -> bool:
+    return any(record.metrics.get(flag) for flag in ESTIMATED_FLAGS)
+
+
+def measured_overlays(storage: BaseStorage, study_id: int) -> dict[tuple[int, str], dict]:
+    """The measured figures stored on a study, by (trial, variant)."""
+    found = {}
+    for key, value in storage.get_study_user_attrs(study_id).items():
+        if not key.startswith(PREFIX):
+            continue
+        trial, _, variant = key.removeprefix(PREFIX).partition(":")
+        try:
+            metrics = {str(k): float(v) for k, v in json.loads(value).items()}
+            found[(int(trial), variant)] = metrics
+        except (ValueError, TypeError, AttributeError):
+            logger.warning("ignoring unreadable measured figures %s on the study", key)
+    return found
+
+
+def overlay(record: Record, measured: Mapping[str, float] | None) -> Record:
+    """``record`` with its measured figures laid over its estimates (kept as
+    ``NAME_estimate``); unchanged when nothing was measured."""
+    if not measured:
+        return record
+    metrics = {k: v for k, v in record.metrics.items() if k not in ESTIMATED_FLAGS}
+    for name in ESTIMATES:
+        if name in record.metrics and name in measured and is_estimated(record):
+            metrics[f"{name}_estimate"] = record.metrics[name]
+    return dataclasses.replace(record, metrics={**metrics, **measured})
