@@ -32,6 +32,7 @@ RANKS = {
     "tabular": 5,
     "early_stopping": 5,
     "runtime": 5,
+    "latency": 6,  # latency predicted from a lookup table of measured layers
     "_feed": 6,  # each epoch's batches, augmented on the device, each rank its share
     "_checkpoint": 1,  # a training run's state after each epoch, resumed by the same run
     "train": 7,
@@ -61,6 +62,7 @@ CORE_FOR_PLUGINS = {
 NO_OPTUNA = {
     "data",
     "cost",
+    "latency",
     "train",
     "compress",
     "supernet",
@@ -152,18 +154,21 @@ STUDY_RANKS = {
     "artifacts": 1,  # weights and per-attempt work folders (a folder, or S3)
     "stored": 1,  # the definition in storage: created once, read back, continued
     "dataset": 1,  # the study's data, loaded when first needed
-    "trials": 2,  # the stored trials, read as records
+    "overlays": 2,  # measured figures laid over a trial's estimates; the latency model
+    "trials": 3,  # the stored trials, read as records
     "plans": 2,  # how the study evaluates an architecture
     "claims": 2,
     "replay": 2,
     "results": 2,
     "supernet_job": 2,  # the supernet's training as a job of the study; its evaluator
-    "loop": 3,
-    "rebuild": 3,
-    "workers": 4,
-    "progress": 4,
-    "study": 5,  # the facade: composes the parts
-    "opening": 6,  # create_study / load_study: give the facade
+    "loop": 4,
+    "rebuild": 4,
+    "measure": 5,  # the front's estimated points measured for real
+    "workers": 5,
+    "progress": 5,
+    "_typed": 5,  # the definition's properties, typed, as the facade shows them
+    "study": 6,  # the facade: composes the parts
+    "opening": 7,  # create_study / load_study: give the facade
 }
 FACADE = "study"
 

@@ -86,7 +86,7 @@ def test_a_trial_result_holds_every_point_scored(tiny_space, digits, tmp_path):
         assert m["reward"] == pytest.approx(m["accuracy"] * (m["flops"] / 1e5) ** -0.07)
     # Base and variant points carry the same measured keys (a variant adds its own).
     base, variant = (set(p.metrics) for p in result.points)
-    assert base - {"train_seconds", "world_size"} <= variant
+    assert base - {"train_seconds", "world_size", "latency_predicted"} <= variant
     best = max(result.points, key=lambda p: p.metrics["reward"])
     assert result.best is best
     outcome = result.outcome(("accuracy", "flops"))

@@ -40,7 +40,7 @@ from autosearch.study.claims import Claim, Claims
 from autosearch.study.dataset import StudyData
 from autosearch.study.definition import trial_seed
 from autosearch.study.interrupts import Interrupts
-from autosearch.study.measure import check_latency_model
+from autosearch.study.overlays import check_latency_model
 from autosearch.study.plans import Planner
 from autosearch.study.records import FINISHED, Record
 from autosearch.study.replay import ControllerReplay

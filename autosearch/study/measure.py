@@ -17,10 +17,9 @@ from dataclasses import dataclass
 
 from optuna.storages import BaseStorage
 
-from autosearch.compress import Compression, Derived
+from autosearch.compress import Derived
 from autosearch.cost import Cost
-from autosearch.errors import AutosearchError, StudyError
-from autosearch.latency import latency_table
+from autosearch.errors import AutosearchError
 from autosearch.runner import derive_variant, profile
 from autosearch.study.overlays import ESTIMATES, PREFIX, is_estimated
 from autosearch.study.rebuild import Rebuilder
@@ -28,7 +27,7 @@ from autosearch.study.records import Record
 from autosearch.study.results import front
 from autosearch.train import evaluate
 
-__all__ = ["FrontMeasurer", "check_latency_model"]
+__all__ = ["FrontMeasurer"]
 
 logger = logging.getLogger(__name__)
 
@@ -100,26 +99,3 @@ class FrontMeasurer:
         result["measured"] = 1.0
         result["reward"] = float(plan.reward({**m, **result}))
         return result
-
-
-LATENCY_MODEL = "latency_model"
-
-
-def check_latency_model(
-    storage: BaseStorage, study_id: int, name: str, compression: Compression
-) -> None:
-    """Note on the study which device's table predicts its latencies, and refuse to
-    predict with another's: two machines' predictions are not comparable."""
-    if compression.latency == "measured":
-        return
-    table = latency_table(compression.latency_table)
-    stored = storage.get_study_user_attrs(study_id).get(LATENCY_MODEL)
-    if stored is None:
-        storage.set_study_user_attr(study_id, LATENCY_MODEL, table.name)
-    elif stored != table.name:
-        raise StudyError(
-            f"study {name!r} predicts latency with the table of {stored}, but this worker's "
-            f"is {table.name}: their figures would not be comparable. Run it on that device "
-            "type, or copy that machine's table (~/.cache/autosearch/latency/) here and "
-            "pass Compression(latency=PATH) with load_if_exists=True"
-        )

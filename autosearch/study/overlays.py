@@ -1,4 +1,5 @@
-"""Figures measured after a trial, laid over the estimates it stored.
+"""Estimates and measurements: figures measured after a trial, laid over the
+estimates it stored, and which device's latency table a study predicts with.
 
 A search scores candidates on estimates (int8 accuracy by fake quantization, latency
 from the lookup table); the points of the front are then measured for real
@@ -17,9 +18,20 @@ from collections.abc import Mapping
 
 from optuna.storages import BaseStorage
 
+from autosearch.compress import Compression
+from autosearch.errors import StudyError
+from autosearch.latency import latency_table
 from autosearch.study.records import Record
 
-__all__ = ["ESTIMATED_FLAGS", "ESTIMATES", "PREFIX", "is_estimated", "measured_overlays", "overlay"]
+__all__ = [
+    "ESTIMATED_FLAGS",
+    "ESTIMATES",
+    "PREFIX",
+    "check_latency_model",
+    "is_estimated",
+    "measured_overlays",
+    "overlay",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -59,3 +71,26 @@ def overlay(record: Record, measured: Mapping[str, float] | None) -> Record:
         if name in record.metrics and name in measured and is_estimated(record):
             metrics[f"{name}_estimate"] = record.metrics[name]
     return dataclasses.replace(record, metrics={**metrics, **measured})
+
+
+LATENCY_MODEL = "latency_model"
+
+
+def check_latency_model(
+    storage: BaseStorage, study_id: int, name: str, compression: Compression
+) -> None:
+    """Note on the study which device's table predicts its latencies, and refuse to
+    predict with another's: two machines' predictions are not comparable."""
+    if compression.latency == "measured":
+        return
+    table = latency_table(compression.latency_table)
+    stored = storage.get_study_user_attrs(study_id).get(LATENCY_MODEL)
+    if stored is None:
+        storage.set_study_user_attr(study_id, LATENCY_MODEL, table.name)
+    elif stored != table.name:
+        raise StudyError(
+            f"study {name!r} predicts latency with the table of {stored}, but this worker's "
+            f"is {table.name}: their figures would not be comparable. Run it on that device "
+            "type, or copy that machine's table (~/.cache/autosearch/latency/) here and "
+            "pass Compression(latency=PATH) with load_if_exists=True"
+        )

@@ -332,25 +332,44 @@ class Study(DefinitionView):
                 done = self._pool(
                     n_trials, n_workers, told + trial_bar, max_failures_in_a_row, executor
                 )
-                self.measurer.front()
-                return done
-            loop = SearchLoop(
-                self._search_parts(),
-                callbacks=told + trial_bar,
-                epoch_callbacks=epoch_callbacks + epoch_bar,
-                max_failures_in_a_row=max_failures_in_a_row,
-            )
-            try:
-                with loop.graceful_interrupts():
-                    done = loop.run(n_trials)
-            finally:
-                if size > 1:
-                    broadcast_object(None)  # release the other ranks
+            else:
+                done = self._search(
+                    n_trials,
+                    told + trial_bar,
+                    epoch_callbacks + epoch_bar,
+                    max_failures_in_a_row,
+                    size,
+                )
+        if done and self.interrupted is None:
+            self.measurer.front()  # what the front shows is measured, not estimated
+            fresh = {(r.trial, r.variant): r for r in self.records()}
+            done = [fresh.get((r.trial, r.variant), r) for r in done]
+        return done
+
+    def _search(
+        self,
+        n_trials: int,
+        callbacks: list[RecordCallback],
+        epoch_callbacks: list[EpochCallback],
+        max_failures_in_a_row: int,
+        size: int,
+    ) -> list[Record]:
+        """Run ``n_trials`` trials in this process (rank 0 of ``size``)."""
+        loop = SearchLoop(
+            self._search_parts(),
+            callbacks=callbacks,
+            epoch_callbacks=epoch_callbacks,
+            max_failures_in_a_row=max_failures_in_a_row,
+        )
+        try:
+            with loop.graceful_interrupts():
+                done = loop.run(n_trials)
+        finally:
+            if size > 1:
+                broadcast_object(None)  # release the other ranks
         self.interrupted = loop.signal
         if loop.signal == "SIGINT":  # the checkpoint is written: now Ctrl-C interrupts
             raise KeyboardInterrupt
-        if done and loop.signal is None:
-            self.measurer.front()
         return done
 
     def _check_run(
