@@ -16,8 +16,11 @@ found by running the network once, at the batch size asked for, under a tracer:
 A part missing from the table is measured on the spot, with the same module or
 operation and the same arguments as in the traced network, on one CPU thread, and
 added to the table: the table of this machine fills as a search meets new layers, and
-is kept on disk (``$AUTOSEARCH_CACHE/latency/``) by device and torch version. A table
-measured on another device (``python -m autosearch.latency``, run there) is read from
+is kept on disk (``$AUTOSEARCH_CACHE/latency/``, or ``$AUTOSEARCH_LATENCY_TABLES``) by
+device and torch version. Measure it with the machine otherwise idle: a part timed
+while something else ran stays slow in the table (delete the file to measure again). A table
+measured on another device (``autosearch latency-table STUDY_FILE --out FILE``, run
+there) is read from
 its file and never filled here: a layer it lacks is an error naming the layer.
 
 The file format (JSON, ``format`` ``autosearch-latency/1``)::
@@ -275,7 +278,10 @@ class LatencyTable:
             total = containers * self.entries[MODULE_CALL]
             total += sum(self.entries[p.key] for p in found)
         if self._added:
-            self.save()
+            try:
+                self.save()
+            except LatencyTableError as exc:  # the table serves this process all the same
+                logger.warning("%s; this machine's table is kept in memory only", exc)
         return total / batch
 
     def _measure(self, found: list[Part], missing: set[str]) -> None:
@@ -287,7 +293,7 @@ class LatencyTable:
             raise LatencyTableError(
                 f"the latency table of {self.name} lacks {len(missing)} part(s) this network "
                 f"uses, e.g. {key!r}; measure the study's space on that device again "
-                "(python -m autosearch.latency --help)"
+                "(autosearch latency-table --help)"
             )
         if MODULE_CALL in missing:
             self.entries[MODULE_CALL] = _module_call_ms()
@@ -315,10 +321,10 @@ class LatencyTable:
             "entries": dict(sorted(self.entries.items())),
         }
 
-    def save(self, path: Path | None = None) -> None:
+    def save(self, path: str | os.PathLike[str] | None = None) -> None:
         """Write the table whole (a temporary file, then renamed), merged with what
         another process of this machine added to the same file meanwhile."""
-        path = path or self.path
+        path = Path(path) if path is not None else self.path
         if path is None:
             return
         if path.exists() and path == self.path:
@@ -328,10 +334,15 @@ class LatencyTable:
                     self.entries = {**theirs.entries, **self.entries}
             except LatencyTableError:
                 pass  # a damaged cache file is replaced
-        path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(self.to_json(), indent=0))
-        tmp.replace(path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(self.to_json(), indent=0))
+            tmp.replace(path)
+        except OSError as exc:
+            raise LatencyTableError(
+                f"cannot write latency table {path}: {exc.strerror or exc}"
+            ) from None
         self._added = 0
 
 
@@ -376,10 +387,13 @@ def read(path: str | os.PathLike[str], *, fill: bool = False) -> LatencyTable:
 
 
 def _cache_file(device: str, torch_version: str) -> Path:
+    """Where this machine's table is kept: ``$AUTOSEARCH_LATENCY_TABLES``, else
+    ``$AUTOSEARCH_CACHE/latency`` (``~/.cache/autosearch/latency``)."""
     from autosearch.data._cache import cache_dir
 
+    folder = os.environ.get("AUTOSEARCH_LATENCY_TABLES") or cache_dir() / "latency"
     slug = re.sub(r"[^A-Za-z0-9.]+", "-", f"{device}-torch{torch_version}").strip("-")
-    return cache_dir() / "latency" / f"{slug[:180]}.json"
+    return Path(folder) / f"{slug[:180]}.json"
 
 
 def host_table() -> LatencyTable:

@@ -26,6 +26,7 @@ from autosearch.errors import ConfigError
 from autosearch.metrics import metric
 from autosearch.scoring import objective, pareto_mask
 from autosearch.study import Record, Study
+from autosearch.study.overlays import figures, is_estimated
 
 __all__ = ["compare", "history", "hypervolume", "importance", "learning_curves", "pareto"]
 
@@ -46,6 +47,7 @@ _HOVER = ("accuracy", "test_accuracy", "flops", "params", "latency")
 
 def _hover(record: Record) -> str:
     lines = [f"{metric(n).header}: {metric(n).cell(record.metrics)}" for n in _HOVER]
+    lines.append(f"figures: {figures(record)}")
     head = f"trial {record.trial} · {_text(record.variant)}"
     return "<br>".join([head, _text(record.description), *lines])
 
@@ -433,7 +435,11 @@ def _points(
     kind: str | None = None,
     opacity: float = 1.0,
 ) -> go.Scatter:
-    symbols = [_SYMBOLS.get(kind or _kind(r), "circle") for r in records]
+    # An open marker: the point's figures are estimates (not measured yet).
+    symbols = [
+        _SYMBOLS.get(kind or _kind(r), "circle") + ("-open" if is_estimated(r) else "")
+        for r in records
+    ]
     return go.Scatter(
         x=[r.metrics[x] for r in records],
         y=[r.metrics[y] for r in records],

@@ -12,6 +12,7 @@ from autosearch.data import CleaningReport
 from autosearch.errors import ExportError
 from autosearch.metrics import metric
 from autosearch.study import Record, Study
+from autosearch.study.overlays import figures as point_figures
 
 __all__ = ["write_report"]
 
@@ -43,13 +44,13 @@ def _row(r: Record) -> str:
     cells = "".join(f"<td>{metric(n).cell(r.metrics)}</td>" for n in _COLUMNS)
     return (
         f"<tr><td>{r.trial}</td><td>{html.escape(r.description)}</td>"
-        f"<td>{html.escape(r.variant)}</td>{cells}</tr>"
+        f"<td>{html.escape(r.variant)}</td>{cells}<td>{html.escape(point_figures(r))}</td></tr>"
     )
 
 
 def _table(records: list[Record]) -> str:
     headers = "".join(f"<th>{html.escape(metric(n).header)}</th>" for n in _COLUMNS)
-    head = f"<tr><th>trial</th><th>architecture</th><th>variant</th>{headers}</tr>"
+    head = f"<tr><th>trial</th><th>architecture</th><th>variant</th>{headers}<th>figures</th></tr>"
     return f"<table>{head}{''.join(map(_row, records))}</table>"
 
 
@@ -130,7 +131,9 @@ objectives {html.escape(", ".join(study.objectives))}, reward
 <code>{html.escape(study.reward_name)}</code>, variants
 {html.escape(", ".join(v.name for v in study.variants))};
 {len(done)} complete trials ({len(points)} measured points with their variants),
-{len(failed)} failures, {len(records)} trials in all.
+{len(failed)} failures, {len(records)} trials in all. Figures marked estimated (open
+markers in the plots) are the search's shortcuts: int8 accuracy by fake quantization,
+latency from the lookup table; the front's points are measured for real.
 Storage: <code>{html.escape(study.storage_url)}</code>.</p>
 {_costs(study, records)}
 {figures}

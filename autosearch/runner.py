@@ -216,7 +216,8 @@ def profile(
     with the variant's structure, BOPs at the variant's bit widths, saved bytes, and
     latency of the model that really runs (conventions: autosearch.cost): ``latency``
     ``"measured"`` times it, ``"predicted"`` predicts it from this machine's lookup
-    table (``latency_predicted`` = 1), a path from that table's device, None skips it;
+    table (``latency_predicted`` = 1), a path from the table of that file's device
+    (``latency_from_device_table`` = 1), None skips it;
     an estimated variant (``estimated`` = 1) has no latency until it is measured.
     ``counted``: the dense network's cost, counted already (no zeros to discount)."""
     shape = data.input_shape
@@ -243,12 +244,14 @@ def profile(
             "latency": time_latency(runs, shape, batch=1),
             "latency_batched": time_latency(runs, shape, batch=LATENCY_BATCH),
         }
-    table = latency_table(None if latency == "predicted" else latency)
+    host = latency == "predicted"
+    table = latency_table(None if host else latency)
     return {
         **measured,
         "latency": table.predict(runs, shape, batch=1),
         "latency_batched": table.predict(runs, shape, batch=LATENCY_BATCH),
-        "latency_predicted": 1.0,
+        # This machine's prediction is measured on the front; another device's is final.
+        ("latency_predicted" if host else "latency_from_device_table"): 1.0,
     }
 
 
@@ -370,10 +373,10 @@ def _variant(
     return result
 
 
-def _variant_latency(plan: TrialPlan) -> str:
+def _variant_latency(plan: TrialPlan) -> str | None:
     """A derived variant's latency is timed where it runs (its derivation costs far more
-    than timing it); with another device's table, it is predicted from that table."""
-    return plan.compression.latency_table or "measured"
+    than timing it); a study for another device has none (its table holds float parts)."""
+    return None if plan.compression.latency_table else "measured"
 
 
 def _read_variant(path: Path, name: str) -> VariantResult | None:

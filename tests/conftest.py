@@ -13,6 +13,17 @@ from controllers import RandomSearch
 from search_spaces import ResNetSpace
 
 
+def pytest_configure(config):
+    """Latency tables filled by tests (on a loaded machine) stay out of the user's
+    cache, where a real search would predict with them."""
+    import os
+    import tempfile
+
+    os.environ.setdefault(
+        "AUTOSEARCH_LATENCY_TABLES", tempfile.mkdtemp(prefix="autosearch-latency-tests-")
+    )
+
+
 @pytest.fixture(scope="session")
 def digits() -> Dataset:
     return load_data("digits", seed=0)

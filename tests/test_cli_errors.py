@@ -203,6 +203,19 @@ CASES = {
         "cannot create export folder",
     ),
     "rerun: no such trial": (["rerun", F, "--trial", "9"], "no trial number 9"),
+    # latency-table
+    "latency-table: no samples": (
+        ["latency-table", F, "--out", "{root}/t.json", "--samples", "0"],
+        "--samples must be >= 1",
+    ),
+    "latency-table: seed not a number": (
+        ["latency-table", F, "--out", "{root}/t.json", "--seed", "x"],
+        "invalid int value",
+    ),
+    "latency-table: unwritable table": (
+        ["latency-table", F, "--out", "/proc/autosearch/t.json", "--samples", "1"],
+        "cannot write latency table",
+    ),
     # worker
     "worker: no study named": (
         ["worker", "--study", "nope", "--storage", DB],

@@ -87,7 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log each trial")
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_run, _add_supernet, _add_search, _add_reading, _add_worker, _add_train):
+    adders = (_add_run, _add_supernet, _add_search, _add_reading, _add_worker, _add_train)
+    for add in (*adders, _add_latency):
         add(sub)
     return parser
 
@@ -135,6 +136,22 @@ def _add_run(sub: Subparsers) -> None:
         help="train each trial with N DDP processes (torchrun; gloo on CPU)",
     )
     run.set_defaults(func=commands.cmd_run)
+
+
+def _add_latency(sub: Subparsers) -> None:
+    from autosearch.cli.latency import cmd_latency_table
+
+    found = sub.add_parser(
+        "latency-table",
+        help="measure this device's latency lookup table for a study file's space "
+        "(then Compression(latency=FILE) on the study's machine)",
+    )
+    found.add_argument("study_file")
+    found.add_argument("--out", required=True, help="the table's JSON file (added to if there)")
+    found.add_argument("--samples", type=int, default=300, help="architectures drawn")
+    found.add_argument("--seed", type=int, default=0)
+    found.add_argument("--json", action="store_true", help=JSON_HELP)
+    found.set_defaults(func=cmd_latency_table)
 
 
 def _add_supernet(sub: Subparsers) -> None:

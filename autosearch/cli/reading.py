@@ -13,6 +13,7 @@ from autosearch.errors import StudyError
 from autosearch.metrics import metric
 from autosearch.report import write_report
 from autosearch.study import Record, Study, default_storage, load_study
+from autosearch.study.overlays import figures
 from autosearch.studyfile import load_spec
 
 __all__ = ["cmd_export", "cmd_report", "cmd_rerun", "cmd_status", "open_stored", "table"]
@@ -24,14 +25,15 @@ _COLUMNS = ("accuracy", "test_accuracy", "flops", "params", "latency", "bytes")
 def table(records: Sequence[Record]) -> str:
     """A plain-text table of records, in the units of autosearch.metrics (FLOPs are
     2 × MACs per image; latency ms per image at batch 1 on one CPU thread)."""
-    rows = [("trial", "architecture", "variant", *(metric(n).header for n in _COLUMNS))]
+    head = ("trial", "architecture", "variant", *(metric(n).header for n in _COLUMNS), "figures")
+    rows = [head]
     for r in records:
         cells = (metric(n).cell(r.metrics) for n in _COLUMNS)
-        rows.append((str(r.trial), r.description, r.variant, *cells))
+        rows.append((str(r.trial), r.description, r.variant, *cells, figures(r)))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join(
         "  ".join(
-            cell.ljust(w) if i == 1 else cell.rjust(w)
+            cell.ljust(w) if i in (1, len(row) - 1) else cell.rjust(w)
             for i, (cell, w) in enumerate(zip(row, widths, strict=True))
         )
         for row in rows
@@ -57,7 +59,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     counts = {s: sum(r.state == s for r in records) for s in ("complete", "failed", "running")}
     if args.json:
         front = [
-            {"trial": r.trial, "variant": r.variant, "description": r.description, **r.metrics}
+            {
+                "trial": r.trial,
+                "variant": r.variant,
+                "description": r.description,
+                "figures": figures(r),
+                **r.metrics,
+            }
             for r in study.pareto()
         ]
         status = {

@@ -27,6 +27,7 @@ from autosearch.data import Dataset
 __all__ = ["estimate_int8", "int8_bytes"]
 
 _LAYERS = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear)
+_HEADER_PER_LAYER = 250
 
 
 def _observer(reduce_range: bool) -> object:
@@ -103,12 +104,13 @@ def _round_weight(layer: nn.Module) -> None:
 def int8_bytes(model: nn.Module) -> int:
     """Bytes of a network's int8 program as :mod:`_quantize` saves it, computed: int8
     weights with a float scale and an int64 zero point per output channel, float
-    biases (batch norm folded in: one per output channel), other tensors as floats."""
+    biases (batch norm folded in: one per output channel), other tensors as floats,
+    and the file's header (its names and shapes: about 250 bytes a layer)."""
     total = 0
     for module in model.modules():
         if isinstance(module, _LAYERS):
             out = module.weight.shape[0]
-            total += module.weight.numel() + out * (4 + 8) + out * 4
+            total += module.weight.numel() + out * (4 + 8) + out * 4 + _HEADER_PER_LAYER
         elif next(module.children(), None) is None and not isinstance(
             module, nn.modules.batchnorm._BatchNorm
         ):

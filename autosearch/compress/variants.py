@@ -58,7 +58,7 @@ class Compression:
         latency: How candidates' latency is known: ``"predicted"`` from this machine's
             lookup table of measured layers (autosearch.latency; front members are then
             timed too), ``"measured"`` (timed for every candidate), or the path of a
-            table measured on another device (``python -m autosearch.latency``).
+            table measured on another device (``autosearch latency-table``).
     """
 
     finetune_epochs: int = 2

@@ -21,7 +21,7 @@ from autosearch.compress import Derived
 from autosearch.cost import Cost
 from autosearch.errors import AutosearchError
 from autosearch.runner import derive_variant, profile
-from autosearch.study.overlays import ESTIMATES, PREFIX, is_estimated
+from autosearch.study.overlays import ESTIMATES, PREFIX, is_estimated, overlay
 from autosearch.study.rebuild import Rebuilder
 from autosearch.study.records import Record
 from autosearch.study.results import front
@@ -54,6 +54,15 @@ class FrontMeasurer:
                 return points
             self.measure(estimated)
         return front(self.rebuilder.trials.records(), self.objectives)
+
+    def measured(self, record: Record, *, store: bool) -> Record:
+        """``record`` with its estimates measured (stored on the study if ``store``)."""
+        if not is_estimated(record):
+            return record
+        if store:
+            self.measure([record])
+            return self.rebuilder.trials.record(record.trial, record.variant)
+        return overlay(record, self._measured(record))
 
     def measure(self, points: Sequence[Record]) -> None:
         """Measure ``points`` for real and store their figures."""
@@ -93,7 +102,9 @@ class FrontMeasurer:
                 "accuracy": evaluate(derived.model, data.val, data)[0],
                 "test_accuracy": evaluate(derived.model, data.test, data)[0],
             }
-        measured = {**figures, **profile(derived, data, latency="measured", counted=counted)}
+        # A study for another device keeps that device's predicted latency.
+        timed = None if plan.compression.latency_table else "measured"
+        measured = {**figures, **profile(derived, data, latency=timed, counted=counted)}
         keep = ("accuracy", "test_accuracy", "bytes", "bops", "latency", "latency_batched")
         result = {k: float(measured[k]) for k in keep if k in measured}
         result["measured"] = 1.0

@@ -46,6 +46,17 @@ def is_estimated(record: Record) -> bool:
     return any(record.metrics.get(flag) for flag in ESTIMATED_FLAGS)
 
 
+def figures(record: Record) -> str:
+    """What a record's figures are, in a word or three: ``measured``, or which are
+    estimated (``int8 estimated``, ``latency predicted``)."""
+    said = []
+    if record.metrics.get("estimated"):
+        said.append("accuracy estimated (fake quantization)")
+    if record.metrics.get("latency_predicted"):
+        said.append("latency predicted (lookup table)")
+    return ", ".join(said) or "measured"
+
+
 def measured_overlays(storage: BaseStorage, study_id: int) -> dict[tuple[int, str], dict]:
     """The measured figures stored on a study, by (trial, variant)."""
     found = {}

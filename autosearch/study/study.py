@@ -447,9 +447,7 @@ class Study(DefinitionView):
         trial's weights; a supernet-evaluated subnet, with its inherited weights,
         fine-tuned for ``finetune_epochs`` first if asked: see
         autosearch.study.rebuild.Rebuilder.export. Estimated figures are measured first."""
-        if is_estimated(record) and not self.read_only:
-            self.measurer.measure([record])
-            record = self.record(record.trial, record.variant)
+        record = self.measurer.measured(record, store=not self.read_only)
         return self.rebuilder.export(record, out_dir, finetune_epochs=finetune_epochs)
 
     def load_model(self, record: Record) -> nn.Module:
