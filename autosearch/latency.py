@@ -268,15 +268,20 @@ class LatencyTable:
             raise LatencyTableError(
                 "latency is predicted for CPU models; move the model to the CPU"
             )
-        with _threads(self.threads):
-            found, containers = parts(model, input_shape, batch=batch)
-            missing = {p.key for p in found if p.key not in self.entries}
-            if MODULE_CALL not in self.entries:
-                missing.add(MODULE_CALL)
-            if missing:
-                self._measure(found, missing)
-            total = containers * self.entries[MODULE_CALL]
-            total += sum(self.entries[p.key] for p in found)
+        was_training = model.training
+        model.eval()  # the parts are replayed in inference mode too: no statistics move
+        try:
+            with _threads(self.threads):
+                found, containers = parts(model, input_shape, batch=batch)
+                missing = {p.key for p in found if p.key not in self.entries}
+                if MODULE_CALL not in self.entries:
+                    missing.add(MODULE_CALL)
+                if missing:
+                    self._measure(found, missing)
+                total = containers * self.entries[MODULE_CALL]
+                total += sum(self.entries[p.key] for p in found)
+        finally:
+            model.train(was_training)
         if self._added:
             try:
                 self.save()

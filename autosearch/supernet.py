@@ -90,7 +90,8 @@ class SupernetConfig:
         eval_images: Validation (and test) images each subnet is scored on; 0: all.
         test_accuracy: Also score each subnet on the test split (for reports only; off
             halves an evaluation's cost).
-        latency: Measure each subnet's CPU latency (batch 1 and 32), as trials do.
+        latency: Give each subnet its CPU latency (batch 1 and 32), as trials do
+            (predicted from the lookup table, or timed: ``Compression.latency``).
         weights: A trained supernet's weights (``study.save_supernet(path)`` of another
             study of the same supernet) to use instead of training one: one supernet
             serves studies of several budgets.

@@ -5,11 +5,13 @@ It simulates what :mod:`autosearch.compress._quantize` lowers for real, with the
 observers as torchao's ``X86InductorQuantizer``: every convolution's and linear
 layer's weight is rounded to int8 per output channel (symmetric, PerChannelMinMax),
 and its input to uint8 per tensor (affine, a HistogramObserver calibrated on the same
-training images; 7 bits without VNNI). Batch norm is not folded first: per-channel
-symmetric rounding of a weight scaled per output channel (the fold) gives the same
-grid scaled, so the rounding is the same. What is not simulated (the requantized
-outputs of additions and concatenations that the lowered program fuses) is why this
-is an estimate; ``benchmarks/scoring.py`` measures it against the real program.
+training images; 7 bits without VNNI), as is the input of every block (so that a
+block's convolutions and its shortcut read the same rounded tensor, as in the
+program). Batch norm is not folded first: per-channel symmetric rounding of a weight
+scaled per output channel (the fold) gives the same grid scaled, so the rounding is the
+same. What is not simulated (the order of the program's fused int8 arithmetic and
+requantization, pooling's shared ranges) is why this is an estimate;
+``benchmarks/scoring.py`` measures it against the real program.
 """
 
 from __future__ import annotations
@@ -118,6 +120,15 @@ def int8_bytes(model: nn.Module) -> int:
     return total
 
 
+def _holds_layers(module: nn.Module) -> bool:
+    """A block or stage: a container with convolutions or linear layers inside. Its
+    input is rounded once for every branch that reads it (the convolution and the
+    shortcut), as the lowered program passes one int8 tensor between blocks."""
+    return next(module.children(), None) is not None and any(
+        isinstance(m, _LAYERS) for m in module.modules()
+    )
+
+
 @torch.no_grad()
 def estimate_int8(
     parent: nn.Module, data: Dataset, compression: Compression, *, seed: int
@@ -128,7 +139,7 @@ def estimate_int8(
     hooks = []
     quants = []
     for layer in model.modules():
-        if isinstance(layer, _LAYERS):
+        if isinstance(layer, _LAYERS) or (layer is not model and _holds_layers(layer)):
             quant = _InputQuant(reduce_range)
             quants.append(quant)
             hooks.append(layer.register_forward_pre_hook(quant))

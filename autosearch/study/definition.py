@@ -226,6 +226,10 @@ class StudyDefinition:
         if len(set(objectives)) != len(objectives) or not objectives:
             raise ConfigError(f"objectives must be distinct and non-empty, got {objectives}")
         specs = parse_variants(variants)
+        if compression is not None and compression.latency_table:
+            from autosearch.latency import read
+
+            read(compression.latency_table)  # another device's table: refused here if unusable
         if table is not None and len(specs) > 1:
             raise ConfigError(
                 "a table study looks results up instead of training, so it has no models to "

@@ -129,9 +129,7 @@ class SearchLoop:
         failures = dropped = 0
         if n_trials:
             trials, definition = self.parts.trials, self.parts.planner.definition
-            check_latency_model(
-                trials.storage, trials.study_id, self.parts.name, definition.compression
-            )
+            check_latency_model(trials.storage, trials.study_id, self.parts.name, definition)
         while len(done) < n_trials and not self.interrupted:
             try:
                 record = self.run_one()

@@ -18,9 +18,9 @@ from collections.abc import Mapping
 
 from optuna.storages import BaseStorage
 
-from autosearch.compress import Compression
 from autosearch.errors import StudyError
 from autosearch.latency import latency_table
+from autosearch.study.definition import StudyDefinition
 from autosearch.study.records import Record
 
 __all__ = [
@@ -88,11 +88,16 @@ LATENCY_MODEL = "latency_model"
 
 
 def check_latency_model(
-    storage: BaseStorage, study_id: int, name: str, compression: Compression
+    storage: BaseStorage, study_id: int, name: str, definition: StudyDefinition
 ) -> None:
     """Note on the study which device's table predicts its latencies, and refuse to
     predict with another's: two machines' predictions are not comparable."""
-    if compression.latency == "measured":
+    compression, supernet = definition.compression, definition.supernet
+    if (
+        compression.latency == "measured"
+        or definition.table is not None
+        or (supernet is not None and not supernet.latency)
+    ):
         return
     table = latency_table(compression.latency_table)
     stored = storage.get_study_user_attrs(study_id).get(LATENCY_MODEL)
