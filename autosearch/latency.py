@@ -195,7 +195,8 @@ def parts(
     tracer = _Tracer(model)
     was_training = model.training
     model.eval()
-    x = torch.randn(batch, *input_shape)
+    # Random images from a generator of its own: tracing leaves torch's global stream as it was.
+    x = torch.randn(batch, *input_shape, generator=torch.Generator().manual_seed(0))
     pre = nn.modules.module.register_module_forward_pre_hook(tracer.before)
     post = nn.modules.module.register_module_forward_hook(tracer.after)
     try:

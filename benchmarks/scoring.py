@@ -7,7 +7,8 @@ measurements:
 
 1. ``latency``: predicted against measured (autosearch.cost.latency) latency of
    subnets of two elastic spaces, ResNet and MobileNet, at batch 1 and 32, on one CPU
-   thread. A fresh table is filled by ``--fill`` subnets (its build time is reported);
+   thread; and each subnet measured a second time (the stopwatch's own agreement). A
+   fresh table is filled by ``--fill`` subnets (its build time is reported);
    then ``--subnets`` other subnets are predicted (pure lookups where the table holds
    all their parts; their parts measured where they run otherwise) and timed.
 2. ``int8``: on a trained supernet (README's weight-sharing example), the int8
@@ -92,7 +93,7 @@ def latency(args: argparse.Namespace) -> dict[str, Any]:
                 table.predict(net, shape, batch=batch)
         built = time.perf_counter() - start
         for batch in (1, 32):
-            predicted, measured, lookups, seconds = [], [], [], []
+            predicted, measured, again, lookups, seconds = [], [], [], [], []
             rng_b = np.random.default_rng(args.seed + 1000 + batch)
             for _ in range(args.subnets):
                 net = model(space.sample(rng_b))
@@ -102,7 +103,8 @@ def latency(args: argparse.Namespace) -> dict[str, Any]:
                 seconds.append(time.perf_counter() - t)
                 lookups.append(len(table.entries) == before)
                 measured.append(time_latency(net, shape, batch=batch))
-            p, m = np.array(predicted), np.array(measured)
+                again.append(time_latency(net, shape, batch=batch))
+            p, m, m2 = np.array(predicted), np.array(measured), np.array(again)
             errors = np.abs(p - m) / m
             pure = np.array(lookups)
             out[f"{name}_batch{batch}"] = {
@@ -115,6 +117,9 @@ def latency(args: argparse.Namespace) -> dict[str, Any]:
                     float(100 * np.median(errors[pure])) if pure.any() else None
                 ),
                 "measured_ms_range": [float(m.min()), float(m.max())],
+                # The stopwatch against itself: what any predictor is compared with.
+                "measured_twice_spearman": float(stats.spearmanr(m2, m)[0]),
+                "measured_twice_median_abs_diff_pct": float(100 * np.median(np.abs(m2 - m) / m)),
                 "predict_ms_median": float(1e3 * np.median(seconds)),
             }
         out[f"{name}_table"] = {
@@ -345,7 +350,7 @@ def main() -> None:
     parser.add_argument("--subnets", type=int, default=100, help="subnets predicted and timed")
     parser.add_argument("--candidates", type=int, default=40, help="int8 estimates checked")
     parser.add_argument("--trials", type=int, default=1000, help="README example's trials")
-    parser.add_argument("--base-trials", type=int, default=200)
+    parser.add_argument("--base-trials", type=int, default=1000)
     parser.add_argument("--full-trials", type=int, default=20)
     parser.add_argument("--front-trials", type=int, default=100)
     parser.add_argument("--markdown", help="also write the results as markdown here")

@@ -146,8 +146,7 @@ def estimate_int8(
     calibration = _calibration(data, compression.calibration_images, seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for batch in calibration.split(128):
-            model(batch)
+        model(calibration)  # one pass: one histogram per input, none to merge
         for quant in quants:
             quant.freeze()
     for layer in model.modules():
