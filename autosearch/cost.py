@@ -39,6 +39,7 @@ __all__ = [
     "CONVENTIONS",
     "Cost",
     "Tally",
+    "cpu_threads",
     "latency",
     "layer_macs",
     "measure",
@@ -120,7 +121,8 @@ def saved_bytes(model: nn.Module) -> int:
 
 
 @contextmanager
-def _threads(n: int) -> Iterator[None]:
+def cpu_threads(n: int) -> Iterator[None]:
+    """torch runs on ``n`` CPU threads inside the block (as it ran before, after)."""
     before = torch.get_num_threads()
     torch.set_num_threads(n)
     try:
@@ -156,7 +158,7 @@ def latency(
     was_training = model.training
     model.eval()  # in training mode the random inputs would move batch-norm statistics
     try:
-        with _threads(threads if device.type == "cpu" else torch.get_num_threads()):
+        with cpu_threads(threads if device.type == "cpu" else torch.get_num_threads()):
             samples = _time(model, x, sync, warmup, repeats, min_seconds)
     finally:
         model.train(was_training)

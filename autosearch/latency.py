@@ -41,8 +41,7 @@ import platform
 import re
 import statistics
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,6 +51,7 @@ import torch.nn as nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from autosearch.cost import cpu_threads
 from autosearch.errors import AutosearchError
 
 __all__ = [
@@ -177,16 +177,6 @@ def _leaf_counts(model: nn.Module) -> dict[int, int]:
     return counts
 
 
-@contextmanager
-def _threads(n: int) -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def parts(
     model: nn.Module, input_shape: Sequence[int], *, batch: int = 1
 ) -> tuple[list[Part], int]:
@@ -272,7 +262,7 @@ class LatencyTable:
         was_training = model.training
         model.eval()  # the parts are replayed in inference mode too: no statistics move
         try:
-            with _threads(self.threads):
+            with cpu_threads(self.threads):
                 found, containers = parts(model, input_shape, batch=batch)
                 missing = {p.key for p in found if p.key not in self.entries}
                 if MODULE_CALL not in self.entries:
