@@ -26,7 +26,7 @@ from autosearch.errors import ConfigError
 from autosearch.metrics import metric
 from autosearch.scoring import objective, pareto_mask
 from autosearch.study import Record, Study
-from autosearch.study.overlays import figures, is_estimated
+from autosearch.study.overlays import figures
 
 __all__ = ["compare", "history", "hypervolume", "importance", "learning_curves", "pareto"]
 
@@ -437,7 +437,7 @@ def _points(
 ) -> go.Scatter:
     # An open marker: the point's figures are estimates (not measured yet).
     symbols = [
-        _SYMBOLS.get(kind or _kind(r), "circle") + ("-open" if is_estimated(r) else "")
+        _SYMBOLS.get(kind or _kind(r), "circle") + ("-open" if figures(r) != "measured" else "")
         for r in records
     ]
     return go.Scatter(

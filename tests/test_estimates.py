@@ -316,3 +316,26 @@ def test_a_study_for_a_table_that_cannot_be_read_is_refused_before_anything_is_s
         import optuna
 
         assert not optuna.get_all_study_names(f"sqlite:///{tmp_path}/bad.db")
+
+
+@pytest.mark.slow
+def test_a_point_that_cannot_be_measured_says_so_and_is_not_tried_again(searched, monkeypatch):
+    from autosearch.errors import ExportError
+    from autosearch.study.overlays import figures
+
+    study = searched["study"]
+    point = next(r for r in study.records() if is_estimated(r))
+    tried = []
+
+    def fails(record):
+        tried.append(record.trial)
+        raise ExportError("its weights are gone")
+
+    monkeypatch.setattr(type(study.measurer), "_measured", lambda self, record: fails(record))
+    study.measurer.measure([point])
+    again = study.record(point.trial, point.variant)
+    assert again.metrics["measure_failed"] == 1 and not is_estimated(again)
+    assert figures(again).endswith("its measurement failed")
+    assert again.metrics["accuracy"] == point.metrics["accuracy"]  # the estimates stay
+    study.measurer.measured(again, store=True)  # not tried again
+    assert tried == [point.trial]

@@ -43,7 +43,11 @@ ESTIMATES = ("accuracy", "test_accuracy", "bytes", "latency", "latency_batched")
 
 
 def is_estimated(record: Record) -> bool:
-    return any(record.metrics.get(flag) for flag in ESTIMATED_FLAGS)
+    """Whether a record holds estimates that were not measured (a point whose
+    measurement failed, ``measure_failed``, keeps its estimates and is not tried again)."""
+    return any(record.metrics.get(flag) for flag in ESTIMATED_FLAGS) and not record.metrics.get(
+        "measure_failed"
+    )
 
 
 def figures(record: Record) -> str:
@@ -54,6 +58,8 @@ def figures(record: Record) -> str:
         said.append("accuracy estimated (fake quantization)")
     if record.metrics.get("latency_predicted"):
         said.append("latency predicted (lookup table)")
+    if said and record.metrics.get("measure_failed"):
+        said.append("its measurement failed")
     return ", ".join(said) or "measured"
 
 
@@ -77,6 +83,8 @@ def overlay(record: Record, measured: Mapping[str, float] | None) -> Record:
     ``NAME_estimate``); unchanged when nothing was measured."""
     if not measured:
         return record
+    if measured.get("measure_failed"):
+        return dataclasses.replace(record, metrics={**record.metrics, **measured})
     metrics = {k: v for k, v in record.metrics.items() if k not in ESTIMATED_FLAGS}
     for name in ESTIMATES:
         if name in record.metrics and name in measured and is_estimated(record):
