@@ -109,6 +109,28 @@ def _costs(study: Study, records: list[Record]) -> str:
     )
 
 
+def _confirmations(study: Study) -> str:
+    """A supernet study's confirmed subnets: inherited against trained accuracy."""
+    rows = study.confirmations()
+    if not rows:
+        return ""
+    cells = "".join(
+        f"<tr><td>{c.trial}</td><td>{html.escape(c.description)}</td>"
+        f"<td>{c.flops / 1e6:.2f}</td><td>{c.inherited:.4f}</td>"
+        f"<td>{'-' if c.confirmed is None else f'{c.confirmed:.4f}'}</td>"
+        f"<td>{'-' if c.confirmed_by is None else c.confirmed_by}</td>"
+        f"<td>{html.escape(c.state)}</td></tr>"
+        for c in rows
+    )
+    return (
+        "<h2>Confirmed by training</h2><p>Subnets of the supernet's front trained from "
+        "scratch with the study's training config (validation accuracy); "
+        "<code>best()</code> prefers them.</p><table><tr><th>trial</th><th>architecture</th>"
+        "<th>MFLOPs</th><th>inherited</th><th>confirmed</th><th>by trial</th><th>state</th>"
+        f"</tr>{cells}</table>"
+    )
+
+
 def write_report(study: Study, path: str | Path) -> Path:
     """Write the study's summary, Pareto plot and tables to one HTML file."""
     records = study.records(variants=False)
@@ -139,6 +161,7 @@ Storage: <code>{html.escape(study.storage_url)}</code>.</p>
 {figures}
 <h2>Pareto front over every (architecture, variant)</h2>{_table(study.pareto())}
 <h2>Top architectures (by validation accuracy)</h2>{_table(done[:10])}
+{_confirmations(study)}
 {f"<h2>Failures</h2><ul>{failures}</ul>" if failed else ""}
 {_unreadable(study)}
 {_cleaning(study)}

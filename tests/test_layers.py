@@ -164,6 +164,7 @@ STUDY_RANKS = {
     "loop": 4,
     "rebuild": 4,
     "measure": 5,  # the front's estimated points measured for real
+    "confirm": 5,  # the supernet's front confirmed by training, as trials of the study
     "workers": 5,
     "progress": 5,
     "_typed": 5,  # the definition's properties, typed, as the facade shows them

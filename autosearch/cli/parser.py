@@ -88,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log each trial")
     sub = parser.add_subparsers(dest="command", required=True)
     adders = (_add_run, _add_supernet, _add_search, _add_reading, _add_worker, _add_train)
-    for add in (*adders, _add_latency):
+    for add in (*adders, _add_latency, _add_confirm):
         add(sub)
     return parser
 
@@ -152,6 +152,21 @@ def _add_latency(sub: Subparsers) -> None:
     found.add_argument("--seed", type=int, default=0)
     found.add_argument("--json", action="store_true", help=JSON_HELP)
     found.set_defaults(func=cmd_latency_table)
+
+
+def _add_confirm(sub: Subparsers) -> None:
+    from autosearch.cli.confirm import cmd_confirm
+
+    confirm = sub.add_parser(
+        "confirm",
+        help="train the top K subnets of a supernet study's front from scratch, as trials "
+        "of the study, and compare inherited with confirmed accuracy",
+    )
+    confirm.add_argument("study_file")
+    confirm.add_argument("-k", type=_integer(1), default=3, help="subnets to confirm")
+    confirm.add_argument("--storage", help=STORAGE_HELP)
+    confirm.add_argument("--json", action="store_true", help=JSON_HELP)
+    confirm.set_defaults(func=cmd_confirm)
 
 
 def _add_supernet(sub: Subparsers) -> None:

@@ -9,6 +9,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from autosearch.cli.confirm import confirmations_table
 from autosearch.errors import StudyError
 from autosearch.metrics import metric
 from autosearch.report import write_report
@@ -77,6 +78,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             "trials": counts,
             "pareto": front,
             "unreadable": study.unreadable,
+            "confirmations": [c.to_json() for c in study.confirmations()],
         }
         print(json.dumps(status, indent=2))
         return 0
@@ -91,6 +93,12 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(
             "\nPareto front over every (architecture, variant) (FLOPs = 2 x MACs per "
             "image; latency: ms per image, batch 1, one CPU thread):\n" + table(study.pareto())
+        )
+    confirmed = study.confirmations()
+    if confirmed:
+        print(
+            "\nSubnets of the supernet confirmed by training (validation accuracy):\n"
+            + confirmations_table(confirmed)
         )
     return 0
 

@@ -30,13 +30,14 @@ from autosearch.errors import ConfigError, StudyError
 from autosearch.space import SearchSpace
 from autosearch.study import records
 from autosearch.study.records import (
-    ARCH_ID,
+    CONFIRMS,
     FAIL_REASON,
     RESULT,
     RESUME,
     RESUMES,
     SUPERSEDED,
     VALUES_FROM,
+    claim_key,
 )
 
 __all__ = ["Claim", "Claims", "heartbeat_settings"]
@@ -81,13 +82,30 @@ Propose = Callable[[list[FrozenTrial]], Architecture]
 
 
 class Claims:
-    """Claims on one study's trials, for one worker."""
+    """Claims on one study's trials, for one worker: of its search trials, or with
+    ``confirming=True`` of its confirmation trials (autosearch.study.confirm), which
+    hold ``confirm:ID`` rather than the architecture's id, and resume only their kind."""
 
     def __init__(
-        self, storage: BaseStorage, study_id: int, space: SearchSpace, *, grace: float
+        self,
+        storage: BaseStorage,
+        study_id: int,
+        space: SearchSpace,
+        *,
+        grace: float,
+        confirming: bool = False,
     ) -> None:
         self.storage, self.study_id, self.space, self.grace = storage, study_id, space, grace
+        self.confirming = confirming
         self.index = ArchIndex()
+
+    def of_confirmations(self) -> Claims:
+        """Claims on the same study's confirmation trials."""
+        return Claims(self.storage, self.study_id, self.space, grace=self.grace, confirming=True)
+
+    def key(self, arch: Architecture) -> str:
+        """What a claim of this kind on ``arch`` holds (records.claim_key)."""
+        return f"confirm:{arch.arch_id}" if self.confirming else arch.arch_id
 
     def claim(self, propose: Propose, attrs: Callable[[Architecture], dict[str, Any]]) -> Claim:
         """A new running trial for the next architecture: the first whose run was cut
@@ -147,7 +165,7 @@ class Claims:
         else:
             known = seen[-1].number if seen else -1  # read in number order
             earlier = [*seen, *(self._trial(n) for n in range(known + 1, mine))]
-        holder = self.index.read(earlier).first(arch.arch_id)
+        holder = self.index.read(earlier).first(self.key(arch))
         if holder is not None and holder.number < mine:
             self.supersede(
                 trial_id, f"duplicate: trial {holder.number} holds this architecture", resume=False
@@ -181,12 +199,14 @@ class Claims:
         return reaped
 
     def pending(self, trials: list[FrozenTrial]) -> tuple[Architecture, int] | None:
-        """The oldest superseded-for-resume trial whose architecture no live trial holds:
-        its architecture and number."""
+        """The oldest superseded-for-resume trial of this kind (search or confirmation)
+        whose architecture no live trial holds: its architecture and number."""
         held = self.index.read(trials)
         recent = (t for t in self.index.unfinished(trials) if t.user_attrs.get(RESUME))
         for t in [*self.index.resumable, *recent]:  # in number order
-            holder = held.first(t.user_attrs.get(ARCH_ID, ""))
+            if (CONFIRMS in t.user_attrs) != self.confirming:
+                continue
+            holder = held.first(claim_key(t.user_attrs) or "")
             if holder is None or holder.state == TrialState.WAITING:
                 return records.architecture(t), t.number
         return None
@@ -290,7 +310,7 @@ class ArchIndex:
             self._indexed += frozen
             if frozen and t.user_attrs.get(RESUME):
                 self.resumable.append(t)
-            arch_id = t.user_attrs.get(ARCH_ID)
+            arch_id = claim_key(t.user_attrs)
             if arch_id is None or SUPERSEDED in t.user_attrs:
                 continue
             into[0].setdefault(arch_id, t)

@@ -47,10 +47,12 @@ from autosearch.study.replay import ControllerReplay
 from autosearch.study.results import on_front
 from autosearch.study.trials import StoredTrials
 from autosearch.train import EpochResult
+from autosearch.trial import TrialPlan
 
 __all__ = [
     "DROPPED",
     "PLATFORM_FAILURES",
+    "AllClaimed",
     "EpochCallback",
     "RecordCallback",
     "SearchLoop",
@@ -78,6 +80,11 @@ def platform_error(exc: BaseException, storage: str) -> PlatformError:
         return PlatformError(f"cannot use {exc.filename}: {exc.strerror or exc}")
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return PlatformError(f"storage {storage} failed: {type(exc).__name__}: {first}"[:500])
+
+
+class AllClaimed(SpaceExhausted):
+    """Every architecture this loop was given to run is held by a trial (a loop over a
+    fixed list: autosearch.study.confirm)."""
 
 
 RecordCallback = Callable[[Record], None]
@@ -133,6 +140,8 @@ class SearchLoop:
         while len(done) < n_trials and not self.interrupted:
             try:
                 record = self.run_one()
+            except AllClaimed:
+                break
             except SpaceExhausted as exc:
                 logger.warning("%s; study %r ends here", exc, self.parts.name)
                 break
@@ -178,7 +187,7 @@ class SearchLoop:
 
     def _run_claimed(self, claim: Claim) -> Record | str | None:
         parts = self.parts
-        plan = parts.planner.plan(claim.arch, number=claim.number)
+        plan = self._plan(claim)
         logger.debug("trial %d: %s", claim.number, parts.planner.space.describe(claim.arch))
         try:
             if plan.work is not None:
@@ -211,12 +220,20 @@ class SearchLoop:
                 return DROPPED
             outcome = failed
         try:
-            parts.replay.tell(claim.number, claim.arch, outcome)
+            self._tell(claim, outcome)
             record = parts.trials.record(claim.number)
         except PLATFORM_FAILURES as exc:  # stored already: it is told on the next replay
             raise platform_error(exc, parts.where) from None
         logger.debug("trial %d %s: %s", claim.number, record.state, _summary(record))
         return record
+
+    def _plan(self, claim: Claim) -> TrialPlan:
+        """How the claimed trial is evaluated."""
+        return self.parts.planner.plan(claim.arch, number=claim.number)
+
+    def _tell(self, claim: Claim, outcome: Outcome) -> None:
+        """Tell the controller the trial's outcome (and save its state)."""
+        self.parts.replay.tell(claim.number, claim.arch, outcome)
 
     def _store(self, claim: Claim, result: TrialResult) -> Outcome:
         """Write the trial's result (one attribute), then its state and objective values;

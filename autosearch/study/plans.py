@@ -15,6 +15,7 @@ from autosearch.compress import Compression
 from autosearch.space import SearchSpace
 from autosearch.study.artifacts import Artifacts
 from autosearch.study.definition import StudyDefinition, trial_seed
+from autosearch.study.records import CONFIRMS
 from autosearch.supernet import SubnetEvaluator
 from autosearch.trial import TrialPlan
 
@@ -42,11 +43,19 @@ class Planner:
     artifacts: Artifacts
     evaluator: Callable[[], SubnetEvaluator] | None = None
 
-    def plan(self, arch: Architecture, *, number: int = 0, seed: int | None = None) -> TrialPlan:
+    def plan(
+        self,
+        arch: Architecture,
+        *,
+        number: int = 0,
+        seed: int | None = None,
+        confirm: bool = False,
+    ) -> TrialPlan:
         """How ``arch`` is evaluated as trial ``number`` (with its own seed unless
-        ``seed`` is given)."""
+        ``seed`` is given). ``confirm``: trained from scratch with the study's training
+        config, as a supernet study confirms a subnet (autosearch.study.confirm)."""
         d = self.definition
-        trained = not (d.table or d.supernet)
+        trained = confirm or not (d.table or d.supernet)
         return TrialPlan(
             space=self.space,
             arch=arch,
@@ -58,11 +67,16 @@ class Planner:
             compression=_compression(d),
             early_stopping=d.early_stopping,
             table=d.table,
-            supernet=self.evaluator() if self.evaluator is not None else None,
+            supernet=self.evaluator() if self.evaluator is not None and not confirm else None,
             work=self.artifacts.attempt(arch, number) if trained else None,
         )
 
     def stored(self, trial: FrozenTrial, arch: Architecture) -> TrialPlan:
         """How stored ``trial`` (of ``arch``) was evaluated: with the seed it stored."""
         seed = trial.user_attrs.get("seed")
-        return self.plan(arch, number=trial.number, seed=int(seed) if seed is not None else None)
+        return self.plan(
+            arch,
+            number=trial.number,
+            seed=int(seed) if seed is not None else None,
+            confirm=CONFIRMS in trial.user_attrs,
+        )

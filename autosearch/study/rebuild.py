@@ -95,7 +95,7 @@ class Rebuilder:
                 f"not stored. Load the base (study.record({record.trial})) and derive it again "
                 f"with autosearch.compress.derive({record.variant!r}, model, data, config)"
             )
-        if self.supernet is not None:  # inherited again from the supernet, recalibrated
+        if self.supernet is not None and record.confirms is None:  # inherited, recalibrated
             evaluator = self.supernet()
             scored_on = records.result_facts(self.trials.get(record.trial)).get("supernet")
             if scored_on and scored_on != evaluator.digest:
@@ -217,7 +217,7 @@ class Rebuilder:
         record = self.trials.record(trial)
         if record.state != "complete":
             raise StudyError(f"trial {trial} is {record.state}; only complete trials can be rerun")
-        if self.supernet is not None:
+        if self.supernet is not None and record.confirms is None:
             return self._evaluate_again(record)
         if self.definition.table is not None:
             raise StudyError("a table study looks results up; there is no training to rerun")

@@ -28,6 +28,7 @@ from autosearch.trial import TrialResult
 
 __all__ = [
     "ARCH_ID",
+    "CONFIRMS",
     "FAIL_REASON",
     "RESULT",
     "RESUME",
@@ -38,6 +39,7 @@ __all__ = [
     "State",
     "UnreadableTrial",
     "architecture",
+    "claim_key",
     "decode",
     "encode",
     "new_trial",
@@ -59,6 +61,9 @@ SUPERSEDED = "superseded"
 RESUME = "resume"  # on a superseded trial: its architecture still needs training
 RESUMES = "resumes"  # on a trial: the number of the superseded trial it continues
 VALUES_FROM = "values_from"  # on a complete trial: the variant its objective values are
+# On a confirmation trial: the number of the supernet trial whose subnet it trains from
+# scratch (autosearch.study.confirm). Left out of the controller's history.
+CONFIRMS = "confirms"
 
 State = Literal["complete", "failed", "running", "stopped", "waiting"]
 _STATES: dict[TrialState, State] = {
@@ -103,7 +108,9 @@ class Record:
     autosearch.metrics): ``accuracy`` (validation), ``test_accuracy`` (held out),
     ``flops`` (2 × MACs, one image), ``macs``, ``sparse_macs``, ``params``, ``bops``,
     ``bytes``, ``latency``, ``latency_batched`` and ``reward``; training or deriving
-    time; and, for variants, ``detail_*`` figures of the compression.
+    time; and, for variants, ``detail_*`` figures of the compression. ``confirms``: on
+    a confirmation trial's records, the supernet trial whose subnet it trained from
+    scratch (None elsewhere).
     """
 
     trial: int
@@ -113,6 +120,7 @@ class Record:
     variant: str = "base"
     metrics: Mapping[str, float] = field(default_factory=dict)
     reason: str = ""
+    confirms: int | None = None
 
     def __hash__(self) -> int:
         return hash((self.trial, self.variant))
@@ -145,6 +153,16 @@ class Record:
     @property
     def is_base(self) -> bool:
         return self.variant == "base"
+
+
+def claim_key(attrs: Mapping[str, Any]) -> str | None:
+    """What a trial holds for the claims (autosearch.study.claims): its architecture's
+    id, or for a confirmation trial ``confirm:ID`` (a subnet is evaluated on the
+    supernet once and confirmed by training once)."""
+    arch_id = attrs.get(ARCH_ID)
+    if arch_id is None:
+        return None
+    return f"confirm:{arch_id}" if CONFIRMS in attrs else str(arch_id)
 
 
 class UnreadableTrial(Exception):
@@ -214,6 +232,7 @@ def decode(trial: FrozenTrial, objectives: tuple[str, ...] = ()) -> list[Record]
             description=str(attrs.get("description", "")),
             state=_STATES[trial.state],
             reason=str(attrs.get(FAIL_REASON, "")),
+            confirms=int(attrs[CONFIRMS]) if CONFIRMS in attrs else None,
         )
         found = [_point(base, p) for p in _points(attrs)] or [base]
     except (InvalidArchitectureError, KeyError, TypeError, ValueError, AttributeError) as exc:

@@ -26,7 +26,7 @@ from autosearch.architecture import Architecture
 from autosearch.controller import Controller, Outcome
 from autosearch.study import records
 from autosearch.study.definition import Component
-from autosearch.study.records import ARCH_ID, FINISHED
+from autosearch.study.records import ARCH_ID, CONFIRMS, FINISHED
 
 __all__ = ["ControllerReplay", "worker_stream"]
 
@@ -103,6 +103,8 @@ class ControllerReplay:
             if t.state in FINISHED and t.number == self._synced:
                 self._synced += 1
             if t.state not in FINISHED or t.number in self.told or records.superseded(t):
+                continue
+            if CONFIRMS in t.user_attrs:  # trained to confirm a subnet: not a search result
                 continue
             try:
                 arch = records.architecture(t)

@@ -4,7 +4,7 @@ point, and the most accurate point within a budget. Pure functions over records.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -35,10 +35,20 @@ def best(
     max_params: float | None,
     study: str,
     variant: str | None = None,
+    prefer: Callable[[Record], bool] | None = None,
 ) -> Record:
     """The most accurate (validation) of the complete records of ``points`` (of
     ``variant`` only, if given) within the budget; ties go to fewer FLOPs. The error
-    says what is closest when nothing fits."""
+    says what is closest when nothing fits. ``prefer``: choose among the records it
+    accepts first (a supernet study's confirmed subnets), among all if none fits."""
+    if prefer is not None:
+        preferred = [r for r in points if prefer(r)]
+        try:
+            return best(
+                preferred, max_flops=max_flops, max_params=max_params, study=study, variant=variant
+            )
+        except StudyError:
+            pass
     done = [
         r for r in points if r.state == "complete" and (variant is None or r.variant == variant)
     ]

@@ -8,20 +8,47 @@ import dataclasses
 import logging
 import uuid
 import warnings
+from typing import Any
 
 import optuna
 from optuna.storages import BaseStorage
 
+from autosearch._storage import close_storage, open_storage
+from autosearch.data import Dataset, load_data, spec_of
 from autosearch.errors import StorageError, StudyError, suggest
 from autosearch.study.definition import StudyDefinition
 from autosearch.study.jobs import is_companion
 
-__all__ = ["read_definition", "store_definition", "study_uid", "write_definition"]
+__all__ = ["open_stored", "read_definition", "store_definition", "study_uid", "write_definition"]
 
 logger = logging.getLogger(__name__)
 
 _ATTR = "autosearch"  # the study user attribute that holds the definition
 _UID = "autosearch:uid"  # the study system attribute: a random id, made once at creation
+
+
+def open_stored(
+    name: str, url: str, data: tuple[Any, Any] | None, *, read_only: bool
+) -> tuple[BaseStorage, StudyDefinition, Dataset | None]:
+    """Study ``name`` at ``url`` opened: its storage, its definition, and its dataset when
+    ``data`` (the arrays it was created from) is given.
+
+    Raises:
+        StorageError, StudyError: no such study, or other data than it was created from.
+    """
+    backend = open_storage(url, create=not read_only)
+    try:
+        _, definition = read_definition(backend, name, url)
+        if data is not None and spec_of(data) != definition.data:
+            raise StudyError(
+                f"study {name!r} was created from other data ({definition.data}, "
+                f"given {spec_of(data)}); pass the arrays it was created from"
+            )
+    except BaseException:
+        close_storage(backend)
+        raise
+    dataset = load_data(data, seed=definition.seed) if data is not None else None
+    return backend, definition, dataset
 
 
 def read_definition(storage: BaseStorage, name: str, url: str) -> tuple[int, StudyDefinition]:

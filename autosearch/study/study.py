@@ -18,10 +18,9 @@ import torch.nn as nn
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial
 
-from autosearch._storage import close_storage, open_storage
 from autosearch.architecture import Architecture
 from autosearch.controller import Controller
-from autosearch.data import Dataset, load_data, spec_of
+from autosearch.data import Dataset
 from autosearch.errors import StudyError
 from autosearch.runtime import broadcast_object, world
 from autosearch.space import SearchSpace
@@ -29,6 +28,7 @@ from autosearch.study import progress, results, workers
 from autosearch.study._typed import DefinitionView
 from autosearch.study.artifacts import Artifacts, opened_location
 from autosearch.study.claims import Claims, heartbeat_settings
+from autosearch.study.confirm import Confirmation, Confirmer, confirmations
 from autosearch.study.dataset import StudyData
 from autosearch.study.definition import StudyDefinition
 from autosearch.study.executors import Executor
@@ -39,7 +39,7 @@ from autosearch.study.plans import Planner
 from autosearch.study.rebuild import Rebuilder
 from autosearch.study.records import Record, State
 from autosearch.study.replay import ControllerReplay
-from autosearch.study.stored import read_definition, study_uid
+from autosearch.study.stored import open_stored, study_uid
 from autosearch.study.supernet_job import SupernetJob
 from autosearch.study.trials import StoredTrials
 from autosearch.supernet import SubnetEvaluator
@@ -127,27 +127,13 @@ class Study(DefinitionView):
         read_only: bool = False,
     ) -> Study:
         """Open a stored study (autosearch.load_study, which documents it)."""
-        backend = open_storage(storage, create=not read_only)
-        try:
-            _, definition = read_definition(backend, name, storage)
-        except BaseException:
-            close_storage(backend)
-            raise
-        dataset = None
-        if data is not None:
-            if spec_of(data) != definition.data:
-                raise StudyError(
-                    f"study {name!r} was created from other data ({definition.data}, "
-                    f"given {spec_of(data)}); pass the arrays it was created from"
-                )
-            dataset = load_data(data, seed=definition.seed)
-        controller = definition.build(where=f"study {name!r} in {storage}")
+        backend, definition, dataset = open_stored(name, storage, data, read_only=read_only)
         study = cls(
             name=name,
             url=storage,
             storage=backend,
             definition=definition,
-            controller=controller,
+            controller=definition.build(where=f"study {name!r} in {storage}"),
             data=dataset,
             data_source=data,
         )
@@ -231,12 +217,16 @@ class Study(DefinitionView):
         (``variants=True``: any variant's record; ``variant="int8"``: that variant's
         records only); ties go to fewer FLOPs. The test split plays no part in this
         choice. A choice whose figures are estimates is measured first (and the choice
-        made again, on the measured figures)."""
+        made again, on the measured figures). Confirmed subnets (:meth:`confirm`) come
+        first: a supernet study's inherited figures only where none fits."""
         for _ in range(20):
             chosen = results.best(
                 self.records(variants=variants or variant is not None),
-                **{"max_flops": max_flops, "max_params": max_params, "variant": variant},
+                max_flops=max_flops,
+                max_params=max_params,
+                variant=variant,
                 study=self.name,
+                prefer=lambda r: r.confirms is not None,
             )
             if self.read_only or not is_estimated(chosen):
                 return chosen
@@ -283,6 +273,25 @@ class Study(DefinitionView):
         in a folder), for another study of the same supernet (another budget:
         ``SupernetConfig(weights=path)``) to use without training."""
         return self._job().export_weights(self.data, path)  # type: ignore[no-any-return]
+
+    def confirm(self, k: int, *, callbacks: Iterable[TrialCallback] = ()) -> list[Record]:
+        """Train the ``k`` most accurate subnets of the supernet's front from scratch with
+        the study's training config, as trials of the study (autosearch.study.confirm):
+        each once across workers, resumed after a kill or Ctrl-C (SIGTERM returns, with
+        :attr:`interrupted` set). Returns their records; :meth:`confirmations` compares
+        inherited and confirmed accuracy, and :meth:`best` prefers confirmed subnets."""
+        self._job()  # a study without a supernet has nothing to confirm
+        self._check_run(1, 1, 1, [])
+        confirmer = Confirmer(self._search_parts())
+        done = confirmer.confirm(k, callbacks=[functools.partial(c, self) for c in callbacks])
+        self.interrupted = confirmer.signal
+        if confirmer.signal == "SIGINT":
+            raise KeyboardInterrupt
+        return done
+
+    def confirmations(self) -> list[Confirmation]:
+        """Each confirmed subnet's inherited against confirmed validation accuracy."""
+        return confirmations(self.records(variants=False), self.trials.all())
 
     def _job(self) -> SupernetJob:
         if self.supernet_job is None:
@@ -401,7 +410,7 @@ class Study(DefinitionView):
         n_trials: int,
         n_workers: int,
         callbacks: list[RecordCallback],
-        max_failures_in_a_row: int,
+        failures: int,
         executor: str | Executor,
     ) -> list[Record]:
         return workers.run_pool(
@@ -413,7 +422,7 @@ class Study(DefinitionView):
             n_workers=n_workers,
             worker_main=_worker_main,
             callbacks=callbacks,
-            max_failures_in_a_row=max_failures_in_a_row,
+            max_failures_in_a_row=failures,
             executor=executor,
         )
 

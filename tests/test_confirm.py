@@ -1,0 +1,287 @@
+"""Confirming a supernet's choice by training: ``study.confirm(k)`` and ``autosearch
+confirm`` train the top subnets of the supernet's front from scratch as trials of the
+study, once each across workers, resumably; ``best()`` prefers them."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import autosearch
+from autosearch import ConfigError, StudyError, SupernetConfig, TrainConfig
+from autosearch.cli import main
+from autosearch.study.confirm import candidates
+from autosearch.study.records import CONFIRMS
+from autosearch.train import evaluate
+from controllers import RandomSearch
+from search_spaces import ResNetSpace
+
+TINY = TrainConfig(epochs=2, batch_size=64, lr=0.05)
+
+
+def _space():
+    return ResNetSpace(max_stages=2, depths=(1, 2), widths=(8, 16), stem_widths=(8, 16)).supernet(
+        fixed={"stages": 2, "block": "basic"}
+    )
+
+
+@pytest.fixture(scope="module")
+def weights(tmp_path_factory):
+    """A tiny supernet, trained once for this module: its weights file."""
+    root = tmp_path_factory.mktemp("confirm")
+    study = autosearch.create_study(
+        "trained",
+        controller=RandomSearch(_space(), seed=0),
+        storage=f"sqlite:///{root}/t.db",
+        train=TINY,
+        supernet=SupernetConfig(
+            sandwich=1, latency=False, train=TrainConfig(epochs=1, batch_size=64)
+        ),
+    )
+    study.train_supernet()
+    return study.save_supernet(root / "supernet.safetensors")
+
+
+def _searched(weights, path: Path, name: str = "ws", trials: int = 8):
+    study = autosearch.create_study(
+        name,
+        controller=RandomSearch(_space(), seed=0),
+        storage=f"sqlite:///{path}/{name}.db",
+        train=TINY,
+        supernet=SupernetConfig(sandwich=1, latency=False, weights=str(weights)),
+    )
+    study.train_supernet()  # imports the weights
+    study.optimize(trials, show_progress_bar=False)
+    return study
+
+
+def _stored(study) -> list[tuple]:
+    return [
+        (t.number, t.state, json.dumps(t.user_attrs, sort_keys=True, default=str))
+        for t in study.optuna_trials()
+    ]
+
+
+def test_confirm_trains_the_top_of_the_front_as_trials_and_best_prefers_them(weights, tmp_path):
+    study = _searched(weights, tmp_path)
+    front = candidates(study.records(variants=False), study.objectives)
+    assert len(front) >= 2
+    told_before = set(study.replay.told)
+
+    done = study.confirm(2)
+
+    assert [r.confirms for r in done] == [front[0].trial, front[1].trial]
+    assert [r.arch for r in done] == [front[0].arch, front[1].arch]
+    assert all(r.state == "complete" and r.trial >= 8 for r in done)
+    facts = study.optuna_trial(done[0].trial).user_attrs["result"]
+    assert facts["evaluated_by"] == "training" and facts["weights"]  # trained, weights stored
+    # The controller never hears of a confirmation: it is not the supernet's figure.
+    assert study.replay.told == told_before
+    reopened = autosearch.load_study("ws", storage=study.storage_url)
+    assert set(reopened.replay.told) == told_before
+    # Each subnet's two figures, side by side.
+    rows = {c.trial: c for c in study.confirmations()}
+    for record in done:
+        row = rows[record.confirms]
+        assert row.confirmed == record.accuracy and row.confirmed_by == record.trial
+        assert row.inherited == study.record(record.confirms).accuracy
+        assert row.state == "complete"
+    # best() prefers confirmed subnets, and their trained weights are what is loaded.
+    best = study.best()
+    assert best.confirms is not None and best.trial in {r.trial for r in done}
+    model = study.load_model(best)
+    assert evaluate(model, study.data.val, study.data)[0] == pytest.approx(best.accuracy)
+    # Confirming again trains nothing: the same records, no new trial.
+    count = len(study.optuna_trials())
+    again = study.confirm(2)
+    assert [r.trial for r in again] == [r.trial for r in done]
+    assert len(study.optuna_trials()) == count
+    # A larger k trains only what is new.
+    more = study.confirm(3) if len(front) >= 3 else done
+    assert [r.trial for r in more[:2]] == [r.trial for r in done]
+    assert len(study.optuna_trials()) == count + (len(more) - 2)
+
+
+def test_bad_confirm_is_refused_in_one_line_and_stores_nothing(weights, tmp_path):
+    study = _searched(weights, tmp_path, trials=4)
+    front = len(candidates(study.records(variants=False), study.objectives))
+    before = _stored(study)
+    for k, match in (
+        (0, "k must be an integer >= 1"),
+        (-1, "k must be an integer >= 1"),
+        ("2", "k must be an integer >= 1"),
+        (True, "k must be an integer >= 1"),
+        (front + 1, f"has {front} subnet"),
+    ):
+        with pytest.raises(ConfigError, match=match) as caught:
+            study.confirm(k)
+        assert "\n" not in str(caught.value)
+    read_only = autosearch.load_study("ws", storage=study.storage_url, read_only=True)
+    with pytest.raises(StudyError, match="read-only"):
+        read_only.confirm(1)
+    assert _stored(study) == before
+
+    plain = autosearch.create_study(
+        "plain",
+        controller=RandomSearch(ResNetSpace(max_stages=1, depths=(1,), widths=(8,)), seed=0),
+        storage=f"sqlite:///{tmp_path}/plain.db",
+        train=TrainConfig(epochs=1, batch_size=64),
+    )
+    with pytest.raises(StudyError, match="has no supernet"):
+        plain.confirm(1)
+    assert plain.optuna_trials() == []
+
+    empty = autosearch.create_study(
+        "empty",
+        controller=RandomSearch(_space(), seed=0),
+        storage=f"sqlite:///{tmp_path}/empty.db",
+        train=TINY,
+        supernet=SupernetConfig(sandwich=1, latency=False, weights=str(weights)),
+    )
+    empty.train_supernet()
+    with pytest.raises(StudyError, match="no complete supernet trial"):
+        empty.confirm(1)
+    assert empty.optuna_trials() == []
+
+
+def test_a_subnet_another_worker_holds_is_not_trained_twice_and_a_dead_one_is_taken_over(
+    weights, tmp_path, monkeypatch
+):
+    """Worker B claimed the first subnet and died without a beat; worker A, confirming
+    the same two subnets, trains the second, waits for B's, and takes it over once B's
+    heartbeat is past the grace: each subnet is trained by exactly one complete trial."""
+    monkeypatch.setenv("AUTOSEARCH_HEARTBEAT_INTERVAL", "0.2")
+    monkeypatch.setenv("AUTOSEARCH_HEARTBEAT_GRACE", "3")
+    study = _searched(weights, tmp_path)
+    first, second = candidates(study.records(variants=False), study.objectives)[:2]
+    claims = study.claims.of_confirmations()
+    b = claims.start(first.arch, {CONFIRMS: first.trial, "seed": 1, "worker": "b:1"})
+    assert claims.holds(b, first.arch)
+
+    done = study.confirm(2)
+
+    assert [r.confirms for r in done] == [first.trial, second.trial]
+    assert all(r.state == "complete" for r in done)
+    trials = study.optuna_trials()
+    taken = next(t for t in trials if t._trial_id == b)
+    assert "superseded" in taken.user_attrs and "died" in taken.user_attrs["superseded"]
+    live = [t for t in trials if CONFIRMS in t.user_attrs and "superseded" not in t.user_attrs]
+    assert sorted(t.user_attrs[CONFIRMS] for t in live) == sorted([first.trial, second.trial])
+    # A second claim on a held subnet is superseded as a duplicate at once.
+    dup = claims.start(second.arch, {CONFIRMS: second.trial, "seed": 1})
+    assert not claims.holds(dup, second.arch)
+    # The search's own claims never resume a confirmation: a new search trial is new.
+    (new,) = study.optimize(1, show_progress_bar=False)
+    assert new.confirms is None and new.arch not in {first.arch, second.arch}
+
+
+def test_a_confirmation_cut_by_sigterm_resumes_from_its_checkpoint(weights, tmp_path, monkeypatch):
+    study = _searched(weights, tmp_path)
+    from autosearch.study import loop
+
+    real = loop.StudyContext.epoch_done
+
+    def stop_after_first_epoch(self, epoch):
+        real(self, epoch)
+        if epoch.epoch == 1:
+            os.kill(os.getpid(), signal.SIGTERM)  # the handler asks the trial to stop
+
+    monkeypatch.setattr(loop.StudyContext, "epoch_done", stop_after_first_epoch)
+    assert study.confirm(1) == []
+    assert study.interrupted == "SIGTERM"
+    cut = [t for t in study.optuna_trials() if CONFIRMS in t.user_attrs]
+    assert len(cut) == 1 and cut[0].user_attrs.get("resume") is True
+    monkeypatch.setattr(loop.StudyContext, "epoch_done", real)
+
+    (done,) = study.confirm(1)
+
+    assert done.state == "complete" and done.confirms == cut[0].user_attrs[CONFIRMS]
+    facts = study.optuna_trial(done.trial).user_attrs
+    assert facts["resumes"] == cut[0].number
+    assert facts["result"]["resumed_from_epoch"] == 1
+    assert study.interrupted is None
+
+
+STUDY_FILE = """
+from autosearch import StudySpec, SupernetConfig, TrainConfig
+from controllers import RandomSearch
+from search_spaces import ResNetSpace
+
+space = ResNetSpace(max_stages=2, depths=(1, 2), widths=(8, 16), stem_widths=(8, 16)).supernet(
+    fixed={{"stages": 2, "block": "basic"}}
+)
+study = StudySpec(
+    name="cf",
+    controller=RandomSearch(space, seed=0),
+    data="digits",
+    train=TrainConfig(epochs=2, batch_size=64, lr=0.05),
+    supernet=SupernetConfig(sandwich=1, latency=False, weights={weights!r}),
+    n_trials=6,
+)
+"""
+
+
+@pytest.mark.slow
+def test_two_confirm_commands_at_once_train_each_subnet_once(weights, tmp_path):
+    """Two real `autosearch confirm` processes on one study, started together."""
+    (tmp_path / "cf.py").write_text(STUDY_FILE.format(weights=str(weights)))
+    url = f"sqlite:///{tmp_path}/cf.db"
+    cli = Path(sys.executable).with_name("autosearch")
+    assert main(["run", str(tmp_path / "cf.py"), "--storage", url, "--out", str(tmp_path)]) == 0
+    workers = [
+        subprocess.Popen(
+            [str(cli), "confirm", "cf.py", "-k", "2", "--storage", url, "--json"],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    outs = [w.communicate(timeout=600) for w in workers]
+    assert [w.returncode for w in workers] == [0, 0], [err for _, err in outs]
+    said = [json.loads(out)["confirmations"] for out, _ in outs]
+    assert said[0] == said[1]  # both report the same two confirmations
+    study = autosearch.load_study("cf", storage=url, read_only=True)
+    trained = [
+        t for t in study.optuna_trials() if CONFIRMS in t.user_attrs and t.state.name == "COMPLETE"
+    ]
+    assert len(trained) == 2  # each subnet trained once, by one of the two
+    assert sorted(t.user_attrs[CONFIRMS] for t in trained) == sorted(c["trial"] for c in said[0])
+    assert {t.user_attrs["worker"] for t in trained} <= {
+        t.user_attrs["worker"] for t in study.optuna_trials() if CONFIRMS in t.user_attrs
+    }
+    # The status command shows both figures of each.
+    assert main(["status", str(tmp_path / "cf.py"), "--storage", url]) == 0
+
+
+def test_the_cli_refuses_bad_confirm_input_in_one_line(weights, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cf.py").write_text(STUDY_FILE.format(weights=str(weights)))
+    with pytest.raises(SystemExit) as stopped:
+        main(["confirm", "cf.py", "-k", "0"])
+    assert stopped.value.code == 2 and "-k: expected an integer >= 1" in capsys.readouterr().err
+    assert main(["confirm", "cf.py", "-k", "2"]) == 2  # no study stored yet
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "study.db does not exist" in err
+    (tmp_path / "plain.py").write_text(
+        textwrap.dedent(
+            """
+            from autosearch import StudySpec, TrainConfig
+            from controllers import RandomSearch
+            from search_spaces import ResNetSpace
+            study = StudySpec(name="plain", controller=RandomSearch(ResNetSpace(), seed=0),
+                              data="digits", train=TrainConfig(epochs=1), n_trials=1)
+            """
+        )
+    )
+    assert main(["confirm", "plain.py"]) == 2
+    assert "defines no supernet" in capsys.readouterr().err
+    assert not (tmp_path / "runs" / "plain").exists()
