@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import json
 import statistics
 import sys
@@ -57,7 +58,13 @@ from autosearch.data import load_data
 from autosearch.supernet import SubnetEvaluator
 from autosearch.train import evaluate, train
 from controllers import RegularizedEvolution
-from search_spaces import MobileNetSpace, ResNetSpace
+from search_spaces import MobileNetSpace
+
+_spec = importlib.util.spec_from_file_location(
+    "ground_truth", Path(__file__).resolve().parent / "ground_truth.py"
+)
+ground_truth = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(ground_truth)  # type: ignore[union-attr]
 
 SETTINGS = {
     # 2 CPU cores, under an hour.
@@ -90,25 +97,8 @@ SETTINGS = {
 
 
 def space(**budget: Any):
-    """Elastic ResNets for 28×28 images: stem 8/16, three stride-2 stages of depth 1–3
-    and width 8–24 (6,750 subnets, 0.4–12 MFLOPs)."""
-    return ResNetSpace(
-        max_stages=3,
-        depths=(1, 2, 3),
-        widths=(8, 12, 16, 20, 24),
-        stem_widths=(8, 16),
-        strides=(1, 2),
-    ).supernet(
-        fixed={
-            "stages": 3,
-            "block": "basic",
-            "shortcut": "pad",
-            "stage1.stride": 2,
-            "stage2.stride": 2,
-            "stage3.stride": 2,
-        },
-        **budget,
-    )
+    """The ResNet sub-space of the ground truth (benchmarks/ground_truth.py)."""
+    return ground_truth.resnet_space(**budget)
 
 
 class StandAlone:
@@ -226,6 +216,97 @@ def kernels_experiment(arrays, recipe: TrainConfig, root: Path, seed: int) -> di
     return out
 
 
+def rank_against_truth(
+    space_name: str, settings: dict[str, Any], root: Path, schedules: list[str], seed: int
+) -> dict[str, Any]:
+    """Supernets of ``space_name`` (one per schedule) ranked against the stored ground
+    truth (benchmarks/ground_truth.py): Kendall tau and Spearman against the two-seed
+    mean, as a share of the seeds' own agreement, within FLOPs groups, and what FLOPs or
+    parameters alone reach; each supernet evaluated with 256 and 1,024 calibration
+    images."""
+    try:
+        table = ground_truth.load(space_name)
+    except FileNotFoundError:
+        sys.exit(
+            f"no ground truth for {space_name}: python benchmarks/ground_truth.py --space "
+            f"{space_name} trains it (about 2 hours on 2 CPU cores)"
+        )
+    truth = ground_truth.mean_truth(table)
+    elastic = ground_truth.SPACES[space_name]()
+    rows = [r for r in table["subnets"] if r["arch_id"] in truth]
+    archs = [elastic.make(r["arch"]) for r in rows]
+    mean = [truth[r["arch_id"]] for r in rows]
+    flops = [r["flops"] for r in rows]
+    params = [float(elastic.cost(a).params) for a in archs]
+    arrays = ground_truth.dataset(table["data"]["source"], table["data"]["images"])
+    recipe = TrainConfig(**table["recipe"])
+    super_recipe = dataclasses.replace(recipe, epochs=settings["supernet_epochs"])
+    out: dict[str, Any] = {
+        "subnets": len(rows),
+        "truth": {"recipe": table["recipe"], "data": table["data"], "seeds": table["seeds"]},
+        "ceiling": ground_truth.agreement(table["subnets"]),
+        "kendall_tau_of_flops": float(stats.kendalltau(flops, mean)[0]),
+        "kendall_tau_of_params": float(stats.kendalltau(params, mean)[0]),
+        "supernets": {},
+    }
+    ceiling = out["ceiling"]["kendall_tau"]
+    for schedule in schedules:
+        config = SupernetConfig(
+            train=super_recipe,
+            sandwich=2,
+            schedule=schedule,  # type: ignore[arg-type]
+            test_accuracy=False,
+            latency=False,
+        )
+        study = make_study(f"{space_name}-{schedule}", root, arrays, recipe, config, elastic, seed)
+        assert len(study.data.val) == table["images"]["val"], "another split than the truth's"
+        print(f"{space_name}: supernet ({schedule})...", file=sys.stderr)
+        start = time.perf_counter()
+        study.train_supernet()
+        seconds = time.perf_counter() - start
+        for calibration in (256, 1024):
+            evaluator = SubnetEvaluator(
+                study.supernet_evaluator.net,
+                elastic,
+                study.data,
+                dataclasses.replace(config, eval_images=0, calibration_images=calibration),
+                seed=seed,
+            )
+            inherited = [evaluator.evaluate(a)[1]["accuracy"] for a in archs]
+            found = correlation(inherited, mean, flops, settings["groups"])
+            found["share_of_ceiling"] = found["kendall_tau"] / ceiling
+            found["inherited"] = inherited
+            found["train_seconds"] = seconds
+            out["supernets"][f"{schedule}, calibration {calibration}"] = found
+    return out
+
+
+def ranking_markdown(results: dict[str, Any]) -> str:
+    lines = []
+    for space_name, r in results.items():
+        c = r["ceiling"]
+        lines += [
+            f"**{space_name}** ({r['subnets']} subnets; ground truth {r['truth']['recipe']}, "
+            f"seeds {r['truth']['seeds']}): seed against seed Kendall τ "
+            f"{c['kendall_tau']:.2f} (Spearman {c['spearman']:.2f}, within FLOPs groups "
+            f"{c['kendall_tau_within_groups']:.2f}); FLOPs alone τ "
+            f"{r['kendall_tau_of_flops']:.2f}, "
+            f"parameters alone τ {r['kendall_tau_of_params']:.2f}.",
+            "",
+            "| supernet | τ against the mean | share of the seed ceiling | Spearman | τ within "
+            "FLOPs groups | training s |",
+            "| --- | --- | --- | --- | --- | --- |",
+        ]
+        for label, s in r["supernets"].items():
+            lines.append(
+                f"| {label} | {s['kendall_tau']:.2f} | {s['share_of_ceiling']:.2f} | "
+                f"{s['spearman']:.2f} | {s['kendall_tau_within_groups']:.2f} | "
+                f"{s['train_seconds']:.0f} |"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default="fashion-mnist")
@@ -235,6 +316,15 @@ def main() -> None:
     parser.add_argument("--kernels", action="store_true", help="also the kernel experiment")
     parser.add_argument("--ceiling", action="store_true", help="train the ranking set twice")
     parser.add_argument("--only", choices=("all", "ranking"), default="all")
+    parser.add_argument(
+        "--space",
+        choices=("resnet", "mobilenet", "both"),
+        default="both",
+        help="--only ranking: the sub-space(s) ranked against their stored ground truth",
+    )
+    parser.add_argument(
+        "--schedules", default="sandwich,progressive", help="--only ranking: supernets to train"
+    )
     parser.add_argument("--workdir", help="keep the studies here (default: a temporary folder)")
     parser.add_argument("--markdown", help="write the table here too")
     for key, value in SETTINGS["reduced"].items():
@@ -245,6 +335,14 @@ def main() -> None:
     root = Path(args.workdir or tempfile.mkdtemp(prefix="weight-sharing-"))
     root.mkdir(parents=True, exist_ok=True)
     began = time.perf_counter()
+    if args.only == "ranking":
+        names = ["resnet", "mobilenet"] if args.space == "both" else [args.space]
+        schedules = args.schedules.split(",")
+        found = {n: rank_against_truth(n, settings, root, schedules, args.seed) for n in names}
+        print(json.dumps({"ranking": found, "seconds": time.perf_counter() - began}, indent=2))
+        if args.markdown:
+            Path(args.markdown).write_text(ranking_markdown(found))
+        return
 
     full = load_data(args.data, seed=args.seed)
     x = torch.cat([full.train.x, full.val.x, full.test.x])

@@ -6,9 +6,10 @@ depth and width: 2 × 12³ = 3,456 subnets); it is trained once with the sandwic
 and in-place distillation, then regularized evolution evaluates 200 subnets on it
 (inherited weights, batch norm recalibrated), each in a fraction of a second. Subnets
 on the accuracy-FLOPs front are also quantized to int8 from their inherited weights.
-`autosearch export studies/digits_supernet.py --best --finetune 2 --out DIR` writes the
-best subnet as an ordinary ResNet, fine-tuned for two epochs; `autosearch train DIR`
-trains it from scratch to confirm the choice.
+`autosearch confirm studies/digits_supernet.py -k 3` then trains the front's three most
+accurate subnets from scratch (the `train=` config), as trials of the study, and shows
+their inherited against their confirmed accuracy; `best()` and `autosearch export
+studies/digits_supernet.py --best --out DIR` then choose among confirmed subnets.
 """
 
 from autosearch import Compression, StudySpec, SupernetConfig, TrainConfig
