@@ -82,6 +82,8 @@ def test_confirm_trains_the_top_of_the_front_as_trials_and_best_prefers_them(wei
     assert all(r.state == "complete" and r.trial >= 8 for r in done)
     facts = study.optuna_trial(done[0].trial).user_attrs["result"]
     assert facts["evaluated_by"] == "training" and facts["weights"]  # trained, weights stored
+    # Trial budgets count search trials: confirmations are not among them.
+    assert study.count("complete") == 8
     # The controller never hears of a confirmation: it is not the supernet's figure.
     assert study.replay.told == told_before
     reopened = autosearch.load_study("ws", storage=study.storage_url)

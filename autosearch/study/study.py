@@ -197,7 +197,7 @@ class Study(DefinitionView):
         return self.trials.curves()
 
     def count(self, *states: State) -> int:
-        """Trials (not variants) in any of ``states``."""
+        """Search trials (not variants or confirmations) in any of ``states``."""
         return self.trials.count(*states)
 
     def pareto(self) -> list[Record]:

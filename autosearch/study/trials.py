@@ -92,5 +92,6 @@ class StoredTrials:
         }
 
     def count(self, *states: State) -> int:
-        """Trials (not variants) in any of ``states``."""
-        return sum(r.state in states for r in self.records(variants=False))
+        """Search trials (not variants, not confirmations) in any of ``states``: what a
+        study's trial budget counts."""
+        return sum(r.state in states and r.confirms is None for r in self.records(variants=False))
