@@ -236,7 +236,11 @@ def test_two_confirm_commands_at_once_train_each_subnet_once(weights, tmp_path):
     (tmp_path / "cf.py").write_text(STUDY_FILE.format(weights=str(weights)))
     url = f"sqlite:///{tmp_path}/cf.db"
     cli = Path(sys.executable).with_name("autosearch")
-    assert main(["run", str(tmp_path / "cf.py"), "--storage", url, "--out", str(tmp_path)]) == 0
+    from autosearch.studyfile import load_spec
+
+    searched = load_spec(tmp_path / "cf.py").create(storage=url)
+    searched.train_supernet()  # imports the weights
+    searched.optimize(6, show_progress_bar=False)
     workers = [
         subprocess.Popen(
             [str(cli), "confirm", "cf.py", "-k", "2", "--storage", url, "--json"],

@@ -169,10 +169,10 @@ class Confirmer:
             epoch_callbacks=[],
             max_failures_in_a_row=len(targets) + 1,
         )
-        wanted = {r.trial for r in targets}
+        wanted, said = {r.trial for r in targets}, None
         with loop.graceful_interrupts():
             while True:
-                loop.run(len(targets))
+                loop.run(len(targets))  # what no trial holds, and what a dead worker held
                 if loop.signal is not None:
                     break
                 held = _confirming(self.parts.trials.all())
@@ -181,12 +181,14 @@ class Confirmer:
                     for n in wanted
                     if n in held and held[n].state in (TrialState.RUNNING, TrialState.WAITING)
                 )
-                if not waiting and wanted <= held.keys():
+                if not waiting:
                     break
-                logger.info(
-                    "confirmation trial(s) %s run in other workers; waiting for them",
-                    ", ".join(map(str, waiting)),
-                )
+                if waiting != said:
+                    logger.info(
+                        "confirmation trial(s) %s run in other workers; waiting for them",
+                        ", ".join(map(str, waiting)),
+                    )
+                    said = waiting
                 time.sleep(self.parts.heartbeat_interval)
         self.signal = loop.signal
         held = _confirming(self.parts.trials.all())
