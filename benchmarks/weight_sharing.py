@@ -23,7 +23,15 @@ stage depth and width):
    seed's stand-alone accuracies rank the other's (what any evaluator can reach against
    a single training), and the supernet's correlation with the two seeds' mean.
 
-``--only ranking`` runs 1, 2 and 6.
+``--only ranking`` ranks supernets of each sub-space (``--space resnet|mobilenet|both``;
+``--schedules sandwich,progressive``) against the stored ground truth of
+``benchmarks/ground_truth.py`` (two seeds of 10-epoch stand-alone trainings on 20,000
+images): Kendall tau against the two-seed mean, as a share of the seeds' own agreement,
+within FLOPs groups, against FLOPs and parameters alone; each supernet with 256 and
+1,024 calibration images. ``--only budgets`` is the equal-compute setting users spend:
+one supernet charged once across four FLOPs budgets, each budget's search confirmed by
+``study.confirm(--confirm)`` (charged too), against multi-trial random search given
+three times the weight-sharing total.
 
 Prints JSON (and writes ``--markdown``). The default settings fit a 2-core CPU in under
 an hour; ``--large`` is for a GPU.
@@ -281,6 +289,84 @@ def rank_against_truth(
     return out
 
 
+def equal_compute(
+    space_name: str, settings: dict[str, Any], root: Path, schedule: str, k: int, seed: int
+) -> dict[str, Any]:
+    """One supernet for four FLOPs budgets (OFA's setting), charged once; per budget a
+    search on it (regularized evolution) and ``study.confirm(k)`` (k trainings with the
+    ground truth's recipe, charged too); against a multi-trial random search per budget
+    whose trainings (the same recipe) may cost three times the weight-sharing total,
+    shared evenly among the budgets. The confirmed best against the multi-trial best."""
+    table = ground_truth.load(space_name)
+    arrays = ground_truth.dataset(table["data"]["source"], table["data"]["images"])
+    recipe = TrainConfig(**table["recipe"])
+    make_space = ground_truth.SPACES[space_name]
+    elastic = make_space()
+    config = SupernetConfig(
+        train=dataclasses.replace(recipe, epochs=settings["supernet_epochs"]),
+        sandwich=2,
+        schedule=schedule,  # type: ignore[arg-type]
+        eval_images=settings["eval_images"],
+        test_accuracy=False,
+        latency=False,
+    )
+    trained = make_study(f"{space_name}-ec", root, arrays, recipe, config, elastic, seed)
+    start = time.perf_counter()
+    trained.train_supernet()
+    supernet_seconds = time.perf_counter() - start
+    weights = trained.save_supernet(root / f"{space_name}-ec.safetensors")
+    data = trained.data
+    rng = np.random.default_rng(seed + 1)
+    draws = sorted(elastic.cost(elastic.sample(rng)).flops for _ in range(400))
+    budgets = [float(np.quantile(draws, q)) for q in (0.25, 0.5, 0.75, 1.0)]
+    rows, ws_seconds = [], supernet_seconds
+    for i, budget in enumerate(budgets):
+        print(f"{space_name}: budget {budget / 1e6:.2f} MFLOPs...", file=sys.stderr)
+        constrained = make_space(max_flops=budget, budget_input=data.input_shape)
+        search = make_study(
+            f"{space_name}-ec{i}",
+            root,
+            arrays,
+            recipe,
+            dataclasses.replace(config, weights=str(weights)),
+            constrained,
+            seed,
+        )
+        search.train_supernet()  # imports the weights
+        start = time.perf_counter()
+        search.optimize(settings["evaluations"], show_progress_bar=False)
+        search_seconds = time.perf_counter() - start
+        confirmed = search.confirm(min(k, len(search.pareto())))
+        confirm_seconds = sum(r.metrics.get("train_seconds", 0.0) for r in confirmed)
+        ws_seconds += search_seconds + confirm_seconds
+        best = search.best()
+        rows.append(
+            {
+                "max_mflops": budget / 1e6,
+                "search_seconds": search_seconds,
+                "confirm_seconds": confirm_seconds,
+                "confirmations": [c.to_json() for c in search.confirmations()],
+                "ws_best": search.space.describe(best.arch),
+                "ws_best_val": best.metrics["accuracy"],
+                "ws_best_confirmed": best.confirms is not None,
+            }
+        )
+    alone = StandAlone(data, recipe, seed)
+    for i, (row, budget) in enumerate(zip(rows, budgets, strict=True)):
+        constrained = make_space(max_flops=budget, budget_input=data.input_shape)
+        row["multi_trial"] = multi_trial(
+            constrained, alone, 3 * ws_seconds / len(budgets), seed + 10 + i
+        )
+        row["gap_points"] = 100 * (row["multi_trial"]["best_val"] - row["ws_best_val"])
+    return {
+        "supernet_seconds": supernet_seconds,
+        "ws_total_seconds": ws_seconds,
+        "multi_trial_total_seconds": sum(r["multi_trial"]["seconds"] for r in rows),
+        "k": k,
+        "budgets": rows,
+    }
+
+
 def ranking_markdown(results: dict[str, Any]) -> str:
     lines = []
     for space_name, r in results.items():
@@ -315,7 +401,8 @@ def main() -> None:
     parser.add_argument("--no-progressive", action="store_true")
     parser.add_argument("--kernels", action="store_true", help="also the kernel experiment")
     parser.add_argument("--ceiling", action="store_true", help="train the ranking set twice")
-    parser.add_argument("--only", choices=("all", "ranking"), default="all")
+    parser.add_argument("--only", choices=("all", "ranking", "budgets"), default="all")
+    parser.add_argument("--confirm", type=int, default=2, help="--only budgets: k per budget")
     parser.add_argument(
         "--space",
         choices=("resnet", "mobilenet", "both"),
@@ -342,6 +429,14 @@ def main() -> None:
         print(json.dumps({"ranking": found, "seconds": time.perf_counter() - began}, indent=2))
         if args.markdown:
             Path(args.markdown).write_text(ranking_markdown(found))
+        return
+    if args.only == "budgets":
+        names = ["resnet", "mobilenet"] if args.space == "both" else [args.space]
+        schedule = args.schedules.split(",")[0]
+        found = {
+            n: equal_compute(n, settings, root, schedule, args.confirm, args.seed) for n in names
+        }
+        print(json.dumps({"budgets": found, "seconds": time.perf_counter() - began}, indent=2))
         return
 
     full = load_data(args.data, seed=args.seed)
