@@ -336,17 +336,54 @@ def build(space: str, *, recompute: bool = False, out: Path | None = None) -> di
     return table
 
 
+def markdown(table: dict[str, Any]) -> str:
+    """The table's agreement as RESULTS.md shows it."""
+    a = table["agreement"]
+    p = a["projection"]
+    runs = [run for r in table["subnets"] for run in r["runs"].values()]
+    by_epoch = " / ".join(f"{t:.2f}" for t in a["kendall_tau_by_epoch"])
+    expected = ", ".join(
+        f"{m} seed{'s' if m != '1' else ''}: {t:.2f}"
+        for m, t in p["expected_tau_of_m_seed_means"].items()
+    )
+    return "\n".join(
+        [
+            f"**{table['space']}**: {a['subnets']} subnets, {len(runs)} trainings "
+            f"({sum(r['seconds'] for r in runs) / 3600:.1f} h of training on {table['machine']}).",
+            "",
+            "| measure | value |",
+            "| --- | --- |",
+            f"| seed 0 against seed 1, Kendall τ / Spearman (validation) | "
+            f"{a['kendall_tau']:.2f} / {a['spearman']:.2f} |",
+            f"| the same on validation and test images together (8,000) | "
+            f"{a['kendall_tau_held_out']:.2f} |",
+            f"| within FLOPs tertiles | {a['kendall_tau_within_groups']:.2f} |",
+            f"| FLOPs alone against the two-seed mean | {a['kendall_tau_of_flops_vs_mean']:.2f} |",
+            f"| validation accuracy range | {100 * a['val_range'][0]:.2f}–"
+            f"{100 * a['val_range'][1]:.2f} % |",
+            f"| τ after each epoch (of the 10-epoch cosine run) | {by_epoch} |",
+            f"| seed noise (sd of one training) / the subnets' true spread (sd) | "
+            f"{100 * p['seed_noise_sd']:.2f} / {100 * p['true_spread_sd']:.2f} points |",
+            f"| expected τ between two means of m seeds (projection) | {expected} |",
+            "",
+        ]
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--space", choices=sorted(SPACES), default="resnet")
     parser.add_argument("--recompute", action="store_true", help="train everything again")
     parser.add_argument("--out", type=Path, help=f"default: {path_for('SPACE')}")
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--markdown", help="write the agreement table here too")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     began = time.perf_counter()
     table = build(args.space, recompute=args.recompute, out=args.out)
+    if args.markdown:
+        Path(args.markdown).write_text(markdown(table))
     seconds = sum(run["seconds"] for r in table["subnets"] for run in r["runs"].values())
     print(
         json.dumps(

@@ -412,6 +412,7 @@ def main() -> None:
     parser.add_argument(
         "--schedules", default="sandwich,progressive", help="--only ranking: supernets to train"
     )
+    parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
     parser.add_argument("--workdir", help="keep the studies here (default: a temporary folder)")
     parser.add_argument("--markdown", help="write the table here too")
     for key, value in SETTINGS["reduced"].items():
@@ -419,6 +420,8 @@ def main() -> None:
     args = parser.parse_args()
     settings = dict(SETTINGS["large" if args.large else "reduced"])
     settings.update({k: v for k, v in vars(args).items() if k in settings and v is not None})
+    if args.threads:
+        torch.set_num_threads(args.threads)
     root = Path(args.workdir or tempfile.mkdtemp(prefix="weight-sharing-"))
     root.mkdir(parents=True, exist_ok=True)
     began = time.perf_counter()
