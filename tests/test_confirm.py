@@ -245,6 +245,7 @@ def test_two_confirm_commands_at_once_train_each_subnet_once(weights, tmp_path):
         subprocess.Popen(
             [str(cli), "confirm", "cf.py", "-k", "2", "--storage", url, "--json"],
             cwd=tmp_path,
+            env={**os.environ, "AUTOSEARCH_HEARTBEAT_INTERVAL": "1"},  # the waiter looks often
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
