@@ -135,13 +135,7 @@ class StandAlone:
         return self.done[arch.arch_id]
 
 
-def spread(elastic, n: int, seed: int, draws: int = 600) -> list:
-    """``n`` distinct subnets evenly spaced in FLOPs rank among uniform draws."""
-    rng = np.random.default_rng(seed)
-    drawn = {a.arch_id: a for a in (elastic.sample(rng) for _ in range(draws))}
-    ordered = sorted(drawn.values(), key=lambda a: elastic.cost(a).flops)
-    picks = np.linspace(0, len(ordered) - 1, n).round().astype(int)
-    return [ordered[i] for i in dict.fromkeys(picks.tolist())]
+spread = ground_truth.spread  # subnets evenly spaced in FLOPs rank among uniform draws
 
 
 def correlation(ws: list[float], sa: list[float], flops: list[float], groups: int) -> dict:
