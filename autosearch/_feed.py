@@ -17,7 +17,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
-from autosearch.data import Dataset, FileSplit, augment, cutout
+from autosearch.data import Dataset, FileSplit
+from autosearch.data._augment import Draws, crop_flip, cut, draw
 from autosearch.runtime import Runtime
 
 __all__ = ["Batch", "Feed", "epoch_batches", "resident"]
@@ -76,20 +77,28 @@ def _memory_epoch(
     runtime: Runtime,
 ) -> Iterator[Batch]:
     """One epoch over images in memory: the global batch is drawn and augmented alike on
-    every rank, then each rank keeps its share."""
+    every rank, then each rank keeps its share.
+
+    The epoch's order and augmentation draws are made at its start and copied to the
+    device once: each step then only slices them there (no host-to-device copy, and so
+    no wait for the GPU, per step)."""
     order = torch.randperm(len(labels), generator=generator)
-    for batch in order.split(config.batch_size):
-        index = batch.to(images.device)
+    draws = _draws(len(labels), data, config, generator).to(runtime.device)
+    order = order.to(images.device, non_blocking=True)
+    for start in range(0, len(labels), config.batch_size):
+        part = slice(start, start + config.batch_size)
+        index = order[part]
         x = images[index].to(runtime.device, non_blocking=True)
         y = labels[index].to(runtime.device, non_blocking=True)
-        x = _augmented(x, data, config, generator)
+        x = _augmented(x, data, config, draws[part])
         if not runtime.distributed:
             yield x, y, 1.0
             continue
+        n = len(index)
         x, y = x[runtime.rank :: runtime.world_size], y[runtime.rank :: runtime.world_size]
         # DDP averages gradients over ranks; weighting each rank's mean by its share
         # makes that the global batch's mean even when shares are uneven.
-        yield x, y, len(y) * runtime.world_size / len(batch)
+        yield x, y, len(y) * runtime.world_size / n
 
 
 def _streamed_epoch(
@@ -110,17 +119,31 @@ def _streamed_epoch(
         generator = torch.Generator().manual_seed(int(entropy.generate_state(1)[0]))
         x = x.to(runtime.device, non_blocking=True)
         y = y.to(runtime.device, non_blocking=True)
-        x = _augmented(x, data, config, generator)
-        yield x, y, 1.0  # the sampler gives every rank equally many samples
+        draws = _draws(len(y), data, config, generator).to(runtime.device)
+        yield (
+            _augmented(x, data, config, draws),
+            y,
+            1.0,
+        )  # the sampler gives every rank equally many samples
 
 
-def _augmented(
-    x: torch.Tensor, data: Dataset, config: Feed, generator: torch.Generator
-) -> torch.Tensor:
+def _draws(n: int, data: Dataset, config: Feed, generator: torch.Generator) -> Draws:
+    """The augmentation draws for ``n`` images (none where the config augments nothing)."""
+    return draw(
+        n,
+        data.input_shape[1:],
+        crop_padding=config.crop_padding,
+        flip=config.flip,
+        cutout=config.cutout,
+        generator=generator,
+    )
+
+
+def _augmented(x: torch.Tensor, data: Dataset, config: Feed, draws: Draws) -> torch.Tensor:
     """A batch of uint8 images cropped and flipped, normalised, then cut out, as the
-    config says (batched, on the device)."""
-    x = augment(x, crop_padding=config.crop_padding, flip=config.flip, generator=generator)
-    return cutout(data.normalize(x), config.cutout, generator)
+    config and ``draws`` say (batched, on the device)."""
+    x = crop_flip(x, draws, config.crop_padding)
+    return cut(data.normalize(x), draws, config.cutout)
 
 
 def resident(nbytes: int, device: torch.device, free: int | None = None) -> torch.device:

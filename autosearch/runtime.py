@@ -143,11 +143,12 @@ def broadcast_object(value: Any) -> Any:
 
 
 @contextlib.contextmanager
-def autocast(runtime: Runtime) -> Iterator[None]:
-    """Mixed-precision autocast for bf16 / fp16, nothing for fp32."""
+def autocast(runtime: Runtime, *, cache: bool = True) -> Iterator[None]:
+    """Mixed-precision autocast for bf16 / fp16, nothing for fp32 (``cache``: autocast's
+    cache of cast weights, which a CUDA graph's capture must do without)."""
     if runtime.precision == "fp32":
         yield
         return
     dtype = torch.bfloat16 if runtime.precision == "bf16" else torch.float16
-    with torch.autocast(device_type=runtime.device.type, dtype=dtype):
+    with torch.autocast(device_type=runtime.device.type, dtype=dtype, cache_enabled=cache):
         yield

@@ -32,6 +32,7 @@ import torch.nn.functional as F
 
 from autosearch import _checkpoint as checkpoint_file
 from autosearch._feed import Batch, epoch_batches
+from autosearch._step import GraphedStep, NonFiniteWatch, graph_refusal
 from autosearch.data import Dataset, FileSplit, Split
 from autosearch.errors import TrialFailed, require
 from autosearch.runtime import PRECISIONS, Runtime, autocast, resolve
@@ -76,6 +77,11 @@ class TrainConfig:
         compile: Train through ``torch.compile``.
         auto_batch_size: On a GPU, train with the largest batch that fits (doubling
             from ``batch_size``), the learning rate scaled with it (linear rule).
+        cuda_graphs: On a CUDA GPU, capture the training step in a CUDA graph after
+            three eager steps and replay it (one launch per step instead of hundreds:
+            small candidates are launch-bound). Used where it applies (one process,
+            bf16 or fp32, cosine schedule, not a supernet or distillation); elsewhere,
+            and where capture fails (logged once), steps run eagerly.
     """
 
     epochs: int = 10
@@ -94,6 +100,7 @@ class TrainConfig:
     channels_last: bool = False
     compile: bool = False
     auto_batch_size: bool = False
+    cuda_graphs: bool = True
 
     def __post_init__(self) -> None:
         for name, ok, expected in _CHECKS:
@@ -156,17 +163,31 @@ class TrainResult:
         return sum(e.seconds for e in self.history)
 
 
-def _sgd(params: list[nn.Parameter], c: TrainConfig) -> torch.optim.Optimizer:
+def _sgd(params: list[nn.Parameter], c: TrainConfig, cuda: bool) -> torch.optim.Optimizer:
+    # On CUDA the fused kernel: one launch for every parameter, and it takes the
+    # learning rate as a device tensor inside a CUDA graph.
     return torch.optim.SGD(
-        params, lr=c.lr, momentum=0.9, nesterov=True, weight_decay=c.weight_decay
+        params,
+        lr=c.lr,
+        momentum=0.9,
+        nesterov=True,
+        weight_decay=c.weight_decay,
+        fused=True if cuda else None,
     )
 
 
-def _adamw(params: list[nn.Parameter], c: TrainConfig) -> torch.optim.Optimizer:
-    return torch.optim.AdamW(params, lr=c.lr, weight_decay=c.weight_decay)
+def _adamw(params: list[nn.Parameter], c: TrainConfig, cuda: bool) -> torch.optim.Optimizer:
+    # capturable: its step counts live on the device, so a CUDA graph can replay it.
+    return torch.optim.AdamW(
+        params,
+        lr=c.lr,
+        weight_decay=c.weight_decay,
+        fused=True if cuda else None,
+        capturable=cuda,
+    )
 
 
-_OPTIMIZERS: dict[str, Callable[[list[nn.Parameter], TrainConfig], torch.optim.Optimizer]] = {
+_OPTIMIZERS: dict[str, Callable[[list[nn.Parameter], TrainConfig, bool], torch.optim.Optimizer]] = {
     "sgd": _sgd,
     "adamw": _adamw,
 }
@@ -272,43 +293,50 @@ class _Loop:
     generator: torch.Generator
     batches: Callable[[int], Iterator[Batch]]
     criterion: Criterion | None
+    watch: NonFiniteWatch
+    graphed: GraphedStep | None = None
 
     def epoch(self, epoch: int) -> float:
         """Train one epoch; the mean training loss over every rank's samples."""
-        config, runtime = self.config, self.runtime
-        memory = torch.channels_last if config.channels_last else torch.contiguous_format
+        runtime = self.runtime
         self.model.train()
         set_epoch = getattr(self.model, "set_epoch", None)
         if set_epoch is not None:  # a model that changes over the epochs (a supernet's)
             set_epoch(epoch)
         total_loss = torch.zeros((), device=runtime.device)
-        seen = torch.zeros((), device=runtime.device)
+        seen = 0
         for step, (x, y, share) in enumerate(self.batches(epoch)):
-            with autocast(runtime):
-                logits = self.net(x.contiguous(memory_format=memory))
-                if self.criterion is None:
-                    loss = F.cross_entropy(logits, y, label_smoothing=config.label_smoothing)
-                else:
-                    loss = self.criterion(logits, x, y)
-            self.optimizer.zero_grad(set_to_none=True)
-            weighted = loss * share if share != 1.0 else loss
-            _step(weighted, self.model, self.optimizer, self.scaler, config)
+            if self.graphed is not None:
+                loss = self.graphed(x, y)
+            else:
+                loss = self._forward(x, y)
+                self.optimizer.zero_grad(set_to_none=True)
+                self._backward(loss * share if share != 1.0 else loss)
             self.schedule.step()
             total_loss += loss.detach().float() * len(y)  # this rank's samples
             seen += len(y)
-            # A non-finite loss poisons every later step: stop now, with where and why.
-            if step % 16 == 0 and not _finite_everywhere(loss, runtime):
-                raise TrialFailed(
-                    f"loss became {loss.item()} at epoch {epoch}, step {step}; "
-                    "lower the learning rate or check the data"
-                )
+            # A non-finite loss poisons every later step: stop, with where and why.
+            self.watch.see(loss, epoch, step)
+        counts = torch.tensor(float(seen), device=runtime.device)
         if runtime.distributed:
             dist.all_reduce(total_loss)  # every rank reports the global mean
-            dist.all_reduce(seen)
-        train_loss = total_loss.item() / seen.item()
+            dist.all_reduce(counts)
+        train_loss = total_loss.item() / counts.item()
         if not math.isfinite(train_loss):
             raise TrialFailed(f"loss became {train_loss} in epoch {epoch}; lower the learning rate")
         return train_loss
+
+    def _forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        memory = torch.channels_last if self.config.channels_last else torch.contiguous_format
+        # No autocast weight cache inside a CUDA graph (its casts must be captured).
+        with autocast(self.runtime, cache=self.graphed is None):
+            logits = self.net(x.contiguous(memory_format=memory))
+            if self.criterion is None:
+                return F.cross_entropy(logits, y, label_smoothing=self.config.label_smoothing)
+            return self.criterion(logits, x, y)
+
+    def _backward(self, loss: torch.Tensor) -> None:
+        _step(loss, self.model, self.optimizer, self.scaler, self.config)
 
 
 def _prepare(
@@ -337,8 +365,10 @@ def _prepare(
     # and every rank, so DDP ranks agree on each global batch.
     generator = torch.Generator().manual_seed(seed)
     batches, steps_per_epoch = epoch_batches(data, config, seed, runtime, generator)
-    optimizer = _OPTIMIZERS[config.optimizer](list(model.parameters()), config)
-    return _Loop(
+    optimizer = _OPTIMIZERS[config.optimizer](
+        list(model.parameters()), config, device.type == "cuda"
+    )
+    loop = _Loop(
         model=model,
         net=net,
         config=config,
@@ -349,7 +379,22 @@ def _prepare(
         generator=generator,
         batches=batches,
         criterion=criterion,
+        watch=NonFiniteWatch(device, runtime.distributed),
     )
+    refusal = graph_refusal(
+        device=device,
+        distributed=runtime.distributed,
+        precision=runtime.precision,
+        schedule=config.schedule,
+        compiled=config.compile,
+        custom_loss=criterion is not None,
+        model=model,
+    )
+    if config.cuda_graphs and refusal is None:
+        loop.graphed = GraphedStep(loop._forward, loop._backward, optimizer)
+    elif config.cuda_graphs and device.type == "cuda":
+        logger.debug("training steps run eagerly: %s", refusal)
+    return loop
 
 
 def _step(
@@ -383,7 +428,8 @@ def find_batch_size(
     restored afterwards."""
     saved = {k: v.detach().clone() for k, v in model.state_dict().items()}
     model.to(runtime.device).train()
-    optimizer = _OPTIMIZERS[config.optimizer](list(model.parameters()), config)
+    cuda = runtime.device.type == "cuda"
+    optimizer = _OPTIMIZERS[config.optimizer](list(model.parameters()), config, cuda)
     largest = min(limit, len(data.train))
     images, labels = data.train.take(torch.arange(largest)), data.train.y[:largest]
     fits, size = 0, config.batch_size
@@ -410,15 +456,6 @@ def find_batch_size(
     return fits
 
 
-def _finite_everywhere(loss: torch.Tensor, runtime: Runtime) -> bool:
-    """Whether the loss is finite on every rank: ranks must stop together, or the ones
-    still training wait forever on the ones that stopped."""
-    finite = torch.isfinite(loss.detach()).to(torch.int32).reshape(1)
-    if runtime.distributed:
-        dist.all_reduce(finite, op=dist.ReduceOp.MIN)
-    return bool(finite.item())
-
-
 def _settings(config: TrainConfig, seed: int, data: Dataset) -> dict[str, Any]:
     """What a run's result depends on besides the model: a checkpoint resumes only a run
     with the same (the same training config, seed and data)."""
@@ -438,11 +475,12 @@ def evaluate(
     was_training = model.training
     model.eval()
     device = next(model.parameters(), torch.empty(0)).device
-    correct, loss = 0, 0.0
-    for x, y in split.batches(batch_size):
-        x, y = x.to(device), y.to(device)
+    correct = torch.zeros((), dtype=torch.int64, device=device)
+    loss = torch.zeros((), dtype=torch.float64, device=device)
+    for x, y in split.batches(batch_size):  # summed on the device: one wait, at the end
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         logits = model(data.normalize(x)).float()
-        correct += int((logits.argmax(1) == y).sum())
-        loss += float(F.cross_entropy(logits, y, reduction="sum"))
+        correct += (logits.argmax(1) == y).sum()
+        loss += F.cross_entropy(logits, y, reduction="sum").double()
     model.train(was_training)
-    return correct / len(split), loss / len(split)
+    return int(correct) / len(split), float(loss) / len(split)

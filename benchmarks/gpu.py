@@ -1,0 +1,454 @@
+"""GPU training benchmark. Prints JSON; every ratio is measured within this run, on one GPU.
+
+Sections (``--only`` picks some):
+
+1. trainer: ResNet-20 on Fashion-MNIST (48,000 training images, batch 256), images/s of a
+   steady epoch (training and validation, the median of epochs 2..E) for fp32, bf16 and
+   bf16 + channels_last, each with CUDA graphs off and on; the first epoch against a
+   steady one; the validation accuracy after E epochs. Against a hand-written loop with
+   the same tricks (data on the GPU, bf16, channels_last, fused SGD, the whole step
+   captured in a CUDA graph by hand), and, with ``--baseline DIR`` (a copy of the
+   package before the change), against the trainer as it was.
+2. warmup: the first epoch of a new architecture against its steady epoch, three
+   architectures, with cuDNN's autotuner (``cudnn.benchmark``) off and on.
+3. workers: trials per hour with 1, 2, 4 and 8 worker processes sharing the GPU (each
+   trial: a ResNet-20-sized candidate, one epoch on 12,000 images), and with 4 under
+   CUDA MPS where its daemon can be started.
+4. batch: ``auto_batch_size``'s choice and its images/s against batch 256.
+5. study: a ``make run``-like study (random search, ResNet space, 6 trials, 2 epochs)
+   on Fashion-MNIST: wall time, trials per hour and the best accuracy.
+
+Where no CUDA GPU exists it prints one line saying so and exits 0 (CI).
+
+    python benchmarks/gpu.py [--data fashion-mnist] [--epochs 4] [--baseline DIR] [--out F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+# This folder holds controllers.py (the controller benchmark), which would shadow the
+# `controllers` package for any script run from here: take the folder off the path.
+HERE = Path(__file__).resolve().parent
+sys.path = [p for p in sys.path if Path(p or ".").resolve() != HERE]
+
+import torch
+import torch.nn.functional as F
+
+BATCH = 256
+
+
+def _config(**fields):
+    """A TrainConfig from the fields this version of it has (a baseline copy of the
+    package may predate some)."""
+    from autosearch.train import TrainConfig
+
+    known = {f.name for f in dataclasses.fields(TrainConfig)}
+    return TrainConfig(**{k: v for k, v in fields.items() if k in known})
+
+
+def _resnet20(data, seed: int = 0):
+    from search_spaces import ResNetSpace
+
+    torch.manual_seed(seed)
+    space = ResNetSpace(max_stages=3)
+    return space.build(
+        space.reference("resnet20"), input_shape=data.input_shape, num_classes=data.num_classes
+    )
+
+
+def _run(model, data, config) -> dict[str, float]:
+    from autosearch.train import train
+
+    result = train(model, data, config, seed=0)
+    seconds = [e.seconds for e in result.history]
+    steady = statistics.median(seconds[1:])
+    return {
+        "images_per_s": len(data.train) / steady,
+        "first_epoch_vs_steady": seconds[0] / steady,
+        "val_accuracy": result.val_accuracy,
+    }
+
+
+def trainer_configs(data, epochs: int, graphs: bool = True) -> dict[str, dict[str, float]]:
+    """The trainer at each precision and memory format (with and without graphs)."""
+    variants = {
+        "fp32": {"precision": "fp32"},
+        "bf16": {"precision": "bf16"},
+        "bf16_channels_last": {"precision": "bf16", "channels_last": True},
+    }
+    out = {}
+    for name, extra in variants.items():
+        for use in (False, True) if graphs else (False,):
+            config = _config(
+                epochs=epochs, batch_size=BATCH, lr=0.1, device="cuda", cuda_graphs=use, **extra
+            )
+            label = f"{name}_graphs" if use else name
+            out[label] = _run(_resnet20(data), data, config)
+    return out
+
+
+def sync_count(data) -> dict:
+    """Host waits for the GPU during two epochs of bf16 + channels_last training, as
+    ``torch.cuda.set_sync_debug_mode`` reports them, by where they happen."""
+    import collections
+    import warnings
+
+    config = _config(
+        epochs=2, batch_size=BATCH, lr=0.1, device="cuda", precision="bf16", channels_last=True
+    )
+    model = _resnet20(data)
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            _run(model, data, config)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    where = collections.Counter(f"{Path(w.filename).name}:{w.lineno}" for w in caught)
+    return {
+        "steps": 2 * -(-len(data.train) // BATCH),
+        "syncs": len(caught),
+        "where": dict(where.most_common(8)),
+    }
+
+
+def hand_loop(data, epochs: int, graph: bool) -> dict[str, float]:
+    """What an expert writes by hand for this model: data on the GPU, bf16 autocast,
+    channels_last, fused SGD with a cosine schedule, and (``graph``) the whole step
+    captured in a CUDA graph after three warm-up steps; validation after each epoch."""
+    from autosearch.train import evaluate
+
+    device = torch.device("cuda")
+    model = _resnet20(data).to(device).to(memory_format=torch.channels_last)
+    x_all, y_all = data.train.x.to(device), data.train.y.to(device)
+    steps = epochs * -(-len(y_all) // BATCH)
+    lr = torch.tensor(0.1, device=device)
+    opt = torch.optim.SGD(
+        model.parameters(), lr=lr, momentum=0.9, nesterov=True, weight_decay=5e-4, fused=True
+    )
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(
+        torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1), steps
+    )  # a float schedule, copied into the device tensor each step
+    static_x = torch.empty((BATCH, *data.input_shape), device=device)
+    static_y = torch.empty(BATCH, dtype=torch.long, device=device)
+
+    def step():
+        with torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=False):
+            loss = F.cross_entropy(
+                model(static_x.contiguous(memory_format=torch.channels_last)), static_y
+            )
+        loss.backward()
+        opt.step()
+        return loss
+
+    g, times = None, []
+    generator = torch.Generator(device=device).manual_seed(0)
+    for epoch in range(epochs):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        model.train()
+        for i, idx in enumerate(
+            torch.randperm(len(y_all), device=device, generator=generator).split(BATCH)
+        ):
+            if len(idx) != BATCH:
+                continue  # the hand loop drops the last partial batch
+            static_x.copy_(data.normalize(x_all[idx]))
+            static_y.copy_(y_all[idx])
+            lr.fill_(sched.get_last_lr()[0])
+            if g is not None:
+                g.replay()
+            elif not graph or epoch * 1000 + i < 3:
+                s = torch.cuda.Stream()
+                s.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(s):
+                    opt.zero_grad(set_to_none=True)
+                    step()
+                torch.cuda.current_stream().wait_stream(s)
+            else:
+                opt.zero_grad(set_to_none=True)
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g):
+                    step()
+                g.replay()
+            sched.optimizer.step()
+            sched.step()
+        accuracy, _ = evaluate(model, data.val, data)
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    steady = statistics.median(times[1:])
+    return {
+        "images_per_s": len(y_all) / steady,
+        "first_epoch_vs_steady": times[0] / steady,
+        "val_accuracy": accuracy,
+    }
+
+
+def _guarded(measure) -> dict:
+    """A measurement, or the error that stopped it (the other measurements go on)."""
+    try:
+        return measure()
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"[:500]}
+
+
+def bench_trainer(data, epochs: int, baseline: str | None, data_spec: str) -> dict:
+    ours = trainer_configs(data, epochs)
+    out: dict = {"autosearch": ours, "syncs": _guarded(lambda: sync_count(data))}
+    out["hand_written"] = {
+        "bf16_channels_last_eager": _guarded(lambda: hand_loop(data, epochs, graph=False)),
+        "bf16_channels_last_graphs": _guarded(lambda: hand_loop(data, epochs, graph=True)),
+    }
+    best = ours["bf16_channels_last_graphs"]["images_per_s"]
+    hand = out["hand_written"]["bf16_channels_last_graphs"].get("images_per_s")
+    if hand:
+        out["vs_hand_written_graphs"] = best / hand
+    if baseline:
+        paths = [baseline, os.environ.get("PYTHONPATH", "")]
+        command = [sys.executable, __file__, "--baseline-child"]
+        run = subprocess.run(
+            [*command, "--data", data_spec, "--epochs", str(epochs)],
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(paths)},
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        if run.returncode:
+            out["before"] = {"error": run.stderr.strip().splitlines()[-3:]}
+        else:
+            before = json.loads(run.stdout.strip().splitlines()[-1])
+            out["before"] = before
+            out["speedup_vs_before"] = {
+                name: best / before[name]["images_per_s"] for name in before if name != "syncs"
+            }
+    return out
+
+
+def bench_warmup(data) -> dict:
+    """The first epoch of three new architectures against their steady epochs, with
+    cuDNN's autotuner off (the default) and on."""
+    import random
+
+    from search_spaces import ResNetSpace
+
+    space = ResNetSpace(max_stages=3)
+    out = {}
+    for autotune in (False, True):
+        torch.backends.cudnn.benchmark = autotune
+        ratios = []
+        for seed in range(3):
+            rng = random.Random(seed)
+            genes = {**space.default(), "stages": 3, "block": "basic"}
+            for s in (1, 2, 3):
+                genes[f"stage{s}.depth"] = rng.choice((1, 2, 3))
+                genes[f"stage{s}.width"] = rng.choice((16, 32, 64))
+            torch.manual_seed(seed)
+            model = space.build(
+                space.make(genes), input_shape=data.input_shape, num_classes=data.num_classes
+            )
+            config = _config(
+                epochs=3,
+                batch_size=BATCH,
+                lr=0.1,
+                device="cuda",
+                precision="bf16",
+                channels_last=True,
+            )
+            ratios.append(_run(model, data, config)["first_epoch_vs_steady"])
+        label = "cudnn_benchmark" if autotune else "default"
+        out[label] = {"first_epoch_vs_steady": ratios, "worst": max(ratios)}
+    torch.backends.cudnn.benchmark = False
+    return out
+
+
+_WORKER = r"""
+import sys, time, json, pathlib, torch
+sys.path.insert(0, {root!r})
+from autosearch.data import load_data
+from autosearch.train import TrainConfig, train
+from search_spaces import ResNetSpace
+torch.set_num_threads(2)
+import dataclasses
+from autosearch.data import Split
+data = load_data({data!r})
+data = dataclasses.replace(data, train=Split(x=data.train.x[:12000], y=data.train.y[:12000]))
+space = ResNetSpace(max_stages=3)
+def resnet20():
+    ref = space.reference("resnet20")
+    return space.build(ref, input_shape=data.input_shape, num_classes=data.num_classes)
+config = TrainConfig(
+    epochs=1, batch_size=256, lr=0.1, device="cuda", precision="bf16", channels_last=True
+)
+torch.zeros(1, device="cuda")
+go = pathlib.Path({go!r})
+print("READY", flush=True)
+while not go.exists():
+    time.sleep(0.01)
+for t in range({trials}):
+    torch.manual_seed(t)
+    train(resnet20(), data, config, seed=t)
+torch.cuda.synchronize()
+print("END", time.time(), flush=True)
+"""
+
+
+def bench_workers(data_spec: str, total: int) -> dict:
+    root = str(HERE.parent)
+    out = {}
+
+    def measure(n: int) -> float:
+        with tempfile.TemporaryDirectory() as tmp:
+            go = Path(tmp) / "go"
+            script = Path(tmp) / "w.py"
+            script.write_text(
+                _WORKER.format(root=root, data=data_spec, go=str(go), trials=total // n)
+            )
+            procs = [
+                subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+                for _ in range(n)
+            ]
+            for p in procs:
+                assert p.stdout is not None
+                while "READY" not in (p.stdout.readline() or "READY"):
+                    pass
+            start = time.time()
+            go.touch()
+            ends = []
+            for p in procs:
+                text, _ = p.communicate(timeout=600)
+                ends.append(float(text.split("END")[-1]))
+        return (total // n) * n / (max(ends) - start) * 3600
+
+    for n in (1, 2, 4, 8):
+        out[f"trials_per_hour_{n}"] = measure(n)
+    for n in (2, 4, 8):
+        out[f"gain_{n}_vs_1"] = out[f"trials_per_hour_{n}"] / out["trials_per_hour_1"]
+    started = subprocess.run(["nvidia-cuda-mps-control", "-d"], capture_output=True, text=True)
+    if started.returncode == 0:
+        try:
+            out["mps_trials_per_hour_4"] = measure(4)
+            out["mps_gain_4_vs_1"] = out["mps_trials_per_hour_4"] / out["trials_per_hour_1"]
+        finally:
+            subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", text=True)
+    else:
+        out["mps"] = f"could not start: {(started.stderr or started.stdout).strip()[:200]}"
+    return out
+
+
+def bench_batch(data, epochs: int) -> dict:
+    fixed = _run(
+        _resnet20(data),
+        data,
+        _config(
+            epochs=epochs,
+            batch_size=BATCH,
+            lr=0.1,
+            device="cuda",
+            precision="bf16",
+            channels_last=True,
+        ),
+    )
+    from autosearch.runtime import resolve
+    from autosearch.train import find_batch_size
+
+    model = _resnet20(data)
+    config = _config(
+        epochs=epochs, batch_size=BATCH, lr=0.1, device="cuda", precision="bf16", channels_last=True
+    )
+    size = find_batch_size(model, data, config, resolve(device="cuda", precision="bf16"))
+    auto = _run(model, data, dataclasses.replace(config, batch_size=size, lr=0.1 * size / BATCH))
+    return {
+        "batch_256": fixed,
+        "auto_batch_size": size,
+        "auto": auto,
+        "speedup": auto["images_per_s"] / fixed["images_per_s"],
+    }
+
+
+def bench_study(data_spec: str) -> dict:
+    from autosearch import TrainConfig, create_study
+    from controllers import RandomSearch
+    from search_spaces import ResNetSpace
+
+    with tempfile.TemporaryDirectory() as tmp:
+        study = create_study(
+            "gpu",
+            controller=RandomSearch(
+                ResNetSpace(max_stages=3, depths=(1, 2, 3), widths=(16, 32, 64)), seed=0
+            ),
+            data=data_spec,
+            train=TrainConfig(epochs=2, batch_size=BATCH, lr=0.1),
+            storage=f"sqlite:///{tmp}/s.db",
+        )
+        start = time.perf_counter()
+        study.optimize(6)
+        seconds = time.perf_counter() - start
+        best = study.best()
+        return {
+            "seconds": seconds,
+            "trials_per_hour": 6 / seconds * 3600,
+            "complete": study.count("complete"),
+            "best_val_accuracy": best.metrics["accuracy"],
+        }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--data", default="fashion-mnist")
+    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--baseline", help="folder holding the package before the change")
+    parser.add_argument("--baseline-child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--workers-trials", type=int, default=16)
+    parser.add_argument("--only", nargs="*")
+    parser.add_argument("--out", help="also write each section's JSON here as it ends")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print(json.dumps({"skipped": "no CUDA GPU here; benchmarks/gpu.py measures only on one"}))
+        return
+    import logging
+
+    logging.getLogger("autosearch").setLevel(logging.WARNING)
+    from autosearch.data import load_data
+
+    data = load_data(args.data)
+    if args.baseline_child:
+        before = trainer_configs(data, args.epochs, graphs=False)
+        print(json.dumps({**before, "syncs": sync_count(data)}))
+        return
+    sections = {
+        "trainer": lambda: bench_trainer(data, args.epochs, args.baseline, args.data),
+        "warmup": lambda: bench_warmup(data),
+        "workers": lambda: bench_workers(args.data, args.workers_trials),
+        "batch": lambda: bench_batch(data, args.epochs),
+        "study": lambda: bench_study(args.data),
+    }
+    out: dict = {
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "data": args.data,
+        "train_images": len(data.train),
+    }
+    for name in args.only or list(sections):
+        start = time.perf_counter()
+        try:
+            out[name] = sections[name]()
+        except Exception as exc:  # one section's failure is reported; the rest still run
+            out[name] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
+        out[name + "_s"] = time.perf_counter() - start
+        if args.out:
+            Path(args.out).write_text(json.dumps(out, indent=2))
+        print(name, json.dumps(out[name]), file=sys.stderr, flush=True)
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,147 @@
+"""The GPU fast path: the training step captured in a CUDA graph, and the non-finite
+watch that never waits for the GPU. The CUDA tests skip where no GPU exists (CI); the
+rules for when a graph is used are checked everywhere."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+
+from autosearch import TrainConfig, TrialFailed
+from autosearch._step import GraphedStep, graph_refusal
+from autosearch.train import train
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def _model(tiny_space, digits, seed=0):
+    torch.manual_seed(seed)
+    widest = tiny_space.make({gene: max(d.values()) for gene, d in tiny_space.domains().items()})
+    return tiny_space.build(widest, input_shape=digits.input_shape, num_classes=10)
+
+
+def _refusal(**given):
+    settings = dict(
+        device=torch.device("cuda"),
+        distributed=False,
+        precision="bf16",
+        schedule="cosine",
+        compiled=False,
+        custom_loss=False,
+        model=nn.Linear(2, 2),
+    )
+    return graph_refusal(**(settings | given))
+
+
+def test_a_graph_is_used_only_where_every_step_is_the_same():
+    assert _refusal() is None
+    assert _refusal(precision="fp32") is None
+    assert "CUDA" in _refusal(device=torch.device("cpu"))
+    assert "DDP" in _refusal(distributed=True)
+    assert "loss scaler" in _refusal(precision="fp16")
+    assert "momentum" in _refusal(schedule="onecycle")
+    assert "compile" in _refusal(compiled=True)
+    assert "teacher" in _refusal(custom_loss=True)
+
+    class Supernet(nn.Linear):
+        def set_epoch(self, epoch: int) -> None: ...
+
+    assert "changes between steps" in _refusal(model=Supernet(2, 2))
+
+
+@pytest.fixture
+def captures(monkeypatch):
+    """Each GraphedStep made during the test, to see whether it captured."""
+    made: list[GraphedStep] = []
+    init = GraphedStep.__init__
+
+    def spy(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(GraphedStep, "__init__", spy)
+    return made
+
+
+@cuda
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+def test_graphed_training_learns_as_eager_training_does(
+    tiny_space, digits, captures, precision, optimizer
+):
+    results = {}
+    for graphs in (False, True):
+        config = TrainConfig(
+            epochs=3,
+            batch_size=64,
+            lr=0.05 if optimizer == "sgd" else 0.003,
+            optimizer=optimizer,
+            device="cuda",
+            precision=precision,
+            channels_last=True,
+            crop_padding=1,
+            cuda_graphs=graphs,
+        )
+        results[graphs] = train(_model(tiny_space, digits), digits, config, seed=0)
+    (graphed,) = captures
+    assert graphed.graph is not None and graphed.failed is None
+    eager, replayed = results[False], results[True]
+    assert replayed.val_accuracy > 0.8
+    assert abs(replayed.val_accuracy - eager.val_accuracy) < 0.05
+    for a, b in zip(eager.history, replayed.history, strict=True):
+        assert b.train_loss == pytest.approx(a.train_loss, rel=0.1)
+
+
+@cuda
+def test_a_graphed_run_resumes_from_its_checkpoint(tiny_space, digits, tmp_path):
+    config = TrainConfig(epochs=3, batch_size=64, lr=0.05, device="cuda", precision="bf16")
+
+    class Stop(Exception):
+        pass
+
+    def stop(epoch):
+        if epoch.epoch == 2:
+            raise Stop
+
+    path = tmp_path / "state.pt"
+    with pytest.raises(Stop):
+        train(_model(tiny_space, digits), digits, config, seed=1, checkpoint=path, on_epoch=stop)
+    resumed = train(_model(tiny_space, digits, seed=5), digits, config, seed=1, checkpoint=path)
+    straight = train(_model(tiny_space, digits), digits, config, seed=1)
+    assert [e.epoch for e in resumed.history] == [1, 2, 3]
+    assert abs(resumed.val_accuracy - straight.val_accuracy) < 0.05
+
+
+@cuda
+def test_a_loss_that_is_no_longer_finite_ends_the_run_on_a_gpu(digits):
+    class Broken(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.head = nn.Linear(64, 10)
+
+        def forward(self, x):
+            return self.head(x.flatten(1)) * float("nan")
+
+    config = TrainConfig(epochs=2, batch_size=32, device="cuda", precision="fp32")
+    with pytest.raises(TrialFailed, match="loss became nan"):
+        train(Broken(), digits, config, seed=0)
+
+
+@cuda
+def test_a_failed_capture_trains_eagerly_and_says_so_once(tiny_space, digits, caplog):
+    class HostSync(nn.Module):  # reads a value on the host every step: not capturable
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x):
+            out = self.inner(x)
+            return out * (1.0 if float(out.detach().abs().max()) >= 0 else 0.0)
+
+    model = HostSync(_model(tiny_space, digits))
+    config = TrainConfig(epochs=2, batch_size=64, lr=0.05, device="cuda", precision="bf16")
+    with caplog.at_level("WARNING", logger="autosearch._step"):
+        result = train(model, digits, config, seed=0)
+    assert result.val_accuracy > 0.5
+    assert sum("CUDA graph capture failed" in r.message for r in caplog.records) == 1
