@@ -75,12 +75,11 @@ def test_graphed_training_learns_as_eager_training_does(
         config = TrainConfig(
             epochs=3,
             batch_size=64,
-            lr=0.05 if optimizer == "sgd" else 0.003,
+            lr=0.1 if optimizer == "sgd" else 0.03,
             optimizer=optimizer,
             device="cuda",
             precision=precision,
             channels_last=True,
-            crop_padding=1,
             cuda_graphs=graphs,
         )
         results[graphs] = train(_model(tiny_space, digits), digits, config, seed=0)

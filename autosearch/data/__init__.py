@@ -113,8 +113,7 @@ class Dataset:
 
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
         """uint8 images to float, standardised with the train split's statistics."""
-        mean = torch.tensor(self.mean, device=x.device).view(1, -1, 1, 1)
-        std = torch.tensor(self.std, device=x.device).view(1, -1, 1, 1)
+        mean, std = _statistics(self.mean, self.std, x.device)
         return (x.float() / 255.0 - mean) / std
 
     def content_hash(self) -> str:
@@ -125,6 +124,16 @@ class Dataset:
             digest.update("".join(split.keys()).encode())
             digest.update(split.y.numpy().tobytes())
         return digest.hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=64)
+def _statistics(
+    mean: tuple[float, ...], std: tuple[float, ...], device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-channel statistics as (1, C, 1, 1) tensors on ``device``, made once: copying
+    them to a GPU at every batch would make the host wait for it each time."""
+    as_tensor = lambda v: torch.tensor(v, device=device).view(1, -1, 1, 1)  # noqa: E731
+    return as_tensor(mean), as_tensor(std)
 
 
 def dataset_names() -> list[str]:
