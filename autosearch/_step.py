@@ -110,7 +110,9 @@ class GraphedStep:
         self.optimizer.zero_grad(set_to_none=True)
         loss = self.forward(x, y)
         self.backward(loss)
-        return loss
+        # Detached: a loss kept by the caller would keep this step's autograd graph
+        # (and its gradient accumulators, made on the warm-up stream) alive.
+        return loss.detach()
 
     def _capture(self, x: torch.Tensor, y: torch.Tensor) -> None:
         groups = self.optimizer.param_groups

@@ -312,6 +312,7 @@ class _Loop:
                 loss = self._forward(x, y)
                 self.optimizer.zero_grad(set_to_none=True)
                 self._backward(loss * share if share != 1.0 else loss)
+                loss = loss.detach()  # let this step's autograd graph go
             self.schedule.step()
             total_loss += loss.detach().float() * len(y)  # this rank's samples
             seen += len(y)
