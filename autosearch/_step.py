@@ -40,6 +40,7 @@ def graph_refusal(
     compiled: bool,
     custom_loss: bool,
     model: nn.Module,
+    streamed: bool = False,
 ) -> str | None:
     """Why a run's steps cannot be captured in a CUDA graph (None: they can)."""
     if device.type != "cuda":
@@ -52,6 +53,9 @@ def graph_refusal(
         "a custom criterion (distillation) may run a teacher": custom_loss,
         # A supernet samples another subnet each step: no two steps share a graph.
         "the model changes between steps": hasattr(model, "set_epoch"),
+        # Seen on an H200: the DataLoader's pin-memory thread calls CUDA while the
+        # step is captured, and capture refuses that.
+        "a streamed folder's loader pins memory in another thread": streamed,
     }
     return next((reason for reason, applies in reasons.items() if applies), None)
 
@@ -124,7 +128,8 @@ class GraphedStep:
         try:
             for group, lr in zip(groups, self._lr, strict=True):
                 group["lr"] = lr  # captured by address; filled before each replay
-            with torch.cuda.graph(graph):
+            # thread_local: only this thread's calls may break the capture.
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
                 self._loss = self.forward(self._x, self._y)
                 self.backward(self._loss)
         except Exception as exc:  # any capture failure: stay eager

@@ -390,6 +390,7 @@ def _prepare(
         compiled=config.compile,
         custom_loss=criterion is not None,
         model=model,
+        streamed=data.streamed,
     )
     if config.cuda_graphs and refusal is None:
         loop.graphed = GraphedStep(loop._forward, loop._backward, optimizer)

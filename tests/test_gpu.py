@@ -48,6 +48,7 @@ def test_a_graph_is_used_only_where_every_step_is_the_same():
         def set_epoch(self, epoch: int) -> None: ...
 
     assert "changes between steps" in _refusal(model=Supernet(2, 2))
+    assert "pins memory" in _refusal(streamed=True)
 
 
 @pytest.fixture
