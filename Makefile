@@ -8,7 +8,7 @@ TORCH ?= torch==2.13.0
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint torch-plan clean
+.PHONY: run test docs lint torch-plan clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -23,6 +23,12 @@ run: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
+# The documentation site, every tutorial executed, into docs/_build/html (opens offline).
+# Warnings are errors; a tutorial that raises fails the build with its name.
+docs: $(STAMP)
+	$(VENV)/bin/sphinx-build -W --keep-going -q -b html docs docs/_build/html
+	@echo "docs: open docs/_build/html/index.html"
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -35,4 +41,4 @@ torch-plan:
 	python3 autosearch/_torch_build.py python3 $(TORCH) --dry-run --isolated
 
 clean:
-	rm -rf runs
+	rm -rf runs docs/_build docs/tutorials

@@ -197,7 +197,8 @@ class Study(DefinitionView):
         return self.trials.curves()
 
     def count(self, *states: State) -> int:
-        """Search trials (not variants or confirmations) in any of ``states``."""
+        """Search trials (not variants or confirmations) in any of ``states`` (any state
+        when none is given)."""
         return self.trials.count(*states)
 
     def pareto(self) -> list[Record]:

@@ -92,6 +92,9 @@ class StoredTrials:
         }
 
     def count(self, *states: State) -> int:
-        """Search trials (not variants, not confirmations) in any of ``states``: what a
-        study's trial budget counts."""
-        return sum(r.state in states and r.confirms is None for r in self.records(variants=False))
+        """Search trials (not variants, not confirmations) in any of ``states`` (every
+        state when none is given): what a study's trial budget counts."""
+        return sum(
+            (not states or r.state in states) and r.confirms is None
+            for r in self.records(variants=False)
+        )
