@@ -62,6 +62,7 @@ nitpicky = False
 # --- plotly, offline -----------------------------------------------------------------
 # The tutorials' figures are embedded as HTML that calls the plotly.js served from
 # _static (copied from the installed plotly package).
+(HERE / "_static").mkdir(exist_ok=True)
 shutil.copy(Path(plotly.__file__).parent / "package_data" / "plotly.min.js", HERE / "_static")
 
 
