@@ -75,13 +75,15 @@ class _Docs(HtmlRenderer):
     def to_mimebundle(self, fig_dict):
         html = pio.to_html(fig_dict, include_plotlyjs=False, full_html=False, validate=False)
         # The theme loads plotly.js at the end of the page: draw once the page is read.
-        html = re.sub(
-            r'<script type="text/javascript">(.*?)</script>',
-            r'<script type="text/javascript">'
+        html, scripts = re.subn(
+            r"<script[^>]*>(.*?)</script>",
+            r"<script>"
             r'document.addEventListener("DOMContentLoaded", function () {\1});</script>',
             html,
             flags=re.DOTALL,
         )
+        if scripts != 1:
+            raise RuntimeError(f"plotly's HTML has {scripts} scripts, not one: update docs/conf.py")
         return {"text/html": html}
 
 

@@ -232,12 +232,14 @@ def test_an_interrupted_run_says_so_and_exits_with_the_signal(tmp_path):
 
 def test_the_readmes_python_snippets_can_run_again():
     """A snippet run again (after a fault, or Ctrl-C) continues its study instead of
-    failing on "already exists": every create_study in the README says
-    load_if_exists=True."""
+    failing on "already exists": every create_study in the README and the guide pages
+    says load_if_exists=True. (The executed tutorials make fresh studies in temporary
+    folders: they run once per build.)"""
     import re
 
-    readme = (ROOT / "README.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs" / "guide").glob("*.md"))]
+    text = "\n".join(page.read_text() for page in pages)
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
     calls = [b[b.index("create_study(") :] for b in blocks if "create_study(" in b]
     assert len(calls) >= 4
     for call in calls:

@@ -71,22 +71,33 @@ print([(r.trial, r.state) for r in records])
 # %%
 # Ray: the workers as tasks
 # -------------------------
-# Each worker is a Ray task with ``num_cpus`` / ``num_gpus`` (fractional GPUs put
-# several small candidates on one GPU); a worker lost with its node is run again by
-# Ray, and its trial resumes from the checkpoint in the bucket. The tasks get the
-# bucket's credentials through ``env_vars``.
+# A Ray cluster of one node, started as on a cluster's head node (``ray start --head``;
+# other nodes would join it with ``ray start --address``). Each worker is a Ray task
+# with ``num_cpus`` / ``num_gpus`` (fractional GPUs put several small candidates on one
+# GPU); a worker lost with its node is run again by Ray, and its trial resumes from the
+# checkpoint in the bucket. The tasks get the bucket's credentials through ``env_vars``.
+import subprocess
+import sys
+
+ray_cli = str(Path(sys.executable).with_name("ray"))
+with socket.socket() as probe:
+    probe.bind(("127.0.0.1", 0))
+    head = probe.getsockname()[1]
+local = ["--node-ip-address", "127.0.0.1", "--num-cpus", "2", "--disable-usage-stats"]
+subprocess.run(
+    [ray_cli, "start", "--head", "--port", str(head), "--include-dashboard", "false", *local],
+    check=True,
+    capture_output=True,
+)
+executor = RayExecutor(
+    address=f"127.0.0.1:{head}", num_cpus=1, env_vars=aws, init={"_node_ip_address": "127.0.0.1"}
+)
+records = study.optimize(2, n_workers=2, executor=executor)
+print([(r.trial, r.state) for r in records])
 import ray
 
-ray.init(
-    num_cpus=2,
-    include_dashboard=False,
-    _node_ip_address="127.0.0.1",
-    log_to_driver=False,
-    logging_level="ERROR",
-)
-records = study.optimize(2, n_workers=2, executor=RayExecutor(num_cpus=1, env_vars=aws))
-print([(r.trial, r.state) for r in records])
 ray.shutdown()
+subprocess.run([ray_cli, "stop", "--force"], check=True, capture_output=True)
 
 # %%
 # What the bucket holds
