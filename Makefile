@@ -20,8 +20,9 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(VENV)/bin/autosearch run studies/digits_quick.py
 
+# Two test processes, a test file each at a time (pytest-xdist), one thread each.
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile
 
 # The documentation site, every tutorial executed, into docs/_build/html (opens offline).
 # Warnings are errors; a tutorial that raises fails the build with its name.

@@ -22,6 +22,14 @@ def pytest_configure(config):
     os.environ.setdefault(
         "AUTOSEARCH_LATENCY_TABLES", tempfile.mkdtemp(prefix="autosearch-latency-tests-")
     )
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # Two test processes share the 2 cores (make test: -n 2): one thread each, in
+        # them and in every process they start, or they thrash; and the same count on
+        # both sides of a comparison (a run here against a run in a subprocess).
+        import torch
+
+        os.environ["OMP_NUM_THREADS"] = "1"
+        torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")

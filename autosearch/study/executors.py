@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import torch
+
 from autosearch.errors import ConfigError, PlatformError
 
 __all__ = ["Executor", "ProcessExecutor", "RayExecutor", "SlurmExecutor", "resolve_executor"]
@@ -65,9 +67,9 @@ class ProcessExecutor:
             return [f.result() for f in futures]
 
     def resources(self, n_workers: int) -> tuple[int, bool]:
-        import os
-
-        return max(1, (os.cpu_count() or 1) // n_workers), True
+        # The threads this process may use (torch's count: the cores, or what
+        # OMP_NUM_THREADS or torch.set_num_threads made it), shared evenly.
+        return max(1, torch.get_num_threads() // n_workers), True
 
 
 @dataclass(frozen=True)
