@@ -10,7 +10,7 @@ from pathlib import Path
 from autosearch.compress import Compression
 from autosearch.controller import Controller
 from autosearch.early_stopping import SuccessiveHalving
-from autosearch.errors import StudyFileError
+from autosearch.errors import ConfigError, StudyFileError
 from autosearch.space import SearchSpace
 from autosearch.study import Study, create_study
 from autosearch.supernet import SupernetConfig
@@ -63,6 +63,10 @@ class StudySpec:
             each (the space is then an elastic one: ``MobileNetSpace(...).supernet()``);
             ``autosearch run`` trains the supernet before the trials.
         n_trials: How many trials ``autosearch run`` runs the study to.
+        confirm: With ``supernet``: after the search, ``autosearch run`` trains the
+            ``confirm`` most accurate subnets of the supernet's front from scratch
+            (``study.confirm``; fewer where the front is smaller), so that the best and
+            the export it reports are confirmed by training. 0: none.
     """
 
     name: str
@@ -81,6 +85,17 @@ class StudySpec:
     early_stopping: SuccessiveHalving | None = None
     supernet: SupernetConfig | None = None
     n_trials: int = 10
+    confirm: int = 0
+
+    def __post_init__(self) -> None:
+        k = self.confirm
+        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+            raise ConfigError(f"StudySpec confirm must be an integer >= 0, got {k!r}")
+        if k and self.supernet is None:
+            raise ConfigError(
+                f"StudySpec(confirm={k}) confirms a supernet's choice by training, but this "
+                "study has no supernet=...: its trials are trained already; drop confirm="
+            )
 
     def create(
         self,
@@ -90,7 +105,7 @@ class StudySpec:
         load_if_exists: bool = True,
     ) -> Study:
         options = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        del options["name"], options["n_trials"]
+        del options["name"], options["n_trials"], options["confirm"]
         options["storage"] = storage or self.storage
         options["artifacts"] = artifacts or self.artifacts
         return create_study(self.name, **options, load_if_exists=load_if_exists)

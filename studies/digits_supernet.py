@@ -6,10 +6,10 @@ depth and width: 2 × 12³ = 3,456 subnets); it is trained once with the sandwic
 and in-place distillation, then regularized evolution evaluates 200 subnets on it
 (inherited weights, batch norm recalibrated), each in a fraction of a second. Subnets
 on the accuracy-FLOPs front are also quantized to int8 from their inherited weights.
-`autosearch confirm studies/digits_supernet.py -k 3` then trains the front's three most
-accurate subnets from scratch (the `train=` config), as trials of the study, and shows
-their inherited against their confirmed accuracy; `best()` and `autosearch export
-studies/digits_supernet.py --best --out DIR` then choose among confirmed subnets.
+After the search, `autosearch run` trains the front's three most accurate subnets from
+scratch (`confirm=3`, with the `train=` config), as trials of the study, and shows their
+inherited against their confirmed accuracy; the best it reports and exports is then a
+confirmed subnet (`autosearch confirm studies/digits_supernet.py -k 5` confirms more).
 """
 
 from autosearch import Compression, StudySpec, SupernetConfig, TrainConfig
@@ -35,4 +35,5 @@ study = StudySpec(
     ),
     storage="sqlite:///runs/digits-supernet/study.db",
     n_trials=200,
+    confirm=3,
 )

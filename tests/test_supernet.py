@@ -29,7 +29,7 @@ from autosearch.cli import main
 from autosearch.registry import controllers
 from autosearch.supernet import Sandwich, recalibrate
 from autosearch.testing import ControllerContract
-from controllers import RandomSearch
+from controllers import RandomSearch, RegularizedEvolution
 from search_spaces import ElasticSpace, MobileNetSpace, ResNetSpace
 
 SPACES = {
@@ -472,3 +472,49 @@ def test_the_shipped_supernet_study_file_defines_a_supernet_study():
     assert spec.name == "digits-supernet" and spec.supernet is not None
     assert isinstance(spec.controller.space, ElasticSpace) and spec.data == "digits"
     assert spec.controller.space.space.size() > spec.controller.space.size() >= 3000
+
+
+def test_run_confirms_the_top_of_the_front_when_the_study_file_asks(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    text = STUDY_FILE.format(epochs=1).replace(
+        "    n_trials=4,\n", "    n_trials=4,\n    confirm=1,\n"
+    )
+    (tmp_path / "ws.py").write_text(text)
+    assert main(["run", "ws.py"]) == 0
+    out = capsys.readouterr().out
+    assert "confirmed by training from scratch" in out and "Pareto front" in out
+    study = autosearch.load_study("ws-file", storage="sqlite:///runs/ws-file/study.db")
+    confirmed = [r for r in study.records() if r.confirms is not None]
+    assert len(confirmed) == 1 and study.count() == 4  # the budget counts search trials
+    best = study.best()
+    assert best.confirms is not None  # what run reported and exported is the confirmed one
+    card = json.loads((tmp_path / "runs" / "ws-file" / "best" / "arch.json").read_text())
+    assert card["metrics"]["accuracy"] == best.metrics["accuracy"]
+    # Run again: the search budget is spent and the subnet confirmed; nothing is trained.
+    assert main(["run", "ws.py"]) == 0
+    again = autosearch.load_study("ws-file", storage="sqlite:///runs/ws-file/study.db")
+    assert len([r for r in again.records() if r.confirms is not None]) == 1
+    # Not under torchrun: said in one line, before anything starts.
+    assert main(["run", "ws.py", "--nproc-per-node", "2"]) == 2
+    assert "autosearch confirm ws.py -k 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("k", [-1, True, 1.5])
+def test_a_study_file_confirm_must_be_a_count(k):
+    from autosearch import StudySpec
+
+    space = ResNetSpace(max_stages=2, depths=(1, 2), widths=(8, 16)).supernet(fixed={"stages": 2})
+    with pytest.raises(autosearch.ConfigError, match="confirm must be an integer >= 0"):
+        StudySpec(
+            name="x",
+            controller=RegularizedEvolution(space, seed=0),
+            supernet=autosearch.SupernetConfig(),
+            confirm=k,
+        )
+
+
+def test_confirm_without_a_supernet_is_refused():
+    from autosearch import StudySpec
+
+    with pytest.raises(autosearch.ConfigError, match="has no supernet"):
+        StudySpec(name="x", controller=RegularizedEvolution(ResNetSpace(), seed=0), confirm=2)

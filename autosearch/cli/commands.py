@@ -84,9 +84,11 @@ def _run_to_budget(
     *,
     show_progress_bar: bool | None = None,
     args: argparse.Namespace | None = None,
+    confirm: int = 0,
 ) -> int:
     """Run the study until ``total`` trials have finished (with the workers and executor
-    ``args`` ask for); write the report and export."""
+    ``args`` ask for), confirm the top ``confirm`` subnets of a supernet's front by
+    training; write the report and export."""
     finished = study.count("complete", "failed")
     remaining = max(total - finished, 0)
     print(
@@ -103,6 +105,8 @@ def _run_to_budget(
             executor=_executor(args),
         )
         interrupted = study.interrupted
+        if confirm and not interrupted and study.count("complete"):
+            interrupted = _confirm(study, confirm)
     except KeyboardInterrupt:
         interrupted = "SIGINT"
     report = write_report(study, out / "report.html")
@@ -157,11 +161,32 @@ def _executor(args: argparse.Namespace | None) -> str | RayExecutor:
     return str(name)
 
 
+def _confirm(study: Study, k: int) -> str | None:
+    """Train the top ``k`` subnets of the supernet's front (fewer where it is smaller) and
+    show them; what interrupted it, if anything."""
+    from autosearch.cli.confirm import confirmations_table
+    from autosearch.study.confirm import candidates
+
+    k = min(k, len(candidates(study.records(), study.objectives)))
+    done = study.confirm(k)
+    wanted = {r.confirms for r in done}
+    rows = [c for c in study.confirmations() if c.trial in wanted]
+    print(
+        f"\nconfirmed by training from scratch (validation accuracy):\n{confirmations_table(rows)}"
+    )
+    return study.interrupted
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     _executor(args)  # a bad combination is refused before anything is created
+    spec = load_spec(args.study_file)
+    if args.nproc_per_node > 1 and spec.confirm:
+        raise ConfigError(
+            f"StudySpec(confirm={spec.confirm}) is not run under --nproc-per-node; run "
+            f"without it, or `autosearch confirm {args.study_file} -k {spec.confirm}` after"
+        )
     if args.nproc_per_node > 1 and "LOCAL_RANK" not in os.environ:
         return _torchrun(args.nproc_per_node, args.argv)
-    spec = load_spec(args.study_file)
     url = args.storage or spec.storage or default_storage(spec.name)
     total = args.n_trials if args.n_trials is not None else spec.n_trials
     if not total:  # nothing to run: report on the stored study, create none
@@ -171,7 +196,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     with _out_dir(args, spec.name) as out:
         if not init_distributed(spec.train.device):
             study = spec.create(storage=url, artifacts=args.artifacts)
-            return _supernet_first(study) or _run_to_budget(study, total, out, args=args)
+            return _supernet_first(study) or _run_to_budget(
+                study, total, out, args=args, confirm=spec.confirm
+            )
         # Under torchrun: rank 0 creates (or opens) the study before the others open it.
         rank, _ = world()
         try:
@@ -221,9 +248,14 @@ def _supernet_first(study: Study, *, retrain: bool = False, as_json: bool = Fals
 def cmd_supernet(args: argparse.Namespace) -> int:
     """Train the study's supernet (resuming a cut run, or again with --retrain when its
     weights were lost), and say how it went."""
+    spec = load_spec(args.study_file)
+    if args.nproc_per_node > 1 and spec.confirm:
+        raise ConfigError(
+            f"StudySpec(confirm={spec.confirm}) is not run under --nproc-per-node; run "
+            f"without it, or `autosearch confirm {args.study_file} -k {spec.confirm}` after"
+        )
     if args.nproc_per_node > 1 and "LOCAL_RANK" not in os.environ:
         return _torchrun(args.nproc_per_node, args.argv)
-    spec = load_spec(args.study_file)
     url = args.storage or spec.storage or default_storage(spec.name)
     if spec.supernet is None:
         raise StudyError(
