@@ -18,8 +18,13 @@ Two sub-spaces, so that a result is not one space's accident:
 - ``mobilenet``: a stride-2 stem, then inverted-residual stages of fixed width (16, 24,
   32) whose depth (1–3), expansion (3/4/6) and kernel (3/5/7) vary (19,683 subnets).
 
-    python benchmarks/ground_truth.py --space resnet
-    python benchmarks/ground_truth.py --space mobilenet
+Two protocols (``PROTOCOLS``): ``small`` (20,000 images, 10 epochs: a 2-core CPU) and
+``full`` (all 70,000 images, 15 epochs with crops and flips, batch 512: a GPU; the
+default). Trainings of one table can run apart (``--seeds 0`` here, ``--seeds 1`` there,
+each with its own ``--out``) and be joined with ``--merge``.
+
+    python benchmarks/ground_truth.py --space resnet --protocol small
+    python benchmarks/ground_truth.py --space mobilenet            # full: on a GPU
 """
 
 from __future__ import annotations
@@ -50,13 +55,39 @@ from search_spaces import MobileNetSpace, ResNetSpace
 HERE = Path(__file__).resolve().parent
 FORMAT = "autosearch-ground-truth/1"
 
-# The recipe every stand-alone training follows, and the data it trains on.
-RECIPE = {"epochs": 10, "batch_size": 128, "lr": 0.05}
-DATA = {"source": "fashion-mnist", "images": 20_000, "seed": 0}
-# Subnets per sub-space: MobileNet's depthwise layers train 3-5x slower per FLOP on a
-# CPU, so its table has fewer subnets (the same recipe, seeds and data).
-SUBNETS = {"resnet": 30, "mobilenet": 16}
-SEEDS = (0, 1)
+# A protocol: the data every stand-alone training of a table sees, its recipe, seeds and
+# number of subnets per sub-space.
+#
+# "small" fits this project's 2-core CPU (about 2 hours per table): 20,000 images, 10
+# epochs, no augmentation. Its seeds did not agree (Kendall tau 0.28 ResNet, -0.03
+# MobileNet; RESULTS.md). MobileNet's depthwise layers train 3-5x slower per FLOP on a
+# CPU, so its table there has fewer subnets.
+#
+# "full" is for a GPU: every Fashion-MNIST image (70,000: 42,000 training, 14,000
+# validation, 14,000 test), 15 epochs with random crops and flips, batch 512; on a CPU it
+# runs in the trainer's fp32 path at about 100x the cost.
+PROTOCOLS: dict[str, dict[str, Any]] = {
+    "small": {
+        "data": {"source": "fashion-mnist", "images": 20_000, "seed": 0},
+        "recipe": {"epochs": 10, "batch_size": 128, "lr": 0.05},
+        "seeds": [0, 1],
+        "subnets": {"resnet": 30, "mobilenet": 16},
+    },
+    "full": {
+        "data": {"source": "fashion-mnist", "images": 0, "seed": 0},
+        "recipe": {
+            "epochs": 15,
+            "batch_size": 512,
+            "lr": 0.2,
+            "crop_padding": 2,
+            "flip": True,
+            "channels_last": True,
+        },
+        "seeds": [0, 1],
+        "subnets": {"resnet": 30, "mobilenet": 30},
+    },
+}
+DEFAULT = "full"
 
 
 def resnet_space(**budget: Any):
@@ -120,9 +151,10 @@ def mobilenet_space(**budget: Any):
 SPACES = {"resnet": resnet_space, "mobilenet": mobilenet_space}
 
 
-def dataset(source: str = DATA["source"], images: int = DATA["images"], seed: int = DATA["seed"]):
-    """``(images, labels)`` arrays: ``images`` drawn with ``seed`` from the source's
-    training and test images together (a study made from them splits them 60/20/20)."""
+def dataset(source: str, images: int, seed: int = 0):
+    """``(images, labels)`` arrays: ``images`` (0: all) drawn with ``seed`` from the
+    source's training and test images together (a study made from them splits them
+    60/20/20)."""
     full = load_data(source, seed=seed)
     x = torch.cat([full.train.x, full.val.x, full.test.x])
     y = torch.cat([full.train.y, full.val.y, full.test.y])
@@ -146,20 +178,17 @@ def trained(elastic, arch, data: Dataset, recipe: TrainConfig, seed: int) -> dic
     and test accuracy, seconds."""
     torch.manual_seed(seed)
     model = elastic.build(arch, input_shape=data.input_shape, num_classes=data.num_classes)
-    curve: list[float] = []
-
-    def each_epoch(result) -> None:
-        curve.append(float(evaluate(model, data.val, data)[0]))
-        model.train()
-
     start = time.perf_counter()
-    train(model, data, recipe, seed=seed, on_epoch=each_epoch)
+    result = train(model, data, recipe, seed=seed)
+    curve = [float(e.val_accuracy) for e in result.history]  # the trainer's own evaluation
     return {
         "val": curve[-1],
         "test": float(evaluate(model, data.test, data)[0]),
         "val_by_epoch": curve,
         "seconds": time.perf_counter() - start,
         "threads": torch.get_num_threads(),
+        "device": str(next(model.parameters()).device),
+        "precision": result.precision,
     }
 
 
@@ -167,7 +196,7 @@ def kendall(a: list[float], b: list[float]) -> float:
     return float(stats.kendalltau(a, b)[0])
 
 
-def agreement(rows: list[dict[str, Any]], seeds: tuple[int, ...] = SEEDS) -> dict[str, Any]:
+def agreement(rows: list[dict[str, Any]], seeds: tuple[int, ...] = (0, 1)) -> dict[str, Any]:
     """Seed against seed: Kendall tau and Spearman of the final validation accuracies,
     within FLOPs tertiles, of FLOPs alone, and tau after each epoch."""
     done = [r for r in rows if all(str(s) in r["runs"] for s in seeds)]
@@ -248,16 +277,25 @@ def mean_truth(table: dict[str, Any]) -> dict[str, float]:
     }
 
 
-def path_for(space: str) -> Path:
-    return HERE / "ground_truth" / f"{DATA['source']}-{space}.json"
+def path_for(space: str, protocol: str = DEFAULT) -> Path:
+    source = PROTOCOLS[protocol]["data"]["source"]
+    return HERE / "ground_truth" / f"{source}-{space}-{protocol}.json"
 
 
-def load(space: str) -> dict[str, Any]:
-    """The stored ground truth of ``space`` (complete or not)."""
-    return json.loads(path_for(space).read_text())
+def load(space: str, protocol: str = DEFAULT) -> dict[str, Any]:
+    """The stored ground truth of ``space`` under ``protocol`` (complete or not)."""
+    return json.loads(path_for(space, protocol).read_text())
+
+
+def protocol_data(protocol: str) -> Dataset:
+    """The study-split dataset every training of ``protocol`` sees."""
+    spec = PROTOCOLS[protocol]["data"]
+    return load_data(dataset(spec["source"], spec["images"], spec["seed"]), seed=spec["seed"])
 
 
 def _code_version() -> str:
+    if os.environ.get("AUTOSEARCH_CODE_VERSION"):  # a copy of the tree without its history
+        return os.environ["AUTOSEARCH_CODE_VERSION"]
     try:
         out = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True
@@ -279,31 +317,54 @@ def _machine() -> str:
     return f"{model}, {os.cpu_count()} cores, {platform.system()}, torch {torch.__version__}"
 
 
-def build(space: str, *, recompute: bool = False, out: Path | None = None) -> dict[str, Any]:
-    """Train what the stored table lacks (everything with ``recompute``), saving after
-    each training; returns the table."""
-    out = out or path_for(space)
-    elastic = SPACES[space]()
-    recipe = TrainConfig(**RECIPE)
-    head = {
+def _head(space: str, protocol: str) -> dict[str, Any]:
+    spec = PROTOCOLS[protocol]
+    return {
         "format": FORMAT,
+        "protocol": protocol,
         "space": space,
         "space_doc": SPACES[space].__doc__.split("\n\n")[0].replace("\n", " "),
-        "data": DATA,
-        "recipe": RECIPE,
-        "seeds": list(SEEDS),
-        "subnets_drawn": {"n": SUBNETS[space], "seed": 0, "draws": 600},
+        "data": spec["data"],
+        "recipe": spec["recipe"],
+        "seeds": list(spec["seeds"]),
+        "subnets_drawn": {"n": spec["subnets"][space], "seed": 0, "draws": 600},
     }
+
+
+def _save(table: dict[str, Any], out: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(table, indent=1))
+    tmp.replace(out)
+
+
+def build(
+    space: str,
+    protocol: str = DEFAULT,
+    *,
+    recompute: bool = False,
+    out: Path | None = None,
+    seeds: list[int] | None = None,
+) -> dict[str, Any]:
+    """Train what the stored table lacks (everything with ``recompute``; only ``seeds``
+    when given), saving after each training; returns the table. Subnets are trained in
+    a fixed shuffled order, so that a table cut short still spans the FLOPs range."""
+    out = out or path_for(space, protocol)
+    elastic = SPACES[space]()
+    head = _head(space, protocol)
+    recipe = TrainConfig(**head["recipe"])
     table: dict[str, Any] = {**head, "subnets": []}
     if out.exists() and not recompute:
         stored = json.loads(out.read_text())
         if {k: stored.get(k) for k in head} != head:
             sys.exit(f"{out} holds another recipe or data; --recompute trains it afresh")
         table = stored
-    data = load_data(dataset(), seed=DATA["seed"])
+    data = protocol_data(protocol)
     table["images"] = {"train": len(data.train), "val": len(data.val), "test": len(data.test)}
     rows = {r["arch_id"]: r for r in table["subnets"]}
-    for arch in spread(elastic, SUBNETS[space], 0):
+    archs = spread(elastic, head["subnets_drawn"]["n"], 0)
+    for i in np.random.default_rng(0).permutation(len(archs)):
+        arch = archs[i]
         row = rows.setdefault(
             arch.arch_id,
             {
@@ -314,25 +375,43 @@ def build(space: str, *, recompute: bool = False, out: Path | None = None) -> di
                 "runs": {},
             },
         )
-        for seed in SEEDS:
+        for seed in seeds if seeds is not None else head["seeds"]:
             if str(seed) in row["runs"]:
                 continue
             row["runs"][str(seed)] = trained(elastic, arch, data, recipe, seed)
-            table["subnets"] = list(rows.values())
+            table["subnets"] = sorted(rows.values(), key=lambda r: r["flops"])
             table["machine"], table["code"] = _machine(), _code_version()
-            table["agreement"] = agreement(table["subnets"])
-            out.parent.mkdir(parents=True, exist_ok=True)
-            tmp = out.with_suffix(".tmp")
-            tmp.write_text(json.dumps(table, indent=1))
-            tmp.replace(out)
+            table["agreement"] = agreement(table["subnets"], tuple(head["seeds"]))
+            _save(table, out)
+            run = row["runs"][str(seed)]
             print(
-                f"{row['describe']} seed {seed}: val {row['runs'][str(seed)]['val']:.4f} "
-                f"({row['runs'][str(seed)]['seconds']:.0f} s); tau so far "
-                f"{table['agreement'].get('kendall_tau', float('nan')):.3f}",
+                f"{row['describe']} seed {seed}: val {run['val']:.4f} ({run['seconds']:.1f} s); "
+                f"tau so far {table['agreement'].get('kendall_tau', float('nan')):.3f}",
                 file=sys.stderr,
                 flush=True,
             )
-    table["agreement"] = agreement(table["subnets"])
+    table["subnets"] = sorted(rows.values(), key=lambda r: r["flops"])
+    table["agreement"] = agreement(table["subnets"], tuple(head["seeds"]))
+    return table
+
+
+def merge(space: str, protocol: str, parts: list[Path], out: Path | None = None) -> dict:
+    """One table from tables of the same protocol trained apart (``--seeds``, another
+    machine): their runs together, saved to the protocol's file."""
+    head = _head(space, protocol)
+    rows: dict[str, dict[str, Any]] = {}
+    table: dict[str, Any] = {**head}
+    for part in parts:
+        stored = json.loads(part.read_text())
+        if {k: stored.get(k) for k in head} != head:
+            sys.exit(f"{part} holds another protocol, space, recipe or data than {protocol}")
+        for key in ("images", "machine", "code"):
+            table.setdefault(key, stored.get(key))
+        for row in stored["subnets"]:
+            rows.setdefault(row["arch_id"], {**row, "runs": {}})["runs"].update(row["runs"])
+    table["subnets"] = sorted(rows.values(), key=lambda r: r["flops"])
+    table["agreement"] = agreement(table["subnets"], tuple(head["seeds"]))
+    _save(table, out or path_for(space, protocol))
     return table
 
 
@@ -355,13 +434,15 @@ def markdown(table: dict[str, Any]) -> str:
             "| --- | --- |",
             f"| seed 0 against seed 1, Kendall τ / Spearman (validation) | "
             f"{a['kendall_tau']:.2f} / {a['spearman']:.2f} |",
-            f"| the same on validation and test images together (8,000) | "
+            f"| the same on validation and test images together "
+            f"({table['images']['val'] + table['images']['test']:,}) | "
             f"{a['kendall_tau_held_out']:.2f} |",
             f"| within FLOPs tertiles | {a['kendall_tau_within_groups']:.2f} |",
             f"| FLOPs alone against the two-seed mean | {a['kendall_tau_of_flops_vs_mean']:.2f} |",
             f"| validation accuracy range | {100 * a['val_range'][0]:.2f}–"
             f"{100 * a['val_range'][1]:.2f} % |",
-            f"| τ after each epoch (of the 10-epoch cosine run) | {by_epoch} |",
+            f"| τ after each epoch (of the {table['recipe']['epochs']}-epoch cosine run) "
+            f"| {by_epoch} |",
             f"| seed noise (sd of one training) / the subnets' true spread (sd) | "
             f"{100 * p['seed_noise_sd']:.2f} / {100 * p['true_spread_sd']:.2f} points |",
             f"| expected τ between two means of m seeds (projection) | {expected} |",
@@ -373,15 +454,23 @@ def markdown(table: dict[str, Any]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--space", choices=sorted(SPACES), default="resnet")
+    parser.add_argument("--protocol", choices=sorted(PROTOCOLS), default=DEFAULT)
     parser.add_argument("--recompute", action="store_true", help="train everything again")
-    parser.add_argument("--out", type=Path, help=f"default: {path_for('SPACE')}")
+    parser.add_argument("--out", type=Path, help="default: " + str(path_for("SPACE", DEFAULT)))
+    parser.add_argument("--seeds", type=int, nargs="+", help="train only these seeds")
+    parser.add_argument("--merge", type=Path, nargs="+", help="join these tables into one")
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
     parser.add_argument("--markdown", help="write the agreement table here too")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     began = time.perf_counter()
-    table = build(args.space, recompute=args.recompute, out=args.out)
+    if args.merge:
+        table = merge(args.space, args.protocol, args.merge, args.out)
+    else:
+        table = build(
+            args.space, args.protocol, recompute=args.recompute, out=args.out, seeds=args.seeds
+        )
     if args.markdown:
         Path(args.markdown).write_text(markdown(table))
     seconds = sum(run["seconds"] for r in table["subnets"] for run in r["runs"].values())
@@ -389,6 +478,7 @@ def main() -> None:
         json.dumps(
             {
                 "space": args.space,
+                "protocol": args.protocol,
                 "agreement": table["agreement"],
                 "training_seconds": seconds,
                 "seconds_this_run": time.perf_counter() - began,

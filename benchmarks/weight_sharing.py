@@ -218,8 +218,84 @@ def kernels_experiment(arrays, recipe: TrainConfig, root: Path, seed: int) -> di
     return out
 
 
+STORED_SUPERNETS = Path(__file__).resolve().parent / "ground_truth" / "supernets"
+
+
+def supernet_file(folder: Path, space_name: str, protocol: str, schedule: str) -> Path:
+    return folder / f"{space_name}-{protocol}-{schedule}.safetensors"
+
+
+def ranking_supernet(
+    space_name: str,
+    protocol: str,
+    schedule: str,
+    settings: dict[str, Any],
+    root: Path,
+    seed: int,
+    *,
+    stored: Path | None = None,
+    save: Path | None = None,
+) -> tuple[Any, dict[str, Any]]:
+    """The study of one ranking supernet of ``space_name``, trained on the ground truth
+    protocol's data and recipe (``supernet_epochs`` epochs, sandwich rule with 2 random
+    subnets): its weights imported from ``stored`` where that folder holds them (with
+    what their training cost, from the JSON beside them), else trained here, and saved
+    to ``save`` when given."""
+    spec = ground_truth.PROTOCOLS[protocol]
+    elastic = ground_truth.SPACES[space_name]()
+    arrays = ground_truth.dataset(**spec["data"])
+    recipe = TrainConfig(**spec["recipe"])
+    config = SupernetConfig(
+        train=dataclasses.replace(recipe, epochs=settings["supernet_epochs"]),
+        sandwich=2,
+        schedule=schedule,  # type: ignore[arg-type]
+        test_accuracy=False,
+        latency=False,
+    )
+    path = supernet_file(stored, space_name, protocol, schedule) if stored else None
+    info: dict[str, Any] = {}
+    if path is not None and path.exists():
+        info = json.loads(path.with_suffix(".json").read_text())
+        config = dataclasses.replace(
+            config,
+            train=dataclasses.replace(config.train, epochs=info["epochs"]),
+            weights=str(path),
+        )
+    study = make_study(f"{space_name}-{schedule}", root, arrays, recipe, config, elastic, seed)
+    print(f"{space_name}: supernet ({schedule}, {protocol})...", file=sys.stderr, flush=True)
+    start = time.perf_counter()
+    study.train_supernet()
+    if not info:
+        device = next(study.supernet_evaluator.net.parameters()).device
+        info = {
+            "space": space_name,
+            "protocol": protocol,
+            "schedule": schedule,
+            "epochs": config.train.epochs,
+            "sandwich": config.sandwich,
+            "recipe": spec["recipe"],
+            "seed": seed,
+            "train_seconds": time.perf_counter() - start,
+            "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+            "machine": ground_truth._machine(),
+            "code": ground_truth._code_version(),
+        }
+    if save is not None:
+        target = supernet_file(save, space_name, protocol, schedule)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        study.save_supernet(target)
+        target.with_suffix(".json").write_text(json.dumps(info, indent=1))
+    return study, info
+
+
 def rank_against_truth(
-    space_name: str, settings: dict[str, Any], root: Path, schedules: list[str], seed: int
+    space_name: str,
+    settings: dict[str, Any],
+    root: Path,
+    schedules: list[str],
+    seed: int,
+    protocol: str = ground_truth.DEFAULT,
+    stored: Path | None = STORED_SUPERNETS,
 ) -> dict[str, Any]:
     """Supernets of ``space_name`` (one per schedule) ranked against the stored ground
     truth (benchmarks/ground_truth.py): Kendall tau and Spearman against the two-seed
@@ -227,11 +303,11 @@ def rank_against_truth(
     parameters alone reach; each supernet evaluated with 256 and 1,024 calibration
     images."""
     try:
-        table = ground_truth.load(space_name)
+        table = ground_truth.load(space_name, protocol)
     except FileNotFoundError:
         sys.exit(
-            f"no ground truth for {space_name}: python benchmarks/ground_truth.py --space "
-            f"{space_name} trains it (about 2 hours on 2 CPU cores)"
+            f"no {protocol} ground truth for {space_name}: python benchmarks/ground_truth.py "
+            f"--space {space_name} --protocol {protocol} trains it"
         )
     truth = ground_truth.mean_truth(table)
     elastic = ground_truth.SPACES[space_name]()
@@ -240,32 +316,26 @@ def rank_against_truth(
     mean = [truth[r["arch_id"]] for r in rows]
     flops = [r["flops"] for r in rows]
     params = [float(elastic.cost(a).params) for a in archs]
-    arrays = ground_truth.dataset(table["data"]["source"], table["data"]["images"])
-    recipe = TrainConfig(**table["recipe"])
-    super_recipe = dataclasses.replace(recipe, epochs=settings["supernet_epochs"])
     out: dict[str, Any] = {
         "subnets": len(rows),
-        "truth": {"recipe": table["recipe"], "data": table["data"], "seeds": table["seeds"]},
-        "ceiling": ground_truth.agreement(table["subnets"]),
+        "truth": {
+            "protocol": protocol,
+            "recipe": table["recipe"],
+            "data": table["data"],
+            "seeds": table["seeds"],
+        },
+        "ceiling": ground_truth.agreement(table["subnets"], tuple(table["seeds"])),
         "kendall_tau_of_flops": float(stats.kendalltau(flops, mean)[0]),
         "kendall_tau_of_params": float(stats.kendalltau(params, mean)[0]),
         "supernets": {},
     }
     ceiling = out["ceiling"]["kendall_tau"]
     for schedule in schedules:
-        config = SupernetConfig(
-            train=super_recipe,
-            sandwich=2,
-            schedule=schedule,  # type: ignore[arg-type]
-            test_accuracy=False,
-            latency=False,
+        study, info = ranking_supernet(
+            space_name, protocol, schedule, settings, root, seed, stored=stored
         )
-        study = make_study(f"{space_name}-{schedule}", root, arrays, recipe, config, elastic, seed)
         assert len(study.data.val) == table["images"]["val"], "another split than the truth's"
-        print(f"{space_name}: supernet ({schedule})...", file=sys.stderr)
-        start = time.perf_counter()
-        study.train_supernet()
-        seconds = time.perf_counter() - start
+        config = study.definition.supernet
         for calibration in (256, 1024):
             evaluator = SubnetEvaluator(
                 study.supernet_evaluator.net,
@@ -276,24 +346,31 @@ def rank_against_truth(
             )
             inherited = [evaluator.evaluate(a)[1]["accuracy"] for a in archs]
             found = correlation(inherited, mean, flops, settings["groups"])
-            found["share_of_ceiling"] = found["kendall_tau"] / ceiling
+            found["share_of_ceiling"] = found["kendall_tau"] / ceiling if ceiling > 0 else None
             found["inherited"] = inherited
-            found["train_seconds"] = seconds
+            found["train_seconds"] = info["train_seconds"]
+            found["trained"] = {k: info[k] for k in ("epochs", "device") if k in info}
             out["supernets"][f"{schedule}, calibration {calibration}"] = found
     return out
 
 
 def equal_compute(
-    space_name: str, settings: dict[str, Any], root: Path, schedule: str, k: int, seed: int
+    space_name: str,
+    settings: dict[str, Any],
+    root: Path,
+    schedule: str,
+    k: int,
+    seed: int,
+    protocol: str = "small",
 ) -> dict[str, Any]:
     """One supernet for four FLOPs budgets (OFA's setting), charged once; per budget a
     search on it (regularized evolution) and ``study.confirm(k)`` (k trainings with the
     ground truth's recipe, charged too); against a multi-trial random search per budget
     whose trainings (the same recipe) may cost three times the weight-sharing total,
     shared evenly among the budgets. The confirmed best against the multi-trial best."""
-    table = ground_truth.load(space_name)
-    arrays = ground_truth.dataset(table["data"]["source"], table["data"]["images"])
-    recipe = TrainConfig(**table["recipe"])
+    spec = ground_truth.PROTOCOLS[protocol]
+    arrays = ground_truth.dataset(**spec["data"])
+    recipe = TrainConfig(**spec["recipe"])
     make_space = ground_truth.SPACES[space_name]
     elastic = make_space()
     config = SupernetConfig(
@@ -378,8 +455,9 @@ def ranking_markdown(results: dict[str, Any]) -> str:
             "| --- | --- | --- | --- | --- | --- |",
         ]
         for label, s in r["supernets"].items():
+            share = s["share_of_ceiling"] or float("nan")
             lines.append(
-                f"| {label} | {s['kendall_tau']:.2f} | {s['share_of_ceiling']:.2f} | "
+                f"| {label} | {s['kendall_tau']:.2f} | {share:.2f} | "
                 f"{s['spearman']:.2f} | {s['kendall_tau_within_groups']:.2f} | "
                 f"{s['train_seconds']:.0f} |"
             )
@@ -395,7 +473,24 @@ def main() -> None:
     parser.add_argument("--no-progressive", action="store_true")
     parser.add_argument("--kernels", action="store_true", help="also the kernel experiment")
     parser.add_argument("--ceiling", action="store_true", help="train the ranking set twice")
-    parser.add_argument("--only", choices=("all", "ranking", "budgets"), default="all")
+    parser.add_argument("--only", choices=("all", "ranking", "budgets", "supernets"), default="all")
+    parser.add_argument(
+        "--protocol",
+        choices=sorted(ground_truth.PROTOCOLS),
+        help="the ground truth's protocol (data, recipe): --only ranking and supernets "
+        f"default to {ground_truth.DEFAULT!r}, --only budgets to 'small'",
+    )
+    parser.add_argument(
+        "--supernets",
+        type=Path,
+        default=STORED_SUPERNETS,
+        help="--only ranking: import the ranking supernets stored in this folder where it "
+        "holds them (default: benchmarks/ground_truth/supernets), else train them here",
+    )
+    parser.add_argument(
+        "--retrain-supernets", action="store_true", help="--only ranking: train them here"
+    )
+    parser.add_argument("--save-supernets", type=Path, help="--only supernets: save them here")
     parser.add_argument("--confirm", type=int, default=2, help="--only budgets: k per budget")
     parser.add_argument(
         "--space",
@@ -422,16 +517,35 @@ def main() -> None:
     if args.only == "ranking":
         names = ["resnet", "mobilenet"] if args.space == "both" else [args.space]
         schedules = args.schedules.split(",")
-        found = {n: rank_against_truth(n, settings, root, schedules, args.seed) for n in names}
+        stored = None if args.retrain_supernets else args.supernets
+        protocol = args.protocol or ground_truth.DEFAULT
+        found = {
+            n: rank_against_truth(n, settings, root, schedules, args.seed, protocol, stored)
+            for n in names
+        }
         print(json.dumps({"ranking": found, "seconds": time.perf_counter() - began}, indent=2))
         if args.markdown:
             Path(args.markdown).write_text(ranking_markdown(found))
         return
+    if args.only == "supernets":  # train the ranking supernets (on a GPU) and save them
+        names = ["resnet", "mobilenet"] if args.space == "both" else [args.space]
+        protocol = args.protocol or ground_truth.DEFAULT
+        trained = {}
+        for schedule in args.schedules.split(","):
+            for n in names:
+                _, info = ranking_supernet(
+                    n, protocol, schedule, settings, root, args.seed, save=args.save_supernets
+                )
+                trained[f"{n}, {schedule}"] = info
+        print(json.dumps({"supernets": trained, "seconds": time.perf_counter() - began}))
+        return
     if args.only == "budgets":
         names = ["resnet", "mobilenet"] if args.space == "both" else [args.space]
         schedule = args.schedules.split(",")[0]
+        protocol = args.protocol or "small"
         found = {
-            n: equal_compute(n, settings, root, schedule, args.confirm, args.seed) for n in names
+            n: equal_compute(n, settings, root, schedule, args.confirm, args.seed, protocol)
+            for n in names
         }
         print(json.dumps({"budgets": found, "seconds": time.perf_counter() - began}, indent=2))
         return
