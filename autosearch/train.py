@@ -163,27 +163,30 @@ class TrainResult:
         return sum(e.seconds for e in self.history)
 
 
-def _sgd(params: list[nn.Parameter], c: TrainConfig, cuda: bool) -> torch.optim.Optimizer:
-    # On CUDA the fused kernel: one launch for every parameter, and it takes the
-    # learning rate as a device tensor inside a CUDA graph.
+# ``graphed``: the steps are captured in a CUDA graph, which needs the fused kernels (they
+# take the learning rate as a device tensor). Only then: torch's fused SGD fails on a
+# parameter that first gets a gradient after the first step (its momentum buffer is
+# None), which a supernet's sandwich steps do (seen on an H200); eager steps keep
+# torch's default (foreach) kernels.
+def _sgd(params: list[nn.Parameter], c: TrainConfig, graphed: bool) -> torch.optim.Optimizer:
     return torch.optim.SGD(
         params,
         lr=c.lr,
         momentum=0.9,
         nesterov=True,
         weight_decay=c.weight_decay,
-        fused=True if cuda else None,
+        fused=True if graphed else None,
     )
 
 
-def _adamw(params: list[nn.Parameter], c: TrainConfig, cuda: bool) -> torch.optim.Optimizer:
+def _adamw(params: list[nn.Parameter], c: TrainConfig, graphed: bool) -> torch.optim.Optimizer:
     # capturable: its step counts live on the device, so a CUDA graph can replay it.
     return torch.optim.AdamW(
         params,
         lr=c.lr,
         weight_decay=c.weight_decay,
-        fused=True if cuda else None,
-        capturable=cuda,
+        fused=True if graphed else None,
+        capturable=graphed,
     )
 
 
@@ -366,9 +369,18 @@ def _prepare(
     # and every rank, so DDP ranks agree on each global batch.
     generator = torch.Generator().manual_seed(seed)
     batches, steps_per_epoch = epoch_batches(data, config, seed, runtime, generator)
-    optimizer = _OPTIMIZERS[config.optimizer](
-        list(model.parameters()), config, device.type == "cuda"
+    refusal = graph_refusal(
+        device=device,
+        distributed=runtime.distributed,
+        precision=runtime.precision,
+        schedule=config.schedule,
+        compiled=config.compile,
+        custom_loss=criterion is not None,
+        model=model,
+        streamed=data.streamed,
     )
+    graphed = config.cuda_graphs and refusal is None
+    optimizer = _OPTIMIZERS[config.optimizer](list(model.parameters()), config, graphed)
     loop = _Loop(
         model=model,
         net=net,
@@ -382,17 +394,7 @@ def _prepare(
         criterion=criterion,
         watch=NonFiniteWatch(device, runtime.distributed),
     )
-    refusal = graph_refusal(
-        device=device,
-        distributed=runtime.distributed,
-        precision=runtime.precision,
-        schedule=config.schedule,
-        compiled=config.compile,
-        custom_loss=criterion is not None,
-        model=model,
-        streamed=data.streamed,
-    )
-    if config.cuda_graphs and refusal is None:
+    if graphed:
         loop.graphed = GraphedStep(loop._forward, loop._backward, optimizer)
     elif config.cuda_graphs and device.type == "cuda":
         logger.debug("training steps run eagerly: %s", refusal)

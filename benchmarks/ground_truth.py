@@ -70,7 +70,7 @@ PROTOCOLS: dict[str, dict[str, Any]] = {
     "small": {
         "data": {"source": "fashion-mnist", "images": 20_000, "seed": 0},
         "recipe": {"epochs": 10, "batch_size": 128, "lr": 0.05},
-        "seeds": [0, 1],
+        "seeds": {"resnet": [0, 1], "mobilenet": [0, 1]},
         "subnets": {"resnet": 30, "mobilenet": 16},
     },
     "full": {
@@ -83,7 +83,8 @@ PROTOCOLS: dict[str, dict[str, Any]] = {
             "flip": True,
             "channels_last": True,
         },
-        "seeds": [0, 1],
+        # ResNet: four seeds, so that two means of two seeds can be compared.
+        "seeds": {"resnet": [0, 1, 2, 3], "mobilenet": [0, 1]},
         "subnets": {"resnet": 30, "mobilenet": 30},
     },
 }
@@ -199,10 +200,11 @@ def kendall(a: list[float], b: list[float]) -> float:
 def agreement(rows: list[dict[str, Any]], seeds: tuple[int, ...] = (0, 1)) -> dict[str, Any]:
     """Seed against seed: Kendall tau and Spearman of the final validation accuracies,
     within FLOPs tertiles, of FLOPs alone, and tau after each epoch."""
-    done = [r for r in rows if all(str(s) in r["runs"] for s in seeds)]
+    done = [r for r in rows if all(str(s) in r["runs"] for s in seeds[:2])]
     if len(done) < 3:
         return {"subnets": len(done)}
     first, second = (str(s) for s in seeds[:2])
+    every = [r for r in done if all(str(s) in r["runs"] for s in seeds)]
     a = [r["runs"][first]["val"] for r in done]
     b = [r["runs"][second]["val"] for r in done]
     flops = [r["flops"] for r in done]
@@ -235,6 +237,23 @@ def agreement(rows: list[dict[str, Any]], seeds: tuple[int, ...] = (0, 1)) -> di
             [(r["runs"][second]["val"] + r["runs"][second]["test"]) / 2 for r in done],
         ),
         "projection": projection(a, b),
+        **(halves(every, seeds) if len(every) > 2 else {}),
+    }
+
+
+def halves(done: list[dict[str, Any]], seeds: tuple[int, ...]) -> dict[str, Any]:
+    """With four seeds or more: Kendall tau between the means of the first and the
+    second half of the seeds (what a two-seed-mean ground truth repeats at)."""
+    if len(seeds) < 4:
+        return {}
+    half = len(seeds) // 2
+    first, second = ([str(s) for s in part] for part in (seeds[:half], seeds[half:]))
+    mean = lambda r, part: float(np.mean([r["runs"][s]["val"] for s in part]))  # noqa: E731
+    return {
+        "kendall_tau_of_seed_means": kendall(
+            [mean(r, first) for r in done], [mean(r, second) for r in done]
+        ),
+        "seed_means": [first, second],
     }
 
 
@@ -269,7 +288,8 @@ def projection(a: list[float], b: list[float], seeds=(1, 2, 4, 8), draws: int = 
 
 
 def mean_truth(table: dict[str, Any]) -> dict[str, float]:
-    """arch id -> the mean over seeds of the final validation accuracy."""
+    """arch id -> the mean over the table's seeds of the final validation accuracy
+    (subnets trained with each of them)."""
     return {
         r["arch_id"]: float(np.mean([run["val"] for run in r["runs"].values()]))
         for r in table["subnets"]
@@ -326,7 +346,7 @@ def _head(space: str, protocol: str) -> dict[str, Any]:
         "space_doc": SPACES[space].__doc__.split("\n\n")[0].replace("\n", " "),
         "data": spec["data"],
         "recipe": spec["recipe"],
-        "seeds": list(spec["seeds"]),
+        "seeds": list(spec["seeds"][space]),
         "subnets_drawn": {"n": spec["subnets"][space], "seed": 0, "draws": 600},
     }
 
@@ -403,7 +423,10 @@ def merge(space: str, protocol: str, parts: list[Path], out: Path | None = None)
     table: dict[str, Any] = {**head}
     for part in parts:
         stored = json.loads(part.read_text())
-        if {k: stored.get(k) for k in head} != head:
+        same = {k: stored.get(k) for k in head if k != "seeds"} == {
+            k: v for k, v in head.items() if k != "seeds"
+        }
+        if not same or not set(stored.get("seeds", [])) <= set(head["seeds"]):
             sys.exit(f"{part} holds another protocol, space, recipe or data than {protocol}")
         for key in ("images", "machine", "code"):
             table.setdefault(key, stored.get(key))
@@ -438,6 +461,15 @@ def markdown(table: dict[str, Any]) -> str:
             f"({table['images']['val'] + table['images']['test']:,}) | "
             f"{a['kendall_tau_held_out']:.2f} |",
             f"| within FLOPs tertiles | {a['kendall_tau_within_groups']:.2f} |",
+            *(
+                [
+                    f"| mean of seeds {', '.join(a['seed_means'][0])} against mean of seeds "
+                    f"{', '.join(a['seed_means'][1])}, Kendall τ | "
+                    f"{a['kendall_tau_of_seed_means']:.2f} |"
+                ]
+                if "kendall_tau_of_seed_means" in a
+                else []
+            ),
             f"| FLOPs alone against the two-seed mean | {a['kendall_tau_of_flops_vs_mean']:.2f} |",
             f"| validation accuracy range | {100 * a['val_range'][0]:.2f}–"
             f"{100 * a['val_range'][1]:.2f} % |",

@@ -266,7 +266,9 @@ def ranking_supernet(
     start = time.perf_counter()
     study.train_supernet()
     if not info:
-        device = next(study.supernet_evaluator.net.parameters()).device
+        device = torch.device(config.train.device if config.train.device != "auto" else "cpu")
+        if config.train.device == "auto" and torch.cuda.is_available():
+            device = torch.device("cuda")  # where the trainer's "auto" trains it
         info = {
             "space": space_name,
             "protocol": protocol,
