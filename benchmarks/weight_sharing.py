@@ -290,6 +290,29 @@ def ranking_supernet(
     return study, info
 
 
+def against_halves(
+    inherited: list[float], rows: list[dict[str, Any]], ceiling: dict[str, Any]
+) -> dict[str, Any]:
+    """With four seeds or more: the supernet's Kendall tau against each half's seed
+    mean, and its mean as a share of the tau between the two halves (the ceiling for a
+    ranking against a mean of that many seeds: how well one such mean repeats)."""
+    if "seed_means" not in ceiling:
+        return {}
+    taus = [
+        float(
+            stats.kendalltau(
+                inherited, [np.mean([r["runs"][s]["val"] for s in half]) for r in rows]
+            )[0]
+        )
+        for half in ceiling["seed_means"]
+    ]
+    between = ceiling["kendall_tau_of_seed_means"]
+    return {
+        "kendall_tau_against_halves": taus,
+        "share_of_half_ceiling": float(np.mean(taus)) / between if between > 0 else None,
+    }
+
+
 def rank_against_truth(
     space_name: str,
     settings: dict[str, Any],
@@ -349,6 +372,7 @@ def rank_against_truth(
             inherited = [evaluator.evaluate(a)[1]["accuracy"] for a in archs]
             found = correlation(inherited, mean, flops, settings["groups"])
             found["share_of_ceiling"] = found["kendall_tau"] / ceiling if ceiling > 0 else None
+            found |= against_halves(inherited, rows, out["ceiling"])
             found["inherited"] = inherited
             found["train_seconds"] = info["train_seconds"]
             found["trained"] = {k: info[k] for k in ("epochs", "device") if k in info}
@@ -450,18 +474,33 @@ def ranking_markdown(results: dict[str, Any]) -> str:
             f"{c['kendall_tau']:.2f} (Spearman {c['spearman']:.2f}, within FLOPs groups "
             f"{c['kendall_tau_within_groups']:.2f}); FLOPs alone τ "
             f"{r['kendall_tau_of_flops']:.2f}, "
-            f"parameters alone τ {r['kendall_tau_of_params']:.2f}.",
+            f"parameters alone τ {r['kendall_tau_of_params']:.2f}."
+            + (
+                f" Two means of two seeds each (seeds {', '.join(c['seed_means'][0])} and "
+                f"{', '.join(c['seed_means'][1])}) agree at τ {c['kendall_tau_of_seed_means']:.2f}."
+                if "seed_means" in c
+                else ""
+            ),
             "",
-            "| supernet | τ against the mean | share of the seed ceiling | Spearman | τ within "
-            "FLOPs groups | training s |",
-            "| --- | --- | --- | --- | --- | --- |",
+            "| supernet | τ against the mean | share of the seed ceiling | τ against each "
+            "two-seed mean (share of their agreement) | Spearman | τ within FLOPs groups "
+            "| training |",
+            "| --- | --- | --- | --- | --- | --- | --- |",
         ]
         for label, s in r["supernets"].items():
             share = s["share_of_ceiling"] or float("nan")
+            halves = (
+                " / ".join(f"{t:.2f}" for t in s["kendall_tau_against_halves"])
+                + f" ({s['share_of_half_ceiling'] or float('nan'):.2f})"
+                if "kendall_tau_against_halves" in s
+                else "–"
+            )
+            trained = s.get("trained", {})
+            where = f", {trained['epochs']} epochs on {trained['device']}" if trained else ""
             lines.append(
-                f"| {label} | {s['kendall_tau']:.2f} | {share:.2f} | "
+                f"| {label} | {s['kendall_tau']:.2f} | {share:.2f} | {halves} | "
                 f"{s['spearman']:.2f} | {s['kendall_tau_within_groups']:.2f} | "
-                f"{s['train_seconds']:.0f} |"
+                f"{s['train_seconds']:.0f} s{where} |"
             )
         lines.append("")
     return "\n".join(lines)
