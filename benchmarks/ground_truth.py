@@ -334,7 +334,8 @@ def _machine() -> str:
                 break
     except OSError:
         pass
-    return f"{model}, {os.cpu_count()} cores, {platform.system()}, torch {torch.__version__}"
+    host = f"{model}, {os.cpu_count()} cores, {platform.system()}, torch {torch.__version__}"
+    return f"{torch.cuda.get_device_name()} ({host})" if torch.cuda.is_available() else host
 
 
 def _head(space: str, protocol: str) -> dict[str, Any]:

@@ -25,10 +25,13 @@ stage depth and width):
 
 ``--only ranking`` ranks supernets of each sub-space (``--space resnet|mobilenet|both``;
 ``--schedules sandwich,progressive``) against the stored ground truth of
-``benchmarks/ground_truth.py`` (two seeds of 10-epoch stand-alone trainings on 20,000
-images): Kendall tau against the two-seed mean, as a share of the seeds' own agreement,
-within FLOPs groups, against FLOPs and parameters alone; each supernet with 256 and
-1,024 calibration images. ``--only budgets`` is the equal-compute setting users spend:
+``benchmarks/ground_truth.py`` (``--protocol``: ``full``, all 70,000 images and 15
+epochs, trained on a GPU; or ``small``): Kendall tau against the seed mean, as a share
+of the seeds' own agreement, within FLOPs groups, against FLOPs and parameters alone;
+each supernet with 256 and 1,024 calibration images. The supernets' weights come from
+``benchmarks/ground_truth/supernets`` where stored (``--only supernets
+--save-supernets DIR`` trains and saves them, on a GPU; ``--retrain-supernets`` trains
+them where the ranking runs). ``--only budgets`` is the equal-compute setting users spend:
 one supernet charged once across four FLOPs budgets, each budget's search confirmed by
 ``study.confirm(--confirm)`` (charged too), against multi-trial random search given
 three times the weight-sharing total.
