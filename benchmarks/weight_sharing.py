@@ -448,6 +448,7 @@ def equal_compute(
                 "confirmations": [c.to_json() for c in search.confirmations()],
                 "ws_best": search.space.describe(best.arch),
                 "ws_best_val": best.metrics["accuracy"],
+                "ws_best_test": best.metrics.get("test_accuracy"),
                 "ws_best_confirmed": best.confirms is not None,
             }
         )
@@ -465,6 +466,38 @@ def equal_compute(
         "k": k,
         "budgets": rows,
     }
+
+
+def budgets_markdown(results: dict[str, Any]) -> str:
+    """The equal-compute table: per budget, the weight-sharing search's confirmed best
+    against the multi-trial best, on validation (where both chose) and on test."""
+    lines = []
+    for space_name, r in results.items():
+        lines += [
+            f"**{space_name}**: supernet {r['supernet_seconds']:.0f} s, weight sharing in all "
+            f"{r['ws_total_seconds']:.0f} s (the supernet once, each budget's search and "
+            f"its {r['k']} confirmations); multi-trial in all "
+            f"{r['multi_trial_total_seconds']:.0f} s "
+            f"({r['multi_trial_total_seconds'] / r['ws_total_seconds']:.1f}× as much).",
+            "",
+            "| budget (MFLOPs) | search s | confirm s | weight sharing: confirmed best | val | "
+            "test | multi-trial: best of n | val | test | gap val / test (points) |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        for b in r["budgets"]:
+            m = b["multi_trial"]
+            ws_test = b.get("ws_best_test")
+            lines.append(
+                f"| {b['max_mflops']:.2f} | {b['search_seconds']:.0f} | "
+                f"{b['confirm_seconds']:.0f} | {b['ws_best']} | {100 * b['ws_best_val']:.2f} | "
+                + (f"{100 * ws_test:.2f}" if ws_test is not None else "–")
+                + f" | {m['best']} (n = {m['trained']}) | {100 * m['best_val']:.2f} | "
+                f"{100 * m['best_test']:.2f} | {b['gap_points']:.2f} / "
+                + (f"{100 * (m['best_test'] - ws_test):.2f}" if ws_test is not None else "–")
+                + " |"
+            )
+        lines.append("")
+    return "\n".join(lines)
 
 
 def ranking_markdown(results: dict[str, Any]) -> str:
@@ -592,6 +625,8 @@ def main() -> None:
             for n in names
         }
         print(json.dumps({"budgets": found, "seconds": time.perf_counter() - began}, indent=2))
+        if args.markdown:
+            Path(args.markdown).write_text(budgets_markdown(found))
         return
 
     full = load_data(args.data, seed=args.seed)
