@@ -241,6 +241,11 @@ def agreement(rows: list[dict[str, Any]], seeds: tuple[int, ...] = (0, 1)) -> di
     }
 
 
+def seed_mean(row: dict[str, Any], seeds: list[str]) -> float:
+    """A subnet's final validation accuracy averaged over ``seeds``."""
+    return float(np.mean([row["runs"][s]["val"] for s in seeds]))
+
+
 def halves(done: list[dict[str, Any]], seeds: tuple[int, ...]) -> dict[str, Any]:
     """With four seeds or more: Kendall tau between the means of the first and the
     second half of the seeds (what a two-seed-mean ground truth repeats at)."""
@@ -248,10 +253,9 @@ def halves(done: list[dict[str, Any]], seeds: tuple[int, ...]) -> dict[str, Any]
         return {}
     half = len(seeds) // 2
     first, second = ([str(s) for s in part] for part in (seeds[:half], seeds[half:]))
-    mean = lambda r, part: float(np.mean([r["runs"][s]["val"] for s in part]))  # noqa: E731
     return {
         "kendall_tau_of_seed_means": kendall(
-            [mean(r, first) for r in done], [mean(r, second) for r in done]
+            [seed_mean(r, first) for r in done], [seed_mean(r, second) for r in done]
         ),
         "seed_means": [first, second],
     }

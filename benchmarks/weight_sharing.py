@@ -269,9 +269,7 @@ def ranking_supernet(
     start = time.perf_counter()
     study.train_supernet()
     if not info:
-        device = torch.device(config.train.device if config.train.device != "auto" else "cpu")
-        if config.train.device == "auto" and torch.cuda.is_available():
-            device = torch.device("cuda")  # where the trainer's "auto" trains it
+        on_gpu = config.train.device in ("auto", "cuda") and torch.cuda.is_available()
         info = {
             "space": space_name,
             "protocol": protocol,
@@ -281,7 +279,9 @@ def ranking_supernet(
             "recipe": spec["recipe"],
             "seed": seed,
             "train_seconds": time.perf_counter() - start,
-            "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+            "device": torch.cuda.get_device_name()
+            if on_gpu
+            else config.train.device.replace("auto", "cpu"),
             "machine": ground_truth._machine(),
             "code": ground_truth._code_version(),
         }
@@ -302,11 +302,7 @@ def against_halves(
     if "seed_means" not in ceiling:
         return {}
     taus = [
-        float(
-            stats.kendalltau(
-                inherited, [np.mean([r["runs"][s]["val"] for s in half]) for r in rows]
-            )[0]
-        )
+        float(stats.kendalltau(inherited, [ground_truth.seed_mean(r, half) for r in rows])[0])
         for half in ceiling["seed_means"]
     ]
     between = ceiling["kendall_tau_of_seed_means"]
