@@ -15,6 +15,7 @@ RANKS = {
     "_logs": 0,  # stdlib only: the set-up runs it before anything is installed
     "_paths": 0,  # paths from outside names, confined to their folder (stdlib only)
     "_files": 0,  # files written whole (a temporary name, then renamed)
+    "_script": 0,  # whether the main script would run again in a spawned process (stdlib)
     "cost": 0,  # counting FLOPs needs only torch; spaces use it for budgets
     "pareto": 1,
     "architecture": 1,

@@ -153,16 +153,23 @@ _DDP_RUN = textwrap.dedent(
     from autosearch.runtime import init_distributed, resolve
     from autosearch.train import train
 
-    init_distributed("cpu")  # gloo, even on a machine with GPUs
-    runtime = resolve(device="cpu", precision="fp32")
-    model = _net()
-    config = TrainConfig(epochs={epochs}, batch_size=64, lr=0.05, crop_padding=1, device="cpu")
-    result = train(model, load_data({data!r}, stream={stream}), config, seed=3, runtime=runtime)
-    torch.save(
-        {{"params": model.state_dict(), "world": result.world_size,
-          "accuracy": result.val_accuracy}},
-        os.path.join({out!r}, f"rank{{runtime.rank}}.pt"),
-    )
+    def main():
+        init_distributed("cpu")  # gloo, even on a machine with GPUs
+        runtime = resolve(device="cpu", precision="fp32")
+        model = _net()
+        config = TrainConfig(
+            epochs={epochs}, batch_size=64, lr=0.05, crop_padding=1, device="cpu"
+        )
+        data = load_data({data!r}, stream={stream})
+        result = train(model, data, config, seed=3, runtime=runtime)
+        torch.save(
+            {{"params": model.state_dict(), "world": result.world_size,
+              "accuracy": result.val_accuracy}},
+            os.path.join({out!r}, f"rank{{runtime.rank}}.pt"),
+        )
+
+    if __name__ == "__main__":  # loader workers import this script
+        main()
     """
 )
 
@@ -286,6 +293,68 @@ def test_a_streamed_folder_trains_the_same_with_any_number_of_workers(streamed, 
     assert result.val_accuracy > 0.7  # it learned from the files (chance: 0.1)
     for name, value in weights.items():
         assert torch.equal(value, other[name]), name
+
+
+def test_no_loader_worker_is_forked_from_the_training_process():
+    """A training process has threads (queue feeders, pin-memory, gloo); a worker forked
+    from it can inherit a lock another thread held and wait on it forever (a DDP rank's
+    evaluation worker did, in CI). Every DataLoader in the package is built by
+    ``_stream._loader``, whose workers start from a fork server."""
+    import ast
+
+    from autosearch.data import _stream
+
+    package = Path(_stream.__file__).parents[1]
+    calls = []
+    for source in package.rglob("*.py"):
+        tree = ast.parse(source.read_text())
+        for function in ast.walk(tree):
+            if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in ast.walk(function):
+                callee = node.func if isinstance(node, ast.Call) else None
+                name = getattr(callee, "id", getattr(callee, "attr", None))
+                if name == "DataLoader":
+                    calls.append(f"{source.relative_to(package)}:{function.name}")
+    assert calls and set(calls) == {"data/_stream.py:_loader"}, calls
+    assert _stream.worker_context().get_start_method() in {"forkserver", "spawn"}
+
+
+def test_a_script_reads_files_in_workers_only_under_its_main_guard(streamed, tmp_path):
+    """Each loader worker imports the main script: from its unguarded top level that
+    would run the script again, so there the files are read in the process itself."""
+    body = textwrap.dedent(
+        f"""
+        import os
+        os.environ["AUTOSEARCH_LOADER_WORKERS"] = "1"
+        os.environ["AUTOSEARCH_CACHE"] = {os.environ["AUTOSEARCH_CACHE"]!r}
+        from autosearch.data import load_data
+        data = load_data("folder:" + {str(streamed.name.removeprefix("folder:"))!r}, stream=True)
+        loader, _ = data.train.loader(64, seed=0)
+        images, labels = next(iter(loader))
+        print(loader.num_workers, type(loader.multiprocessing_context).__name__, len(labels))
+        """
+    )
+    guarded = (
+        "def main():\n"
+        + textwrap.indent(body, "    ")
+        + '\nif __name__ == "__main__":\n    main()\n'
+    )
+    runs = {}
+    for name, code in (("unguarded", body), ("guarded", guarded)):
+        (tmp_path / f"{name}.py").write_text(code)
+        runs[name] = subprocess.run(
+            [sys.executable, f"{name}.py"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
+        assert runs[name].returncode == 0, runs[name].stderr
+    assert runs["unguarded"].stdout.split() == ["0", "NoneType", "64"]
+    assert "unguarded.py line 7 reads image files from the top level" in runs["unguarded"].stderr
+    assert runs["guarded"].stdout.split() == ["1", "ForkServerContext", "64"]
+    assert "top level" not in runs["guarded"].stderr
 
 
 def test_streamed_ranks_read_disjoint_shares_of_one_permutation(streamed):

@@ -5,15 +5,24 @@ cleaning and normalisation need: a content hash, the per-channel pixel sums and 
 shape. It is cached on disk, keyed by the folder's file listing (names, sizes and
 modification times), so a second load only lists the folder. Training then reads
 each batch's files through a ``DataLoader`` with workers and a ``DistributedSampler``.
+
+Every loader here with workers starts them from a fork server (``worker_context``), never
+by forking the training process: a training process has threads (DataLoader queue
+feeders, pin-memory, gloo), and a fork taken while another thread holds one of
+CPython's locks leaves the child waiting on it forever. Seen in CI: a DDP rank's
+evaluation worker hung inside ``PyOS_AfterFork_Child`` and both ranks waited 30 minutes.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
+import multiprocessing
 import os
 from dataclasses import dataclass
+from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -22,6 +31,7 @@ import torch
 from safetensors.numpy import load_file, save_file
 from torch.utils.data import DataLoader, DistributedSampler
 
+from autosearch._script import unguarded_line
 from autosearch.data._cache import cache_dir
 from autosearch.data._clean import image_keys
 from autosearch.data._readers import decode_image, folder_files, most_common_shape
@@ -35,6 +45,7 @@ __all__ = [
     "loader_workers",
     "memory_budget",
     "scan_folder",
+    "worker_context",
 ]
 
 logger = logging.getLogger(__name__)
@@ -85,6 +96,51 @@ def loader_workers() -> int:
             )
         return int(value)
     return max(0, min(4, (os.cpu_count() or 1) - 2))
+
+
+# What a fork server loads once, so that each worker it forks starts at once: torch and
+# the dataset classes its workers unpickle. Not ``__main__`` (multiprocessing's default):
+# a user's unguarded script would run again in the server.
+_SERVER_PRELOAD = ["torch", __name__]
+
+
+def worker_context() -> BaseContext:
+    """How loader workers start: forked from a single-threaded fork server (spawned on
+    first use, once per process), so no worker inherits a lock held by another thread
+    of the training process. Spawned where fork servers do not exist (Windows)."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(_SERVER_PRELOAD)
+    return context
+
+
+def _loader(dataset: torch.utils.data.Dataset, *, workers: int, **options: Any) -> DataLoader:
+    """A DataLoader whose workers (if any) start from ``worker_context``. Each worker
+    imports the main script; from a script's unguarded top level that would run the
+    script again, so there it reads in this process instead (and says so, once)."""
+    if workers > 0:
+        where = unguarded_line()
+        if where is not None:
+            _warn_unguarded(*where)
+            workers = 0
+    if workers == 0:
+        options.pop("persistent_workers", None)  # only for workers
+        return DataLoader(dataset, num_workers=0, **options)
+    return DataLoader(
+        dataset, num_workers=workers, multiprocessing_context=worker_context(), **options
+    )
+
+
+@functools.cache
+def _warn_unguarded(script: str, line: int) -> None:
+    logger.warning(
+        "%s line %d reads image files from the top level of the script, so they are read "
+        "in this process, without loader workers (each worker would run the script "
+        'again); put the code under `if __name__ == "__main__":` to read in workers',
+        script,
+        line,
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -141,10 +197,10 @@ def scan_folder(root: Path, *, workers: int | None = None) -> Scan:
     cached = _load_scan(key)
     if cached is not None:
         return cached
-    loader = DataLoader(
+    loader = _loader(
         _ScanItems(files),
         batch_size=64,
-        num_workers=loader_workers() if workers is None else workers,
+        workers=loader_workers() if workers is None else workers,
         collate_fn=list,
     )
     items = [item for batch in loader for item in batch]
@@ -254,7 +310,7 @@ class FileSplit:
 
     def batches(self, batch_size: int) -> DataLoader:
         """``(images, labels)`` in order, read by worker processes."""
-        return DataLoader(FileImages(self), batch_size=batch_size, num_workers=loader_workers())
+        return _loader(FileImages(self), batch_size=batch_size, workers=loader_workers())
 
     def loader(
         self,
@@ -273,12 +329,12 @@ class FileSplit:
             images, num_replicas=world_size, rank=rank, shuffle=True, seed=seed
         )
         workers = loader_workers() if workers is None else workers
-        loader = DataLoader(
+        loader = _loader(
             images,
             batch_size=batch_size,
             sampler=sampler,
-            num_workers=workers,
+            workers=workers,
             pin_memory=pin_memory,
-            persistent_workers=workers > 0,
+            persistent_workers=True,  # when there are workers
         )
         return loader, sampler

@@ -10,18 +10,16 @@ runs the search loop and broadcasts each claimed architecture; the other ranks
 
 from __future__ import annotations
 
-import ast
 import logging
 import os
-import sys
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import torch
 
+from autosearch._script import unguarded_line
 from autosearch.architecture import Architecture
 from autosearch.errors import ConfigError
 from autosearch.runner import run_trial
@@ -115,46 +113,17 @@ def _finished(trials: StoredTrials, run: str, slot: int | None = None) -> list[i
 
 
 def check_main_guard() -> None:
-    """Refuse to spawn workers from the unguarded top level of a script.
-
-    Each spawned process runs the main script again (as ``__mp_main__``) to find what
-    the parent defined there; without ``if __name__ == "__main__":`` it would create the
-    study and start workers again. Found here, before any process starts, from the
-    line of the script that led to this call."""
-    main = sys.modules.get("__main__")
-    path = getattr(main, "__file__", None)
-    frame: FrameType | None = sys._getframe()
-    while frame is not None and not (
-        frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") == "__main__"
-    ):
-        frame = frame.f_back
-    if frame is None or path is None or not Path(path).is_file():
-        return  # no script (a notebook, python -c): nothing is run again
-    try:
-        tree = ast.parse(Path(path).read_text(), filename=path)
-    except (SyntaxError, UnicodeDecodeError, OSError):
-        return
-    line = frame.f_lineno
-    for statement in tree.body:
-        if statement.lineno <= line <= (statement.end_lineno or statement.lineno):
-            if not _is_main_guard(statement):
-                raise ConfigError(
-                    f"{Path(path).name} line {line} starts worker processes from the top level "
-                    "of the script; each worker runs the script again and would start the "
-                    'study again: put the study\'s code under `if __name__ == "__main__":`'
-                )
-            return
-
-
-def _is_main_guard(statement: ast.stmt) -> bool:
-    """``if __name__ == "__main__":`` (either way round)."""
-    if not isinstance(statement, ast.If) or not isinstance(statement.test, ast.Compare):
-        return False
-    test = statement.test
-    sides = [test.left, *test.comparators]
-    names = {s.id for s in sides if isinstance(s, ast.Name)}
-    texts = {s.value for s in sides if isinstance(s, ast.Constant)}
-    return isinstance(test.ops[0], ast.Eq) and names == {"__name__"} and texts == {"__main__"}
+    """Refuse to spawn workers from the unguarded top level of a script: each spawned
+    process runs the main script again (``autosearch._script``) and would create the
+    study and start workers again. Found before any process starts."""
+    where = unguarded_line()
+    if where is not None:
+        script, line = where
+        raise ConfigError(
+            f"{script} line {line} starts worker processes from the top level "
+            "of the script; each worker runs the script again and would start the "
+            'study again: put the study\'s code under `if __name__ == "__main__":`'
+        )
 
 
 def _report(

@@ -1,0 +1,51 @@
+"""Whether the main script would run its work again in a spawned process.
+
+A process started by ``spawn`` or a fork server imports the parent's main script (as
+``__mp_main__``) to find what it defined; code at the script's top level, outside
+``if __name__ == "__main__":``, then runs again in the child: a study or a training
+started twice. Found from the line of the script that led to the current call.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+from types import FrameType
+
+__all__ = ["unguarded_line"]
+
+
+def unguarded_line() -> tuple[str, int] | None:
+    """``(script name, line)`` where the main script's unguarded top level led to this
+    call; None when it is guarded, or when there is no script to run again (a notebook,
+    ``python -c``, a module run with ``-m`` from a guarded entry point)."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    frame: FrameType | None = sys._getframe()
+    while frame is not None and not (
+        frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") == "__main__"
+    ):
+        frame = frame.f_back
+    if frame is None or path is None or not Path(path).is_file():
+        return None
+    try:
+        tree = ast.parse(Path(path).read_text(), filename=path)
+    except (SyntaxError, UnicodeDecodeError, OSError):
+        return None
+    line = frame.f_lineno
+    for statement in tree.body:
+        if statement.lineno <= line <= (statement.end_lineno or statement.lineno):
+            return None if _is_main_guard(statement) else (Path(path).name, line)
+    return None
+
+
+def _is_main_guard(statement: ast.stmt) -> bool:
+    """``if __name__ == "__main__":`` (either way round)."""
+    if not isinstance(statement, ast.If) or not isinstance(statement.test, ast.Compare):
+        return False
+    test = statement.test
+    sides = [test.left, *test.comparators]
+    names = {s.id for s in sides if isinstance(s, ast.Name)}
+    texts = {s.value for s in sides if isinstance(s, ast.Constant)}
+    return isinstance(test.ops[0], ast.Eq) and names == {"__name__"} and texts == {"__main__"}
