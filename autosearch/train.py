@@ -32,9 +32,10 @@ import torch.nn.functional as F
 
 from autosearch import _checkpoint as checkpoint_file
 from autosearch._feed import Batch, epoch_batches
+from autosearch._optim import OPTIMIZERS, SCHEDULES, make_optimizer, make_schedule
 from autosearch._step import GraphedStep, NonFiniteWatch, graph_refusal
 from autosearch.data import Dataset, FileSplit, Split
-from autosearch.errors import TrialFailed, require
+from autosearch.errors import ConfigError, TrialFailed, require
 from autosearch.runtime import PRECISIONS, Runtime, autocast, resolve
 
 logger = logging.getLogger(__name__)
@@ -66,6 +67,9 @@ class TrainConfig:
         weight_decay: Decoupled (AdamW) or L2 (SGD) weight decay.
         label_smoothing: Cross-entropy label smoothing.
         schedule: ``"cosine"`` (to zero) or ``"onecycle"`` (warm-up, then anneal).
+        warmup_epochs: Raise the learning rate linearly to ``lr`` over this many
+            epochs (fractions allowed) before the cosine schedule; for large batches
+            and learning rates. 0: none.
         grad_clip: Clip the gradients' global norm to this (None: no clipping).
         crop_padding: Random-crop augmentation with this zero padding (0 = off).
         flip: Random horizontal flips (off for digits and text-like images).
@@ -91,6 +95,7 @@ class TrainConfig:
     weight_decay: float = 5e-4
     label_smoothing: float = 0.0
     schedule: Literal["cosine", "onecycle"] = "cosine"
+    warmup_epochs: float = 0.0
     grad_clip: float | None = None
     crop_padding: int = 0
     flip: bool = False
@@ -106,6 +111,16 @@ class TrainConfig:
         for name, ok, expected in _CHECKS:
             value = getattr(self, name)
             require(ok(value), f"TrainConfig {name}", value, expected)
+        if self.warmup_epochs and self.schedule == "onecycle":
+            raise ConfigError(
+                f"TrainConfig warmup_epochs={self.warmup_epochs} with schedule='onecycle', "
+                "which warms up itself: set warmup_epochs=0, or schedule='cosine'"
+            )
+        if self.warmup_epochs >= self.epochs:
+            raise ConfigError(
+                f"TrainConfig warmup_epochs={self.warmup_epochs} leaves none of the "
+                f"{self.epochs} epochs to the schedule: warm up for fewer epochs"
+            )
 
 
 def _count(least: int) -> Callable[[Any], bool]:
@@ -120,11 +135,12 @@ def _finite(low: float, high: float = math.inf) -> Callable[[Any], bool]:
 _CHECKS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("epochs", _count(1), "an integer >= 1"),
     ("batch_size", _count(1), "an integer >= 1"),
-    ("optimizer", lambda v: v in _OPTIMIZERS, "'sgd' or 'adamw'"),
+    ("optimizer", lambda v: v in OPTIMIZERS, "'sgd' or 'adamw'"),
     ("lr", lambda v: _finite(0)(v) and v > 0, "a finite number > 0, e.g. 0.05"),
     ("weight_decay", _finite(0), "a finite number >= 0"),
     ("label_smoothing", _finite(0, 1), "a number in [0, 1)"),
-    ("schedule", lambda v: v in _SCHEDULES, "'cosine' or 'onecycle'"),
+    ("schedule", lambda v: v in SCHEDULES, "'cosine' or 'onecycle'"),
+    ("warmup_epochs", _finite(0), "a number of epochs >= 0, e.g. 1 (0: no warm-up)"),
     ("grad_clip", lambda v: v is None or (_finite(0)(v) and v > 0), "None or a number > 0"),
     ("crop_padding", _count(0), "an integer >= 0 (0: no random crops)"),
     ("cutout", _count(0), "an integer >= 0 (0: no cutout)"),
@@ -161,46 +177,6 @@ class TrainResult:
     @property
     def seconds(self) -> float:
         return sum(e.seconds for e in self.history)
-
-
-# ``graphed``: the steps are captured in a CUDA graph, which needs the fused kernels (they
-# take the learning rate as a device tensor). Only then: torch's fused SGD fails on a
-# parameter that first gets a gradient after the first step (its momentum buffer is
-# None), which a supernet's sandwich steps do (seen on an H200); eager steps keep
-# torch's default (foreach) kernels.
-def _sgd(params: list[nn.Parameter], c: TrainConfig, graphed: bool) -> torch.optim.Optimizer:
-    return torch.optim.SGD(
-        params,
-        lr=c.lr,
-        momentum=0.9,
-        nesterov=True,
-        weight_decay=c.weight_decay,
-        fused=True if graphed else None,
-    )
-
-
-def _adamw(params: list[nn.Parameter], c: TrainConfig, graphed: bool) -> torch.optim.Optimizer:
-    # capturable: its step counts live on the device, so a CUDA graph can replay it.
-    return torch.optim.AdamW(
-        params,
-        lr=c.lr,
-        weight_decay=c.weight_decay,
-        fused=True if graphed else None,
-        capturable=graphed,
-    )
-
-
-_OPTIMIZERS: dict[str, Callable[[list[nn.Parameter], TrainConfig, bool], torch.optim.Optimizer]] = {
-    "sgd": _sgd,
-    "adamw": _adamw,
-}
-
-_SCHEDULES: dict[str, Callable[[torch.optim.Optimizer, TrainConfig, int], Any]] = {
-    "cosine": lambda opt, c, steps: torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps),
-    "onecycle": lambda opt, c, steps: torch.optim.lr_scheduler.OneCycleLR(
-        opt, max_lr=c.lr, total_steps=steps
-    ),
-}
 
 
 def train(
@@ -380,14 +356,14 @@ def _prepare(
         streamed=data.streamed,
     )
     graphed = config.cuda_graphs and refusal is None
-    optimizer = _OPTIMIZERS[config.optimizer](list(model.parameters()), config, graphed)
+    optimizer = make_optimizer(list(model.parameters()), config, graphed)
     loop = _Loop(
         model=model,
         net=net,
         config=config,
         runtime=runtime,
         optimizer=optimizer,
-        schedule=_SCHEDULES[config.schedule](optimizer, config, config.epochs * steps_per_epoch),
+        schedule=make_schedule(optimizer, config, steps_per_epoch, config.epochs),
         scaler=torch.amp.GradScaler(device.type, enabled=runtime.precision == "fp16"),
         generator=generator,
         batches=batches,
@@ -433,7 +409,7 @@ def find_batch_size(
     saved = {k: v.detach().clone() for k, v in model.state_dict().items()}
     model.to(runtime.device).train()
     cuda = runtime.device.type == "cuda"
-    optimizer = _OPTIMIZERS[config.optimizer](list(model.parameters()), config, cuda)
+    optimizer = make_optimizer(list(model.parameters()), config, cuda)
     largest = min(limit, len(data.train))
     images, labels = data.train.take(torch.arange(largest)), data.train.y[:largest]
     fits, size = 0, config.batch_size

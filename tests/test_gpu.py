@@ -157,13 +157,13 @@ def test_fused_sgd_is_kept_from_supernets_because_it_fails_on_them(digits, monke
     """Why the trainer uses torch's fused kernels only for graphed steps: its fused SGD
     fails on a parameter that first gets a gradient after the first step (its momentum
     buffer is None), as a supernet's do. Seen on an H200 before the fix; forced here."""
-    import autosearch.train as trainer
+    from autosearch import _optim
 
-    sgd = trainer._OPTIMIZERS["sgd"]
-    monkeypatch.setitem(trainer._OPTIMIZERS, "sgd", lambda p, c, graphed: sgd(p, c, True))
+    sgd = _optim.OPTIMIZERS["sgd"]
+    monkeypatch.setitem(_optim.OPTIMIZERS, "sgd", lambda p, c, graphed: sgd(p, c, True))
     with pytest.raises(TypeError, match="got NoneType"):
         _train_supernet(digits, "cpu")
-    monkeypatch.setitem(trainer._OPTIMIZERS, "sgd", sgd)
+    monkeypatch.setitem(_optim.OPTIMIZERS, "sgd", sgd)
     _train_supernet(digits, "cpu")  # the trainer's own choice: foreach kernels
 
 

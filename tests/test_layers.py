@@ -34,6 +34,7 @@ RANKS = {
     "early_stopping": 5,
     "runtime": 5,
     "latency": 6,  # latency predicted from a lookup table of measured layers
+    "_optim": 5,  # the optimizers and learning-rate schedules a TrainConfig names
     "_feed": 6,  # each epoch's batches, augmented on the device, each rank its share
     "_step": 6,  # one training step, eager or replayed from a CUDA graph; the NaN watch
     "_checkpoint": 1,  # a training run's state after each epoch, resumed by the same run

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 import torch.nn as nn
@@ -85,3 +87,89 @@ def test_bad_config_is_refused():
         TrainConfig(optimizer="lion")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="epochs"):
         TrainConfig(epochs=0)
+
+
+def _rates(config, steps_per_epoch):
+    from autosearch._optim import make_optimizer, make_schedule
+
+    optimizer = make_optimizer([nn.Parameter(torch.zeros(1))], config, graphed=False)
+    schedule = make_schedule(optimizer, config, steps_per_epoch, config.epochs)
+    rates = []
+    for _ in range(config.epochs * steps_per_epoch):
+        rates.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        schedule.step()
+    return rates
+
+
+def test_warmup_rises_linearly_to_the_peak_then_anneals_to_zero():
+    rates = _rates(TrainConfig(epochs=4, lr=0.2, warmup_epochs=1), steps_per_epoch=10)
+    assert rates[:10] == pytest.approx([0.02 * (i + 1) for i in range(10)])
+    assert rates[10] == pytest.approx(0.2) and max(rates) == pytest.approx(0.2)
+    after = rates[10:]
+    assert all(a > b for a, b in itertools.pairwise(after)) and after[-1] < 0.001
+    # Half an epoch is five steps; none leaves torch's cosine schedule as it was.
+    assert _rates(TrainConfig(epochs=2, lr=0.2, warmup_epochs=0.5), 10)[:5] == pytest.approx(
+        [0.04, 0.08, 0.12, 0.16, 0.2]
+    )
+    plain = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=0.2)
+    cosine = torch.optim.lr_scheduler.CosineAnnealingLR(plain, 40)
+    expected = []
+    for _ in range(40):
+        expected.append(plain.param_groups[0]["lr"])
+        plain.step()
+        cosine.step()
+    assert _rates(TrainConfig(epochs=4, lr=0.2), 10) == expected
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (
+            {"warmup_epochs": -1},
+            "warmup_epochs=-1 cannot be used: expected a number of epochs >= 0",
+        ),
+        ({"warmup_epochs": float("nan")}, "warmup_epochs=nan"),
+        ({"warmup_epochs": 1, "schedule": "onecycle"}, "which warms up itself"),
+        ({"warmup_epochs": 3, "epochs": 3}, "leaves none of the 3 epochs"),
+    ],
+)
+def test_a_bad_warmup_is_refused_in_one_line(settings, message):
+    from autosearch import ConfigError
+
+    with pytest.raises(ConfigError, match=message) as error:
+        TrainConfig(**settings)
+    assert "\n" not in str(error.value)
+
+
+def test_a_warmed_up_run_resumes_from_its_checkpoint_as_if_never_stopped(
+    tiny_space, digits, tmp_path
+):
+    class Stop(Exception):
+        pass
+
+    def stop_after_two(epoch):
+        if epoch.epoch == 2:
+            raise Stop
+
+    config = TrainConfig(epochs=3, lr=0.1, warmup_epochs=1.5)
+    straight = _model(tiny_space, digits)
+    expected = train(straight, digits, config, seed=2)
+    path = tmp_path / "run.pt"
+    with pytest.raises(Stop):
+        train(
+            _model(tiny_space, digits),
+            digits,
+            config,
+            seed=2,
+            checkpoint=path,
+            on_epoch=stop_after_two,
+        )
+    resumed = _model(tiny_space, digits, seed=9)
+    result = train(resumed, digits, config, seed=2, checkpoint=path)
+    assert [e.epoch for e in result.history] == [1, 2, 3]
+    assert result.val_accuracy == expected.val_accuracy > 0.5
+    for (name, a), b in zip(
+        straight.state_dict().items(), resumed.state_dict().values(), strict=True
+    ):
+        assert torch.equal(a, b), name

@@ -65,7 +65,7 @@ def test_fp16_uses_a_dynamic_loss_scaler(digits, monkeypatch):
 
 
 def test_onecycle_channels_last_and_cutout(digits):
-    from autosearch.train import _SCHEDULES
+    from autosearch._optim import make_schedule
 
     config = TrainConfig(
         epochs=4,
@@ -77,7 +77,7 @@ def test_onecycle_channels_last_and_cutout(digits):
         device="cpu",
     )
     optimizer = torch.optim.SGD(_net().parameters(), lr=config.lr)
-    schedule = _SCHEDULES["onecycle"](optimizer, config, 100)
+    schedule = make_schedule(optimizer, config, steps_per_epoch=25, epochs=4)
     lrs = []
     for _ in range(99):
         optimizer.step()
