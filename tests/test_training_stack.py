@@ -150,7 +150,7 @@ _DDP_RUN = textwrap.dedent(
     from test_training_stack import _net
     from autosearch import TrainConfig
     from autosearch.data import load_data
-    from autosearch.runtime import init_distributed, resolve
+    from autosearch.runtime import init_distributed, leave_distributed, resolve
     from autosearch.train import train
 
     def main():
@@ -167,6 +167,7 @@ _DDP_RUN = textwrap.dedent(
               "accuracy": result.val_accuracy}},
             os.path.join({out!r}, f"rank{{runtime.rank}}.pt"),
         )
+        leave_distributed()  # together, before the interpreter's teardown
 
     if __name__ == "__main__":  # loader workers import this script
         main()
