@@ -9,6 +9,7 @@ started twice. Found from the line of the script that led to the current call.
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 from pathlib import Path
 from types import FrameType
@@ -29,15 +30,22 @@ def unguarded_line() -> tuple[str, int] | None:
         frame = frame.f_back
     if frame is None or path is None or not Path(path).is_file():
         return None
+    line = frame.f_lineno
+    for start, end, guarded in _top_level(path, Path(path).stat().st_mtime_ns):
+        if start <= line <= end:
+            return None if guarded else (Path(path).name, line)
+    return None
+
+
+@functools.lru_cache(maxsize=8)
+def _top_level(path: str, mtime_ns: int) -> tuple[tuple[int, int, bool], ...]:
+    """The script's top-level statements: (first line, last line, is the main guard).
+    Parsed once per version of the file: loaders ask at every epoch."""
     try:
         tree = ast.parse(Path(path).read_text(), filename=path)
     except (SyntaxError, UnicodeDecodeError, OSError):
-        return None
-    line = frame.f_lineno
-    for statement in tree.body:
-        if statement.lineno <= line <= (statement.end_lineno or statement.lineno):
-            return None if _is_main_guard(statement) else (Path(path).name, line)
-    return None
+        return ()
+    return tuple((s.lineno, s.end_lineno or s.lineno, _is_main_guard(s)) for s in tree.body)
 
 
 def _is_main_guard(statement: ast.stmt) -> bool:
