@@ -10,6 +10,7 @@ machine gone), and another worker resumes it from its checkpoint.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import socket
 import threading
@@ -21,7 +22,7 @@ from typing import Any
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial
 
-__all__ = ["HEARTBEAT", "WORKER", "beating", "first_stamp", "last_beat", "worker_id"]
+__all__ = ["HEARTBEAT", "WORKER", "Watch", "beating", "first_stamp", "last_beat", "worker_id"]
 
 HEARTBEAT = "autosearch:heartbeat"
 WORKER = "autosearch:worker"
@@ -68,9 +69,27 @@ def first_stamp() -> dict[str, Any]:
 
 
 def last_beat(trial: FrozenTrial) -> float:
-    """When the trial was last stamped (its start when never: a worker that died
-    before its first stamp)."""
+    """When the trial was last stamped (its start when never, or when its stamp is not
+    a finite number: a worker that died before its first stamp, or a damaged one)."""
     stamp = trial.system_attrs.get(HEARTBEAT)
-    if stamp is not None:
+    if isinstance(stamp, int | float) and not isinstance(stamp, bool) and math.isfinite(stamp):
         return float(stamp)
     return trial.datetime_start.timestamp() if trial.datetime_start else 0.0
+
+
+class Watch:
+    """How long running trials (claims) have been silent, as one watcher sees them."""
+
+    def __init__(self) -> None:
+        self._seen: dict[int, tuple[object, float]] = {}  # trial id -> (stamp, first seen)
+
+    def silent(self, trial: FrozenTrial) -> float:
+        """Seconds ``trial`` has been silent: since its last stamp by the wall clock, or,
+        when longer, since this watcher first saw that same stamp (its own monotonic
+        clock: a stamp in the future goes silent too once it stops changing)."""
+        stamp = trial.system_attrs.get(HEARTBEAT)
+        now = time.monotonic()
+        seen = self._seen.get(trial._trial_id)
+        if seen is None or seen[0] != stamp:
+            self._seen[trial._trial_id] = seen = (stamp, now)
+        return max(time.time() - last_beat(trial), now - seen[1])

@@ -21,6 +21,7 @@ import optuna
 from optuna.storages import BaseStorage
 from optuna.storages.journal import JournalFileBackend
 
+from autosearch._files import NotReadable, check_regular
 from autosearch.errors import StorageError, UnknownNameError
 
 __all__ = ["URL_FORMS", "default_storage", "local_path", "open_storage", "trial_number"]
@@ -34,6 +35,8 @@ def _writable_file(path: Path, url: str) -> None:
     A relative path is made under the working folder as deep as it goes (the default
     ``runs/NAME/study.db``); an absolute path may add only the file's own folder, so that
     a typo in a long path (``/data/studeis/x/study.db``) is refused, not silently made."""
+    if path.exists() and not path.is_file():
+        raise StorageError(f"storage {url!r} names {_kind(path)}, not a file: {path}")
     missing = path.parent.parent
     if path.is_absolute() and not missing.is_dir():
         raise StorageError(
@@ -47,13 +50,20 @@ def _writable_file(path: Path, url: str) -> None:
     target = path if path.exists() else path.parent
     if not os.access(target, os.W_OK):
         raise StorageError(f"storage {url!r}: {target} is not writable; choose another path")
-    if path.is_dir():
-        raise StorageError(f"storage {url!r} names a folder, not a file: {path}")
 
 
-def _existing(path: Path, url: str) -> None:
-    """Opening a study to read it creates nothing: the file must be there, readable, and
-    not empty."""
+def _kind(path: Path) -> str:
+    """What a path that is not a regular file is, in words."""
+    try:
+        check_regular(path)
+    except NotReadable as exc:
+        return exc.reason.removeprefix("is ").removesuffix(", not a regular file")
+    return "a file"
+
+
+def _existing(path: Path, url: str, *, write: bool = False) -> None:
+    """Opening a stored study creates nothing: the file must be there, a regular file,
+    readable (and ``write``: writable), and not empty."""
     try:
         size = path.stat().st_size
     except PermissionError:
@@ -66,7 +76,7 @@ def _existing(path: Path, url: str) -> None:
             f"storage {url!r}: {path} does not exist; check the path (or run the study first)"
         ) from None
     if not path.is_file():
-        raise StorageError(f"storage {url!r} names a folder, not a file: {path}")
+        raise StorageError(f"storage {url!r} names {_kind(path)}, not a file: {path}")
     if not os.access(path, os.R_OK):
         raise StorageError(
             f"storage {url!r}: permission denied: {path} is not readable by this user; ask "
@@ -74,6 +84,11 @@ def _existing(path: Path, url: str) -> None:
         )
     if size == 0:
         raise StorageError(f"storage {url!r}: {path} is empty (0 bytes), not a study's storage")
+    if write and not os.access(path, os.W_OK):
+        raise StorageError(
+            f"storage {url!r}: {path} is not writable by this user; running trials writes "
+            "to it (read it with `autosearch status`, or ask for write access)"
+        )
 
 
 def _read_only_uri(path: Path, url: str) -> str:
@@ -120,11 +135,14 @@ def _check_sqlite(path: Path, url: str, uri: str | None = None) -> None:
         )
 
 
-def _sqlite(url: str, create: bool) -> BaseStorage:
+def _sqlite(url: str, create: bool, write: bool) -> BaseStorage:
     path = local_path(url)
     assert path is not None  # local_path knows every sqlite URL
-    if create:
-        _writable_file(path, url)
+    if write:
+        if create:
+            _writable_file(path, url)
+        else:
+            _existing(path, url, write=True)
         _check_sqlite(path, url)
         storage = _rdb(url, create=True)
         _write_ahead_log(storage)
@@ -155,35 +173,64 @@ def _write_ahead_log(storage: BaseStorage) -> None:
     engine.dispose()  # connections opened before the listener reconnect with it
 
 
-def _rdb(url: str, *, create: bool, attempts: int = 5, shown: str | None = None) -> BaseStorage:
-    """An RDB storage at ``url`` (``shown`` in errors, if given)."""
-    try:
-        storage = optuna.storages.RDBStorage(
-            url, engine_kwargs=_engine_kwargs(url), skip_table_creation=not create
-        )
-        if not create:
-            storage.get_all_studies()  # a database without Optuna's tables fails here
-        return storage
-    except optuna.exceptions.StorageInternalError:
-        # Opening checks and creates the schema in a transaction of its own, which can
-        # collide with other workers' commits on a busy server: try again shortly.
-        if attempts <= 1:
+def _rdb(url: str, *, create: bool, attempts: int = 8, shown: str | None = None) -> BaseStorage:
+    r"""An RDB storage at ``url`` (``shown`` in errors, if given).
+
+    Workers started together race to create Optuna's schema (on PostgreSQL two
+    ``CREATE TABLE``\ s of one name collide on a unique index): a collision is retried
+    against the schema the winner made; any other failure (a server that cannot be
+    reached, a wrong password) is said at once, with the driver's own words."""
+    for attempt in range(attempts):
+        try:
+            storage = optuna.storages.RDBStorage(
+                url, engine_kwargs=_engine_kwargs(url), skip_table_creation=not create
+            )
+            if not create:
+                storage.get_all_studies()  # a database without Optuna's tables fails here
+            return storage
+        except ImportError as exc:
             raise StorageError(
-                f"cannot open storage {shown or url!r}: its schema check kept colliding with "
-                "other writers; try again"
+                f"storage {shown or url!r} needs a database driver that is not installed "
+                f"({exc}); for PostgreSQL: pip install 'autosearch[postgres]'"
             ) from None
-        time.sleep(0.2 * (6 - attempts))
-        return _rdb(url, create=create, attempts=attempts - 1, shown=shown)
-    except ImportError as exc:
-        raise StorageError(
-            f"storage {shown or url!r} needs a database driver that is not installed ({exc}); "
-            "for PostgreSQL: pip install 'autosearch[postgres]'"
-        ) from None
-    except Exception as exc:  # SQLAlchemy raises many types; all mean "unusable"
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        raise StorageError(
-            f"cannot open storage {shown or url!r}: {type(exc).__name__}: {first}"
-        ) from None
+        except Exception as exc:  # SQLAlchemy raises many types; all mean "unusable"
+            cause = _root_cause(exc)
+            if not _collided(cause) or attempt == attempts - 1:
+                first = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
+                again = "; it kept colliding with other workers: try again" if attempt else ""
+                raise StorageError(
+                    f"cannot open storage {shown or url!r}: {type(cause).__name__}: {first}{again}"
+                ) from None
+            time.sleep(0.1 * (attempt + 1))
+    raise AssertionError("unreachable")  # the loop returns or raises
+
+
+def _root_cause(exc: BaseException) -> BaseException:
+    """The error an exception wraps (Optuna wraps SQLAlchemy's, which wraps the
+    driver's): the outermost SQLAlchemy error in the chain, else the innermost error."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    found = exc
+    for _ in range(10):
+        if isinstance(found, SQLAlchemyError) or found.__cause__ is None:
+            break
+        found = found.__cause__
+    return found
+
+
+_COLLISIONS = ("already exists", "duplicate key", "deadlock", "database is locked", "serialize")
+
+
+def _collided(exc: BaseException) -> bool:
+    """Whether opening failed because another worker wrote the schema at the same time."""
+    from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
+
+    if isinstance(exc, IntegrityError):
+        return True
+    text = str(exc).lower()
+    return isinstance(exc, OperationalError | ProgrammingError) and any(
+        word in text for word in _COLLISIONS
+    )
 
 
 def _engine_kwargs(url: str) -> dict[str, object]:
@@ -193,13 +240,13 @@ def _engine_kwargs(url: str) -> dict[str, object]:
     return {"pool_pre_ping": True}
 
 
-def _journal(url: str, create: bool) -> BaseStorage:
+def _journal(url: str, create: bool, write: bool) -> BaseStorage:
     path = local_path(url)
     assert path is not None
-    if create:
+    if create and write:
         _writable_file(path, url)
     else:
-        _existing(path, url)
+        _existing(path, url, write=write)
     try:
         return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
     except Exception as exc:  # a line that is not a journal record (JSON), a bad record
@@ -209,8 +256,8 @@ def _journal(url: str, create: bool) -> BaseStorage:
         ) from None
 
 
-def _server(url: str, create: bool) -> BaseStorage:
-    return _cached(_rdb(url, create=create))
+def _server(url: str, create: bool, write: bool) -> BaseStorage:
+    return _cached(_rdb(url, create=write))
 
 
 def _cached(storage: BaseStorage) -> BaseStorage:
@@ -239,7 +286,7 @@ def trial_number(storage: BaseStorage, trial_id: int) -> int:
     return int(cached[1]) if cached else storage.get_trial_number_from_id(trial_id)
 
 
-_SCHEMES: dict[str, Callable[[str, bool], BaseStorage]] = {
+_SCHEMES: dict[str, Callable[[str, bool, bool], BaseStorage]] = {
     "sqlite": _sqlite,
     "journal": _journal,
     "postgresql": _server,
@@ -247,12 +294,13 @@ _SCHEMES: dict[str, Callable[[str, bool], BaseStorage]] = {
 }
 
 
-def open_storage(url: str, *, create: bool = True) -> BaseStorage:
+def open_storage(url: str, *, create: bool = True, write: bool = True) -> BaseStorage:
     """An Optuna storage for ``url``; a bad URL raises StorageError saying what works.
 
-    ``create=False`` opens a study's storage to read it: nothing is created or changed
-    (a missing or empty file is refused, and no schema or journal mode is written). A
-    damaged file is refused, naming it, either way."""
+    ``create=False`` opens a stored study's storage: a missing, empty or unusable file
+    is refused, and no file or folder is made. ``write=False`` (read-only, implies
+    ``create=False``) also changes nothing in it (no schema or journal mode written).
+    A damaged file is refused, naming it, either way."""
     if not isinstance(url, str) or ":" not in url:
         raise StorageError(f"storage URL {url!r} has no scheme; use {URL_FORMS}")
     scheme = url.split(":", 1)[0].split("+", 1)[0].lower()
@@ -268,7 +316,7 @@ def open_storage(url: str, *, create: bool = True) -> BaseStorage:
         )
     if scheme == "journal" and not url[len("journal:") :]:
         raise StorageError(f"journal URL {url!r} names no file; use journal:path/study.log")
-    return opener(url, create)
+    return opener(url, create and write, write)
 
 
 def default_storage(name: str) -> str:

@@ -25,6 +25,7 @@ Conventions (state them wherever a number is shown):
 from __future__ import annotations
 
 import copy
+import os
 import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -39,6 +40,7 @@ __all__ = [
     "CONVENTIONS",
     "Cost",
     "Tally",
+    "check_threads",
     "cpu_threads",
     "latency",
     "layer_macs",
@@ -122,13 +124,33 @@ def saved_bytes(model: nn.Module) -> int:
 
 @contextmanager
 def cpu_threads(n: int) -> Iterator[None]:
-    """torch runs on ``n`` CPU threads inside the block (as it ran before, after)."""
+    """torch runs on ``n`` CPU threads inside the block (as it ran before, after).
+
+    Raises:
+        ValueError: ``n`` is not a whole number from 1 to this machine's CPU count (a
+            count read from a file never reaches torch's thread pool unchecked).
+    """
+    check_threads(n)
     before = torch.get_num_threads()
     torch.set_num_threads(n)
     try:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+def check_threads(n: object) -> int:
+    """``n`` as a thread count: a whole number from 1 to this machine's CPU count.
+
+    Raises:
+        ValueError: saying what was given and what is allowed.
+    """
+    most = os.cpu_count() or 1
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= most:
+        raise ValueError(
+            f"a thread count must be a whole number from 1 to this machine's {most} CPUs, got {n!r}"
+        )
+    return n
 
 
 @torch.no_grad()

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from autosearch.errors import ConfigError
+from autosearch._checks import check_fields, whole
 
 __all__ = ["EarlyStopping", "Hyperband", "SuccessiveHalving", "from_dict"]
 
@@ -28,10 +28,14 @@ class SuccessiveHalving:
     reduction: int = 3
 
     def __post_init__(self) -> None:
-        if self.min_epochs < 1 or self.reduction < 2:
-            raise ConfigError(
-                f"need min_epochs >= 1 and reduction >= 2, got {self.min_epochs}, {self.reduction}"
-            )
+        check_fields(
+            type(self).__name__,
+            self,
+            (
+                ("min_epochs", whole(1), "an integer >= 1"),
+                ("reduction", whole(2), "an integer >= 2"),
+            ),
+        )
 
     def rungs(self, epochs: int, bracket: int = 0) -> list[int]:
         rungs, rung = [], self.min_epochs * self.reduction**bracket

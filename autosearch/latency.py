@@ -51,7 +51,8 @@ import torch.nn as nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from autosearch.cost import cpu_threads
+from autosearch._files import NotReadable, read_json
+from autosearch.cost import check_threads, cpu_threads
 from autosearch.errors import AutosearchError
 
 __all__ = [
@@ -246,6 +247,12 @@ class LatencyTable:
     path: Path | None = None
     _added: int = 0
 
+    def __post_init__(self) -> None:
+        try:
+            check_threads(self.threads)  # it reaches torch's thread pool
+        except ValueError as exc:
+            raise LatencyTableError(f"the latency table of {self.device}: {exc}") from None
+
     @property
     def name(self) -> str:
         return f"{self.device} (torch {self.torch}, {self.threads} thread)"
@@ -343,43 +350,75 @@ class LatencyTable:
 
 
 def read(path: str | os.PathLike[str], *, fill: bool = False) -> LatencyTable:
-    """A table from its file; refused in one line if it is not one of this format."""
+    """A table from its file; refused in one line if it is not a regular file of this
+    format whose every field is what it should be (see :data:`_FIELDS`)."""
     path = Path(path)
     try:
-        stored = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise LatencyTableError(f"latency table {path} does not exist") from None
-    except (OSError, ValueError) as exc:
-        raise LatencyTableError(
-            f"latency table {path} cannot be read ({exc}); it is truncated or not JSON"
-        ) from None
+        stored = read_json(path, limit=_MAX_BYTES)
+    except NotReadable as exc:
+        raise LatencyTableError(f"latency table {exc}") from None
     if not isinstance(stored, dict) or stored.get("format") != FORMAT:
         got = stored.get("format") if isinstance(stored, dict) else type(stored).__name__
         raise LatencyTableError(
-            f"{path} is not a latency table of format {FORMAT!r} (format {got!r})"
+            f"{path} is not a latency table of format {FORMAT!r} (format {_short(got)})"
         )
-    try:
-        entries = {str(k): float(v) for k, v in stored["entries"].items()}
-        table = LatencyTable(
-            device=str(stored["device"]),
-            torch=str(stored["torch"]),
-            threads=int(stored["threads"]),
-            entries=entries,
-            fill=fill,
-            path=path,
-        )
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise LatencyTableError(
-            f"latency table {path} is damaged ({type(exc).__name__}: {exc})"
-        ) from None
-    if not all(v >= 0 and v == v and v != float("inf") for v in entries.values()):
-        raise LatencyTableError(f"latency table {path} holds negative or non-finite times")
+    fields: dict[str, Any] = {}
+    for name, parse in _FIELDS.items():
+        if name not in stored:
+            raise LatencyTableError(f"latency table {path} is damaged: it has no {name!r}")
+        try:
+            fields[name] = parse(stored[name])
+        except (TypeError, ValueError) as exc:
+            shown = "" if name == "entries" else f" is {_short(stored[name])}"
+            raise LatencyTableError(f"latency table {path}: its {name}{shown}: {exc}") from None
+    table = LatencyTable(**fields, fill=fill, path=path)
     if table.torch != _torch_version():
         raise LatencyTableError(
             f"latency table {path} was measured with torch {table.torch}, this is torch "
             f"{_torch_version()}: kernels differ between versions; measure it again with this one"
         )
     return table
+
+
+# Reading a table's fields: each value of a file is parsed before it is used ------------
+_MAX_BYTES = 64 << 20
+# A part's time above this (ms, ~17 minutes a call) is not a measurement: a sum of such
+# times overflows, and a latency nobody could wait for says nothing.
+MAX_MS = 1e6
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:57]}..."
+
+
+def _text(value: object, *, most: int = 200) -> str:
+    if not isinstance(value, str) or not value or len(value) > most or not value.isprintable():
+        raise ValueError(f"expected a printable text of 1 to {most} characters")
+    return value
+
+
+def _entries(value: object) -> dict[str, float]:
+    if not isinstance(value, dict):
+        raise ValueError("expected an object of part keys to milliseconds")
+    entries = {}
+    for key, ms in value.items():
+        if isinstance(ms, bool) or not isinstance(ms, int | float) or not 0 <= ms <= MAX_MS:
+            raise ValueError(
+                f"it holds negative or non-finite times, or times over {MAX_MS:g} ms (part "
+                f"{_short(key)}: {_short(ms)}); measure the table again (autosearch "
+                "latency-table --help)"
+            )
+        entries[str(key)] = float(ms)
+    return entries
+
+
+_FIELDS: dict[str, Callable[[Any], Any]] = {
+    "device": _text,
+    "torch": lambda v: _text(v, most=40),
+    "threads": check_threads,
+    "entries": _entries,
+}
 
 
 def _cache_file(device: str, torch_version: str) -> Path:

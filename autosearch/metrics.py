@@ -32,6 +32,7 @@ class Metric:
         objective: Whether a study may optimise it.
         log: Drawn on a log axis (costs spanning decades).
         description: One line for ``--help`` and docs.
+        bounds: The values it can take (a stored value outside is damaged).
     """
 
     name: str
@@ -43,6 +44,20 @@ class Metric:
     objective: bool = False
     log: bool = False
     description: str = ""
+    bounds: tuple[float, float] = (-math.inf, math.inf)
+
+    def parse(self, value: object) -> float:
+        """``value`` as this metric: a finite number within :attr:`bounds`.
+
+        Raises:
+            ValueError: saying what it holds and what it may.
+        """
+        low, high = self.bounds
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"{self.name} is {_short(value)}, not a number")
+        if not (math.isfinite(value) and low <= value <= high):
+            raise ValueError(f"{self.name} is {value!r}, outside [{low:g}, {high:g}]")
+        return float(value)
 
     def cell(self, metrics: Mapping[str, float]) -> str:
         """This metric of ``metrics`` as a table cell ("–" when not measured)."""
@@ -56,6 +71,16 @@ class Metric:
         return f"{self.title} (log scale)" if self.log else self.title
 
 
+# No network costs more than this per image (a stored cost beyond is damaged); a latency
+# beyond a thousand seconds an image is no measurement either.
+_MOST_COST, _MOST_MS = 1e24, 1e6
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."
+
+
 def _cost(name: str, title: str, header: str, scale: float, fmt: str, description: str) -> Metric:
     return Metric(
         name=name,
@@ -67,6 +92,7 @@ def _cost(name: str, title: str, header: str, scale: float, fmt: str, descriptio
         objective=True,
         log=True,
         description=description,
+        bounds=(0.0, _MOST_MS if name.startswith("latency") else _MOST_COST),
     )
 
 
@@ -81,6 +107,7 @@ METRICS: dict[str, Metric] = {
             direction="maximize",
             objective=True,
             description="validation top-1 accuracy (fraction); the search signal",
+            bounds=(0.0, 1.0),
         ),
         Metric(
             name="test_accuracy",
@@ -89,6 +116,7 @@ METRICS: dict[str, Metric] = {
             format=".4f",
             direction="maximize",
             description="test top-1 accuracy (fraction); reported, never searched on",
+            bounds=(0.0, 1.0),
         ),
         _cost(
             "flops",

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from autosearch._files import save_tensors
+from autosearch._files import read_json, save_tensors
 from autosearch.data import Dataset
 from autosearch.errors import ExportError
 from autosearch.runtime import Runtime, resolve
@@ -73,9 +73,10 @@ def recipe(folder: str | Path) -> tuple[str | None, int, TrainConfig]:
     if not card_path.is_file():
         return None, 0, TrainConfig()
     try:
-        training = json.loads(card_path.read_text()).get("training") or {}
+        card = read_json(card_path, limit=16 << 20)
+        training = (card.get("training") if isinstance(card, dict) else None) or {}
         config = TrainConfig(**training["train"]) if "train" in training else TrainConfig()
-    except (OSError, ValueError, TypeError) as exc:
+    except (OSError, ValueError, TypeError, AttributeError) as exc:  # NotReadable is one
         raise ExportError(f"{card_path} cannot be read ({exc}); export the trial again") from None
     data = training.get("data")
     return (

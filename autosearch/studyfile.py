@@ -7,12 +7,14 @@ import runpy
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from autosearch._files import NotReadable, check_regular
 from autosearch.compress import Compression
 from autosearch.controller import Controller
 from autosearch.early_stopping import SuccessiveHalving
 from autosearch.errors import ConfigError, StudyFileError
 from autosearch.space import SearchSpace
 from autosearch.study import Study, create_study
+from autosearch.study.opening import check_study_name
 from autosearch.supernet import SupernetConfig
 from autosearch.tabular import Table
 from autosearch.train import TrainConfig
@@ -88,9 +90,12 @@ class StudySpec:
     confirm: int = 0
 
     def __post_init__(self) -> None:
+        check_study_name(self.name)
+        for name in ("n_trials", "confirm"):
+            k = getattr(self, name)
+            if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+                raise ConfigError(f"StudySpec {name} must be an integer >= 0, got {k!r}")
         k = self.confirm
-        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
-            raise ConfigError(f"StudySpec confirm must be an integer >= 0, got {k!r}")
         if k and self.supernet is None:
             raise ConfigError(
                 f"StudySpec(confirm={k}) confirms a supernet's choice by training, but this "
@@ -120,8 +125,16 @@ _EXAMPLE = (
 def load_spec(path: str | Path) -> StudySpec:
     """Run the study file at ``path`` and return the one StudySpec it defines."""
     path = Path(path)
-    if not path.is_file():
-        raise StudyFileError(f"study file {path} does not exist (ready studies are in studies/)")
+    try:
+        check_regular(path)
+    except NotReadable as exc:
+        if exc.missing:
+            raise StudyFileError(
+                f"study file {path} does not exist (ready studies are in studies/)"
+            ) from None
+        raise StudyFileError(
+            f"study file {exc}; name a Python file that declares a StudySpec"
+        ) from None
     try:
         namespace = runpy.run_path(str(path))
     except SystemExit as exc:  # exit() in a study file must not end the command quietly

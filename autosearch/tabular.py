@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import csv
 import functools
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from autosearch._files import NotReadable, read_bounded, read_json
 from autosearch.architecture import Architecture
 from autosearch.errors import ConfigError, DataError, StudyError, TrialFailed, require
 from autosearch.metrics import metric
@@ -144,21 +144,24 @@ class Table:
         return metrics
 
 
+_MAX_TABLE_BYTES = 1 << 30  # NAS-Bench-201's 15,625 rows are a few MB
+
+
 def _read(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        raise DataError(f"benchmark table {path} does not exist")
-    text = path.read_text()
-    if path.suffix.lower() == ".json":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"benchmark table {path} is not valid JSON: {exc}") from None
-        if isinstance(data, Mapping):
-            return [{"\0key": k, **v} for k, v in data.items() if isinstance(v, Mapping)]
-        if isinstance(data, list):
-            return [dict(r) for r in data if isinstance(r, Mapping)]
-        raise DataError(f"benchmark table {path}: JSON must be an object or a list of rows")
-    return list(csv.DictReader(text.splitlines()))
+    try:
+        if path.suffix.lower() != ".json":
+            text = read_bounded(path, limit=_MAX_TABLE_BYTES).decode("utf-8-sig")
+            return list(csv.DictReader(text.splitlines()))
+        data = read_json(path, limit=_MAX_TABLE_BYTES)
+    except NotReadable as exc:
+        raise DataError(f"benchmark table {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise DataError(f"benchmark table {path} is not UTF-8 text ({exc})") from None
+    if isinstance(data, Mapping):
+        return [{"\0key": k, **v} for k, v in data.items() if isinstance(v, Mapping)]
+    if isinstance(data, list):
+        return [dict(r) for r in data if isinstance(r, Mapping)]
+    raise DataError(f"benchmark table {path}: JSON must be an object or a list of rows")
 
 
 @functools.lru_cache(maxsize=8)

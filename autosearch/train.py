@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import numbers
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -31,11 +30,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from autosearch import _checkpoint as checkpoint_file
+from autosearch._checks import Check, check_fields, flag, real, whole
 from autosearch._feed import Batch, epoch_batches
 from autosearch._optim import OPTIMIZERS, SCHEDULES, make_optimizer, make_schedule
 from autosearch._step import GraphedStep, NonFiniteWatch, graph_refusal
 from autosearch.data import Dataset, FileSplit, Split
-from autosearch.errors import ConfigError, TrialFailed, require
+from autosearch.errors import ConfigError, TrialFailed
 from autosearch.runtime import PRECISIONS, Runtime, autocast, resolve
 
 logger = logging.getLogger(__name__)
@@ -108,9 +108,7 @@ class TrainConfig:
     cuda_graphs: bool = True
 
     def __post_init__(self) -> None:
-        for name, ok, expected in _CHECKS:
-            value = getattr(self, name)
-            require(ok(value), f"TrainConfig {name}", value, expected)
+        check_fields("TrainConfig", self, _CHECKS)
         if self.warmup_epochs and self.schedule == "onecycle":
             raise ConfigError(
                 f"TrainConfig warmup_epochs={self.warmup_epochs} with schedule='onecycle', "
@@ -123,27 +121,19 @@ class TrainConfig:
             )
 
 
-def _count(least: int) -> Callable[[Any], bool]:
-    return lambda v: isinstance(v, numbers.Integral) and not isinstance(v, bool) and int(v) >= least
-
-
-def _finite(low: float, high: float = math.inf) -> Callable[[Any], bool]:
-    return lambda v: isinstance(v, numbers.Real) and math.isfinite(v) and low <= float(v) < high
-
-
 # (field, check, what is expected): every TrainConfig is checked when it is made.
-_CHECKS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
-    ("epochs", _count(1), "an integer >= 1"),
-    ("batch_size", _count(1), "an integer >= 1"),
+_CHECKS: tuple[Check, ...] = (
+    ("epochs", whole(1), "an integer >= 1"),
+    ("batch_size", whole(1), "an integer >= 1"),
     ("optimizer", lambda v: v in OPTIMIZERS, "'sgd' or 'adamw'"),
-    ("lr", lambda v: _finite(0)(v) and v > 0, "a finite number > 0, e.g. 0.05"),
-    ("weight_decay", _finite(0), "a finite number >= 0"),
-    ("label_smoothing", _finite(0, 1), "a number in [0, 1)"),
+    ("lr", real(0, above=True), "a finite number > 0, e.g. 0.05"),
+    ("weight_decay", real(0), "a finite number >= 0"),
+    ("label_smoothing", real(0, 1), "a number in [0, 1)"),
     ("schedule", lambda v: v in SCHEDULES, "'cosine' or 'onecycle'"),
-    ("warmup_epochs", _finite(0), "a number of epochs >= 0, e.g. 1 (0: no warm-up)"),
-    ("grad_clip", lambda v: v is None or (_finite(0)(v) and v > 0), "None or a number > 0"),
-    ("crop_padding", _count(0), "an integer >= 0 (0: no random crops)"),
-    ("cutout", _count(0), "an integer >= 0 (0: no cutout)"),
+    ("warmup_epochs", real(0), "a number of epochs >= 0, e.g. 1 (0: no warm-up)"),
+    ("grad_clip", lambda v: v is None or (real(0, above=True)(v)), "None or a number > 0"),
+    ("crop_padding", whole(0), "an integer >= 0 (0: no random crops)"),
+    ("cutout", whole(0), "an integer >= 0 (0: no cutout)"),
     ("precision", lambda v: v in PRECISIONS, f"one of {', '.join(PRECISIONS)}"),
     (
         "device",
@@ -151,6 +141,10 @@ _CHECKS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
             isinstance(v, str) and re.fullmatch(r"auto|cpu|mps|cuda(:\d{1,3})?", v) is not None
         ),
         "'auto', 'cpu', 'cuda', 'cuda:1' or 'mps'",
+    ),
+    *(
+        (name, flag, "True or False")
+        for name in ("flip", "channels_last", "compile", "auto_batch_size", "cuda_graphs")
     ),
 )
 

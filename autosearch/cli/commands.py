@@ -248,20 +248,15 @@ def _supernet_first(study: Study, *, retrain: bool = False, as_json: bool = Fals
 def cmd_supernet(args: argparse.Namespace) -> int:
     """Train the study's supernet (resuming a cut run, or again with --retrain when its
     weights were lost), and say how it went."""
-    spec = load_spec(args.study_file)
-    if args.nproc_per_node > 1 and spec.confirm:
-        raise ConfigError(
-            f"StudySpec(confirm={spec.confirm}) is not run under --nproc-per-node; run "
-            f"without it, or `autosearch confirm {args.study_file} -k {spec.confirm}` after"
-        )
-    if args.nproc_per_node > 1 and "LOCAL_RANK" not in os.environ:
-        return _torchrun(args.nproc_per_node, args.argv)
-    url = args.storage or spec.storage or default_storage(spec.name)
+    spec = load_spec(args.study_file)  # its confirm= is run's: training a supernet confirms none
     if spec.supernet is None:
         raise StudyError(
             f"study file {args.study_file} defines no supernet (StudySpec(supernet=...)); "
             "`autosearch run` trains its candidates"
         )
+    if args.nproc_per_node > 1 and "LOCAL_RANK" not in os.environ:
+        return _torchrun(args.nproc_per_node, args.argv)
+    url = args.storage or spec.storage or default_storage(spec.name)
     distributed = init_distributed((spec.supernet.train or spec.train).device)
     try:
         rank, _ = world()

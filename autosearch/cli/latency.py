@@ -20,6 +20,7 @@ import numpy as np
 from autosearch.data import load_data
 from autosearch.errors import StudyError
 from autosearch.latency import LatencyTable, LatencyTableError, host_device, read
+from autosearch.study.definition import resolve_components
 from autosearch.studyfile import load_spec
 
 __all__ = ["cmd_latency_table"]
@@ -31,7 +32,7 @@ def cmd_latency_table(args: argparse.Namespace) -> int:
     spec = load_spec(args.study_file)
     if args.samples < 1:
         raise StudyError(f"--samples must be >= 1, got {args.samples}")
-    space = spec.controller.space
+    space, _ = resolve_components(spec.space, spec.controller, spec.seed)  # names too
     data = load_data(spec.data, seed=spec.seed)
     table = _table(args.out)
     table.save(args.out)  # an unwritable file is said now, not after the measuring

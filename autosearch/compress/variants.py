@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 
 import torch.nn as nn
 
-from autosearch.errors import AutosearchError, ConfigError, UnknownNameError
+from autosearch._checks import Check, check_fields, flag, real, whole
+from autosearch.errors import AutosearchError, UnknownNameError
 
 __all__ = [
     "Compression",
@@ -71,29 +72,28 @@ class Compression:
     latency: str = "predicted"
 
     def __post_init__(self) -> None:
-        if self.finetune_epochs < 1 or self.calibration_images < 1:
-            raise ConfigError(
-                "finetune_epochs and calibration_images must be >= 1, got "
-                f"{self.finetune_epochs}, {self.calibration_images}"
-            )
-        if not 0.0 <= self.alpha <= 1.0 or not self.temperature > 0:
-            raise ConfigError(
-                f"alpha must be in [0, 1] and temperature > 0, got {self.alpha}, {self.temperature}"
-            )
-        if not self.finetune_lr_scale > 0:
-            raise ConfigError(f"finetune_lr_scale must be > 0, got {self.finetune_lr_scale}")
-        if not isinstance(self.estimate, bool):
-            raise ConfigError(f"estimate must be True or False, got {self.estimate!r}")
-        if not isinstance(self.latency, str) or not self.latency.strip():
-            raise ConfigError(
-                f"latency must be 'predicted', 'measured' or a latency table's path, got "
-                f"{self.latency!r}"
-            )
+        check_fields("Compression", self, _COMPRESSION_CHECKS)
 
     @property
     def latency_table(self) -> str | None:
         """The path of a table of another device, if ``latency`` names one."""
         return None if self.latency in ("predicted", "measured") else self.latency
+
+
+_COMPRESSION_CHECKS: tuple[Check, ...] = (
+    ("finetune_epochs", whole(1), "an integer >= 1"),
+    ("finetune_lr_scale", real(0, above=True), "a finite number > 0"),
+    ("temperature", real(0, above=True), "a finite number > 0"),
+    ("alpha", lambda v: real(0)(v) and v <= 1, "a number in [0, 1]"),
+    ("calibration_images", whole(1), "an integer >= 1"),
+    ("only_front", flag, "True or False"),
+    ("estimate", flag, "True or False"),
+    (
+        "latency",
+        lambda v: isinstance(v, str) and bool(v.strip()) and "\x00" not in v,
+        "'predicted', 'measured' or a latency table's path",
+    ),
+)
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)

@@ -16,7 +16,10 @@ from typing import ClassVar
 
 import numpy as np
 
+from autosearch._files import NotReadable, read_bounded
 from autosearch.errors import DataError
+
+_MAX_FILE = 4 << 30  # bytes read of one data file (a compressed IDX, a CIFAR batch)
 
 __all__ = ["DEFAULT_PATHS", "READERS", "Raw", "decode_image", "folder_files", "most_common_shape"]
 
@@ -64,8 +67,9 @@ def _find(folder: Path, stem: str) -> Path:
 
 def _read_idx(path: Path, dims: int) -> np.ndarray:
     try:
-        data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        data = read_bounded(path, limit=_MAX_FILE)
+        data = gzip.decompress(data) if path.suffix == ".gz" else data
+    except (OSError, EOFError, gzip.BadGzipFile, NotReadable) as exc:
         raise DataError(f"cannot read {path}: {exc}") from None
     if len(data) < 4 + 4 * dims or data[:2] != b"\0\0" or data[2] != 0x08 or data[3] != dims:
         raise DataError(
@@ -129,10 +133,10 @@ class _SafeUnpickler(pickle.Unpickler):
 
 def _unpickle(path: Path) -> dict:
     try:
-        with path.open("rb") as f:
-            data = _SafeUnpickler(io.BufferedReader(f), encoding="bytes").load()
+        with io.BytesIO(read_bounded(path, limit=_MAX_FILE)) as f:
+            data = _SafeUnpickler(f, encoding="bytes").load()
     except (OSError, EOFError, pickle.UnpicklingError, ValueError, TypeError) as exc:
-        raise DataError(f"cannot read CIFAR batch {path}: {exc}") from None
+        raise DataError(f"cannot read CIFAR batch {path}: {exc}") from None  # NotReadable too
     if not isinstance(data, dict):
         raise DataError(f"CIFAR batch {path} holds {type(data).__name__}, not a dict")
     return {k.decode() if isinstance(k, bytes) else k: v for k, v in data.items()}

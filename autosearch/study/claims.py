@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ import optuna
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 
-from autosearch._heartbeat import WORKER, beating, first_stamp, last_beat
+from autosearch._heartbeat import WORKER, Watch, beating, first_stamp
 from autosearch._storage import trial_number
 from autosearch.architecture import Architecture
 from autosearch.errors import ConfigError, StudyError
@@ -98,6 +97,7 @@ class Claims:
         self.storage, self.study_id, self.space, self.grace = storage, study_id, space, grace
         self.confirming = confirming
         self.index = ArchIndex()
+        self.watch = Watch()
 
     def of_confirmations(self) -> Claims:
         """Claims on the same study's confirmation trials."""
@@ -176,12 +176,11 @@ class Claims:
     def reap_dead(self, trials: list[FrozenTrial]) -> bool:
         """Give up running trials whose worker stopped beating (they resume elsewhere);
         whether there were any."""
-        now = time.time()
         reaped = False
         for t in trials:
             if t.state != TrialState.RUNNING or SUPERSEDED in t.user_attrs:
                 continue
-            silent = now - last_beat(t)
+            silent = self.watch.silent(t)
             if silent > self.grace:
                 worker = t.system_attrs.get(WORKER) or t.user_attrs.get("worker", "unknown")
                 logger.warning(

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +28,7 @@ from optuna.storages import BaseStorage
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
-from autosearch._heartbeat import WORKER, first_stamp, last_beat, worker_id
+from autosearch._heartbeat import WORKER, Watch, first_stamp, worker_id
 from autosearch._storage import trial_number
 from autosearch.errors import StudyError
 
@@ -81,6 +80,7 @@ class Jobs:
     def __init__(self, storage: BaseStorage, study: str, *, grace: float) -> None:
         self.storage, self.name, self.grace = storage, companion_name(study), grace
         self._id: int | None = None
+        self.watch = Watch()
 
     @property
     def study_id(self) -> int:
@@ -95,16 +95,25 @@ class Jobs:
         return self._id
 
     # Reading -------------------------------------------------------------------------------
+    def _all(self) -> list[FrozenTrial]:
+        """Every claim of every job. The companion study deleted (by hand, while this
+        worker waited) is made again: the claims start afresh, and a holder whose claim
+        vanished finds it taken over (:meth:`taken_over`)."""
+        try:
+            return self.storage.get_all_trials(self.study_id, deepcopy=False)
+        except KeyError:
+            logger.warning("the job claims of %s were deleted; claiming afresh", self.name)
+            self._id = None
+            return self.storage.get_all_trials(self.study_id, deepcopy=False)
+
     def claims(self, job: str) -> list[FrozenTrial]:
         """Every claim ever made on ``job``, in number order."""
-        trials = self.storage.get_all_trials(self.study_id, deepcopy=False)
-        return [t for t in trials if t.user_attrs.get(_JOB) == job]
+        return [t for t in self._all() if t.user_attrs.get(_JOB) == job]
 
     def names(self, *, finished: bool = False) -> set[str]:
         """The jobs ever claimed (``finished``: those done)."""
-        trials = self.storage.get_all_trials(self.study_id, deepcopy=False)
         done = (TrialState.COMPLETE,) if finished else tuple(TrialState)
-        return {str(t.user_attrs.get(_JOB)) for t in trials if t.state in done}
+        return {str(t.user_attrs.get(_JOB)) for t in self._all() if t.state in done}
 
     def holder(self, claims: list[FrozenTrial]) -> FrozenTrial | None:
         """The live claim that holds the job: the lowest-numbered running one."""
@@ -174,7 +183,7 @@ class Jobs:
 
     def _dead(self, claim: FrozenTrial) -> bool:
         """Give up ``claim`` if its worker stopped beating; whether it did."""
-        silent = time.time() - last_beat(claim)
+        silent = self.watch.silent(claim)
         if silent <= self.grace:
             return False
         logger.warning(
@@ -190,7 +199,10 @@ class Jobs:
     def taken_over(self, claim: JobClaim) -> str | None:
         """Why ``claim`` no longer holds its job (another worker gave it up for dead),
         or None while it does."""
-        trial = self.storage.get_trial(claim.trial_id)
+        try:
+            trial = self.storage.get_trial(claim.trial_id)
+        except KeyError:
+            return "its claim was deleted from the storage"
         if trial.state == TrialState.RUNNING:
             return None
         return str(trial.user_attrs.get(_GAVE_UP, f"it is {trial.state.name.lower()}"))
@@ -203,9 +215,9 @@ class Jobs:
                 claim.trial_id, _RESULT, json.loads(json.dumps(result))
             )
             self.storage.set_trial_state_values(claim.trial_id, TrialState.COMPLETE, [value])
-        except UpdateFinishedTrialError:
+            return self.storage.get_trial(claim.trial_id).state == TrialState.COMPLETE
+        except (UpdateFinishedTrialError, KeyError):  # given up, or its claim deleted
             return False
-        return self.storage.get_trial(claim.trial_id).state == TrialState.COMPLETE
 
     def give_up(self, claim: JobClaim, reason: str) -> None:
         """End ``claim`` without a result (lost, interrupted, failed): the job is free
@@ -216,7 +228,7 @@ class Jobs:
         try:
             self.storage.set_trial_user_attr(trial_id, _GAVE_UP, reason)
             self.storage.set_trial_state_values(trial_id, TrialState.FAIL)
-        except UpdateFinishedTrialError:  # another worker got there first
+        except (UpdateFinishedTrialError, KeyError):  # another worker got there first
             logger.debug("job claim id %d was already finished", trial_id)
 
 

@@ -10,23 +10,42 @@ from typing import Any
 
 from optuna.storages import BaseStorage
 
+from autosearch._paths import plain_name
 from autosearch._storage import close_storage, default_storage, open_storage
 from autosearch.compress import Compression
 from autosearch.controller import Controller
 from autosearch.data import Dataset, load_data, spec_of
 from autosearch.early_stopping import SuccessiveHalving
-from autosearch.errors import PlatformError
+from autosearch.errors import ConfigError, PlatformError
 from autosearch.space import SearchSpace
 from autosearch.study.artifacts import location_of
 from autosearch.study.claims import heartbeat_settings
 from autosearch.study.definition import StudyDefinition, resolve_components
+from autosearch.study.jobs import COMPANION, is_companion
 from autosearch.study.stored import store_definition
 from autosearch.study.study import Study
 from autosearch.supernet import SupernetConfig
 from autosearch.tabular import Table
 from autosearch.train import TrainConfig
 
-__all__ = ["create_study", "default_storage", "load_study"]
+__all__ = ["check_study_name", "create_study", "default_storage", "load_study"]
+
+
+def check_study_name(name: object) -> str:
+    """``name`` as a study's name: printable text that can name a folder (the default
+    storage is ``runs/NAME/study.db``), and not a companion study's.
+
+    Raises:
+        ConfigError: saying what was given and what a name may hold.
+    """
+    if not isinstance(name, str) or not plain_name(name) or not name.isprintable():
+        raise ConfigError(
+            "a study's name must be printable text of 1 to 255 characters without a slash "
+            f"or a backslash (it names the folder runs/NAME/), got {name!r}"
+        )
+    if is_companion(name):
+        raise ConfigError(f"study names ending in {COMPANION!r} are autosearch's own; got {name!r}")
+    return name
 
 
 def create_study(
@@ -58,6 +77,7 @@ def create_study(
         StudyError: the study exists (without ``load_if_exists``) or is stored with a
             different definition.
     """
+    check_study_name(name)
     heartbeat_settings()  # every setting is checked before data or storage is touched
     space, controller = resolve_components(space, controller, seed)
     definition = StudyDefinition.define(

@@ -20,6 +20,7 @@ from optuna.storages import BaseStorage
 
 from autosearch.errors import StudyError
 from autosearch.latency import latency_table
+from autosearch.metrics import metric
 from autosearch.study.definition import StudyDefinition
 from autosearch.study.records import Record
 
@@ -31,6 +32,7 @@ __all__ = [
     "is_estimated",
     "measured_overlays",
     "overlay",
+    "parse_overlay",
 ]
 
 logger = logging.getLogger(__name__)
@@ -63,33 +65,79 @@ def figures(record: Record) -> str:
     return ", ".join(said) or "measured"
 
 
+# What a measurement may lay over a point, by what was estimated there: int8 accuracy and
+# its bytes and bit-operations simulated (and no latency yet), or only latency predicted.
+_OVERLAID: dict[str, tuple[str, ...]] = {
+    "estimated": ("accuracy", "test_accuracy", "bytes", "bops", "latency", "latency_batched"),
+    "latency_predicted": ("latency", "latency_batched"),
+}
+_MARKS = ("measured", "measure_failed")  # 1.0: measured for real; its measuring failed
+
+
 def measured_overlays(storage: BaseStorage, study_id: int) -> dict[tuple[int, str], dict]:
-    """The measured figures stored on a study, by (trial, variant)."""
+    """The measured figures stored on a study, by (trial, variant): each checked as a
+    result's figures are (autosearch.metrics bounds); one that is not is logged and
+    left out, and its point stays estimated (measured again when it is needed)."""
     found = {}
     for key, value in storage.get_study_user_attrs(study_id).items():
         if not key.startswith(PREFIX):
             continue
         trial, _, variant = key.removeprefix(PREFIX).partition(":")
         try:
-            metrics = {str(k): float(v) for k, v in json.loads(value).items()}
-            found[(int(trial), variant)] = metrics
-        except (ValueError, TypeError, AttributeError):
-            logger.warning("ignoring unreadable measured figures %s on the study", key)
+            found[(_trial_number(trial), variant)] = parse_overlay(value)
+        except ValueError as exc:
+            logger.warning("ignoring damaged measured figures %s on the study: %s", key, exc)
     return found
+
+
+def parse_overlay(value: object) -> dict[str, float]:
+    """A stored overlay (JSON text of names to numbers), checked.
+
+    Raises:
+        ValueError: it is not JSON of an object, names a figure a measurement never
+            writes, or holds a value out of its metric's bounds.
+    """
+    try:
+        stored = json.loads(value) if isinstance(value, str) else None
+    except (ValueError, RecursionError):
+        stored = None
+    if not isinstance(stored, dict):
+        raise ValueError("it is not a JSON object of figures")
+    parsed = {}
+    for name, figure in stored.items():
+        if name in _MARKS:
+            if figure != 1.0 or isinstance(figure, bool):
+                raise ValueError(f"{name} is {figure!r}, not 1.0")
+            parsed[name] = 1.0
+        elif name == "reward" or name in _OVERLAID["estimated"]:
+            parsed[name] = metric(name).parse(figure)
+        else:
+            raise ValueError(f"{str(name)[:40]!r} is not a figure a measurement writes")
+    return parsed
+
+
+def _trial_number(text: str) -> int:
+    if not text.isdigit() or len(text) > 12:
+        raise ValueError(f"{text[:20]!r} is not a trial number")
+    return int(text)
 
 
 def overlay(record: Record, measured: Mapping[str, float] | None) -> Record:
     """``record`` with its measured figures laid over its estimates (kept as
-    ``NAME_estimate``); unchanged when nothing was measured."""
-    if not measured:
+    ``NAME_estimate``): only the figures that were estimated there, and only on a point
+    that holds estimates; unchanged otherwise."""
+    flags = [flag for flag in ESTIMATED_FLAGS if record.metrics.get(flag)]
+    if not measured or not flags:
         return record
     if measured.get("measure_failed"):
-        return dataclasses.replace(record, metrics={**record.metrics, **measured})
+        return dataclasses.replace(record, metrics={**record.metrics, "measure_failed": 1.0})
+    allowed = {name for flag in flags for name in _OVERLAID[flag]}
+    laid = {k: v for k, v in measured.items() if k in allowed or k in ("reward", "measured")}
     metrics = {k: v for k, v in record.metrics.items() if k not in ESTIMATED_FLAGS}
     for name in ESTIMATES:
-        if name in record.metrics and name in measured and is_estimated(record):
+        if name in record.metrics and name in laid:
             metrics[f"{name}_estimate"] = record.metrics[name]
-    return dataclasses.replace(record, metrics={**metrics, **measured})
+    return dataclasses.replace(record, metrics={**metrics, **laid})
 
 
 LATENCY_MODEL = "latency_model"

@@ -23,6 +23,7 @@ from autosearch.architecture import Architecture
 from autosearch.controller import Outcome
 from autosearch.distributions import distributions
 from autosearch.errors import InvalidArchitectureError
+from autosearch.metrics import METRICS
 from autosearch.space import SearchSpace
 from autosearch.trial import TrialResult
 
@@ -329,4 +330,9 @@ def _best_metrics(attrs: Mapping[str, Any]) -> Mapping[str, Any] | None:
 
 
 def _floats(metrics: Mapping[str, Any]) -> dict[str, float]:
-    return {str(k): float(v) for k, v in metrics.items()}
+    """A point's stored figures as numbers; a figure of the metric vocabulary within its
+    bounds (autosearch.metrics: accuracy in [0, 1], costs finite and >= 0), else the
+    ValueError that makes the trial unreadable."""
+    return {
+        str(k): METRICS[k].parse(v) if k in METRICS else float(v) for k, v in metrics.items()
+    }

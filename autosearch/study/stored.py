@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 import uuid
 import warnings
 from typing import Any
 
 import optuna
+from optuna.exceptions import DuplicatedStudyError
 from optuna.storages import BaseStorage
 
 from autosearch._storage import close_storage, open_storage
@@ -36,7 +38,7 @@ def open_stored(
     Raises:
         StorageError, StudyError: no such study, or other data than it was created from.
     """
-    backend = open_storage(url, create=not read_only)
+    backend = open_storage(url, create=False, write=not read_only)
     try:
         _, definition = read_definition(backend, name, url)
         if data is not None and spec_of(data) != definition.data:
@@ -76,6 +78,37 @@ def study_uid(storage: BaseStorage, study_id: int) -> str:
     return uid if isinstance(uid, str) and uid.isalnum() else ""
 
 
+def _create(storage: BaseStorage, name: str, definition: StudyDefinition) -> StudyDefinition:
+    """Make study ``name``; its definition is written last, so a study that holds one is
+    whole (a worker that joins waits for it: :func:`_await_definition`)."""
+    created = optuna.create_study(
+        storage=storage, study_name=name, directions=definition.directions
+    )
+    with warnings.catch_warnings():  # "experimental": stable since Optuna 3.2
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        created.set_metric_names(list(definition.objectives))  # the dashboard shows them
+    study_id = storage.get_study_id_from_name(name)
+    storage.set_study_system_attr(study_id, _UID, uuid.uuid4().hex)
+    write_definition(storage, study_id, definition)
+    return definition
+
+
+_CREATION_WAIT = 60.0  # seconds a joining worker waits for a new study's definition
+
+
+def _await_definition(storage: BaseStorage, name: str) -> None:
+    """Wait (bounded) while study ``name`` is being created by another worker: it exists,
+    holds no trial and no definition yet. A study that stays so was not made by
+    autosearch, which read_definition then says."""
+    study_id = storage.get_study_id_from_name(name)
+    waited, pause = 0.0, 0.05
+    while _ATTR not in storage.get_study_user_attrs(study_id):
+        if waited >= _CREATION_WAIT or storage.get_n_trials(study_id):
+            return
+        time.sleep(pause)
+        waited, pause = waited + pause, min(pause * 2, 1.0)
+
+
 def write_definition(storage: BaseStorage, study_id: int, definition: StudyDefinition) -> None:
     storage.set_study_user_attr(study_id, _ATTR, definition.to_json())
 
@@ -93,21 +126,16 @@ def store_definition(
     the stored one if it measures the same (and, ``artifacts_given``, keeps its weights
     where the definition says): the definition the study then runs with."""
     if name not in {s.study_name for s in storage.get_all_studies()}:
-        created = optuna.create_study(
-            storage=storage, study_name=name, directions=definition.directions
-        )
-        with warnings.catch_warnings():  # "experimental": stable since Optuna 3.2
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            created.set_metric_names(list(definition.objectives))  # the dashboard shows them
-        study_id = storage.get_study_id_from_name(name)
-        storage.set_study_system_attr(study_id, _UID, uuid.uuid4().hex)
-        write_definition(storage, study_id, definition)
-        return definition
+        try:
+            return _create(storage, name, definition)
+        except DuplicatedStudyError:  # another worker made it this moment: join it
+            logger.info("study %s was created by another worker at the same time", name)
     if not load_if_exists:
         raise StudyError(
             f"study {name!r} already exists in {url}; pass load_if_exists=True to continue "
             "it, load it with autosearch.load_study, or choose another name"
         )
+    _await_definition(storage, name)
     study_id, stored = read_definition(storage, name, url)
     definition.check_continues(stored, name)
     if artifacts_given and definition.artifacts != stored.artifacts:

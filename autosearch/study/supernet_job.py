@@ -202,7 +202,7 @@ class SupernetJob:
         job = self._job(fp, round_)
         found = self.jobs.acquire(job, wait=self._wait)
         if isinstance(found, Done):
-            return self._adopt(found)
+            return self._adopt(found, data)
         return _Attempt(job=job, round=round_, claim=found)
 
     def _next_round(self, fp: str) -> int:
@@ -217,14 +217,29 @@ class SupernetJob:
         ]
         return max(rounds, default=-1) + 1
 
-    def _adopt(self, done: Done) -> SupernetState:
-        """The state another worker's claim finished with, stored as the study's."""
+    def _adopt(self, done: Done, data: Dataset) -> SupernetState:
+        """The state another worker's claim finished with, stored as the study's once it
+        is checked: of this study's supernet, with weights that are there and fit.
+
+        Raises:
+            StudyError: the result is damaged or does not match the job (says how to
+                train the supernet again).
+        """
         try:
             state = SupernetState.read(done.result)
+            fp = self.fingerprint(data)
+            if state.fingerprint != fp:
+                raise ValueError(
+                    f"it is of another supernet (fingerprint {state.fingerprint}, this "
+                    f"study's is {fp})"
+                )
+            problem = self._problem(state, data)
+            if problem is not None:
+                raise ValueError(problem)
         except ValueError as exc:
             raise StudyError(
-                f"study {self.study!r}: the supernet job's result (claim {done.number}) is "
-                f"damaged ({exc}); {REPAIR}"
+                f"study {self.study!r}: the supernet job's result (claim {done.number}) "
+                f"cannot be used ({exc}); {REPAIR}"
             ) from None
         self._publish(state)
         return state
