@@ -81,13 +81,13 @@ class Watch:
     """How long running trials (claims) have been silent, as one watcher sees them."""
 
     def __init__(self) -> None:
-        self._seen: dict[int, tuple[object, float]] = {}  # trial id -> (stamp, first seen)
+        self._seen: dict[int, tuple[str, float]] = {}  # trial id -> (stamp, first seen)
 
     def silent(self, trial: FrozenTrial) -> float:
         """Seconds ``trial`` has been silent: since its last stamp by the wall clock, or,
         when longer, since this watcher first saw that same stamp (its own monotonic
         clock: a stamp in the future goes silent too once it stops changing)."""
-        stamp = trial.system_attrs.get(HEARTBEAT)
+        stamp = repr(trial.system_attrs.get(HEARTBEAT))  # NaN, lists: compared as written
         now = time.monotonic()
         seen = self._seen.get(trial._trial_id)
         if seen is None or seen[0] != stamp:

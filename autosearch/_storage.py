@@ -22,6 +22,7 @@ from optuna.storages import BaseStorage
 from optuna.storages.journal import JournalFileBackend
 
 from autosearch._files import NotReadable, check_regular
+from autosearch._paths import plain_name
 from autosearch.errors import StorageError, UnknownNameError
 
 __all__ = ["URL_FORMS", "default_storage", "local_path", "open_storage", "trial_number"]
@@ -320,7 +321,16 @@ def open_storage(url: str, *, create: bool = True, write: bool = True) -> BaseSt
 
 
 def default_storage(name: str) -> str:
-    """Study ``name``'s storage when none is given: a SQLite file under runs/NAME/."""
+    """Study ``name``'s storage when none is given: a SQLite file under runs/NAME/.
+
+    Raises:
+        StorageError: the name cannot name a folder (a slash, ``..``): name the storage.
+    """
+    if not plain_name(name):
+        raise StorageError(
+            f"study {name!r} has no default storage: its name cannot name the folder "
+            "runs/NAME/; give storage= (sqlite:///path/study.db), or a name without '/'"
+        )
     return f"sqlite:///runs/{name}/study.db"
 
 

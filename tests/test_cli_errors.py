@@ -56,12 +56,21 @@ def made(tmp_path_factory):
     root = tmp_path_factory.mktemp("cli-errors")
     (root / "s.py").write_text(STUDY)
     (root / "sn.py").write_text(SUPERNET)  # never run: its bad values are refused first
+    for name, change in BAD_SPECS.items():  # StudySpec fields of the wrong type
+        (root / name).write_text(STUDY.replace(*change))
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(root)
         assert main(["run", "s.py", "--out", str(root / "out")]) == 0
     return root
 
 
+# Study files whose StudySpec holds a field of the wrong type (issue 43: B2, B3): a
+# traceback before, the first after creating runs/NAME/study.db.
+BAD_SPECS = {
+    "ntr.py": ("n_trials=1", 'n_trials="ten"'),
+    "name5.py": ('name="errs"', "name=5"),
+    "seed.py": ("n_trials=1", "n_trials=1, seed=-1"),
+}
 F = "{root}/s.py"
 DB = "sqlite:///{root}/runs/errs/study.db"
 EXPORT = "{root}/out/best"
@@ -92,6 +101,17 @@ CASES = {
     "run: unwritable output": (
         ["run", F, "--out", "/proc/autosearch/out"],
         "cannot write the report",
+    ),
+    "run: n_trials that is text": (
+        ["run", "{root}/ntr.py"],
+        "StudySpec n_trials must be an integer >= 0, got 'ten'",
+    ),
+    "run: a name that is a number": (["run", "{root}/name5.py"], "study's name must be"),
+    "run: a negative seed": (["run", "{root}/seed.py"], "seed=-1 cannot be used"),
+    "run: a study file that is a folder": (["run", "{root}"], "is a folder, not a regular file"),
+    "run: a study file that is a device": (
+        ["run", "/dev/null"],
+        "is a character device, not a regular file",
     ),
     # supernet
     "supernet: a study without one": (["supernet", F], "defines no supernet"),
@@ -183,6 +203,10 @@ CASES = {
         "no study named 'nope'",
     ),
     "status: neither file nor name": (["status"], "name the study"),
+    "status: a PostgreSQL server that is not there": (
+        ["status", "--study", "x", "--storage", "postgresql://postgres@127.0.0.1:1/test"],
+        "Connection refused",
+    ),
     "report: unwritable path": (
         ["report", F, "--out", "/proc/autosearch/r.html"],
         "cannot write the report",
@@ -224,6 +248,10 @@ CASES = {
         "no study named 'nope'",
     ),
     "worker: bad storage": (["worker", "--study", "errs", "--storage", "errs.db"], "has no scheme"),
+    "worker: a storage that does not exist": (  # B8: made the folder and an empty study
+        ["worker", "--study", "errs", "--storage", "sqlite:///{root}/missing/x.db"],
+        "does not exist; check the path",
+    ),
     "worker: negative trials": (
         ["worker", "--study", "errs", "--storage", DB, "--n-trials", "-2"],
         "--n-trials: expected an integer >= 0",

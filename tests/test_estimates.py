@@ -4,12 +4,16 @@ accuracy by fake quantization, and the front measured for real (issue 32)."""
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import autosearch
 from autosearch import Compression, SupernetConfig, TrainConfig
@@ -253,6 +257,23 @@ def test_a_study_resumed_on_another_machine_does_not_mix_latency_tables(searched
     latency._OPEN.clear()
 
 
+def test_a_table_is_measured_for_a_study_whose_controller_is_named(tmp_path, monkeypatch, capsys):
+    """Issue 43, L25: `latency-table` on a study file whose controller is given by name
+    (with its space) ended in an AttributeError."""
+    from autosearch.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "named.py").write_text(
+        "from autosearch import StudySpec\n"
+        "from search_spaces import ResNetSpace\n"
+        "study = StudySpec(name='named', controller='random',\n"
+        "                  space=ResNetSpace(max_stages=2, depths=(1,), widths=(8,)))\n"
+    )
+    assert main(["latency-table", "named.py", "--out", "t.json", "--samples", "1", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["architectures"] == 1 and summary["entries"] == len(read("t.json").entries)
+
+
 @pytest.mark.slow
 def test_a_table_measured_on_the_device_serves_a_study_of_that_device(tmp_path):
     study_file = tmp_path / "tiny.py"
@@ -303,7 +324,10 @@ def test_a_table_measured_on_the_device_serves_a_study_of_that_device(tmp_path):
 
 def test_a_study_for_a_table_that_cannot_be_read_is_refused_before_anything_is_stored(tmp_path):
     space = ResNetSpace(max_stages=2, depths=(1, 2), widths=(8, 16), stem_widths=(8, 16))
-    for bad, message in ((tmp_path / "none.json", "does not exist"), ("", "Compression latency=.. cannot be used")):
+    for bad, message in (
+        (tmp_path / "none.json", "does not exist"),
+        ("", "latency=.. cannot be used"),
+    ):
         with pytest.raises(autosearch.AutosearchError, match=message) as info:
             autosearch.create_study(
                 "bad",
@@ -339,3 +363,164 @@ def test_a_point_that_cannot_be_measured_says_so_and_is_not_tried_again(searched
     assert again.metrics["accuracy"] == point.metrics["accuracy"]  # the estimates stay
     study.measurer.measured(again, store=True)  # not tried again
     assert tried == [point.trial]
+
+
+# Overlays are data (issue 43: M6-M10) ------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "tampered",
+    [
+        {"accuracy": 1e308, "measured": 1.0},
+        {"accuracy": float("nan"), "measured": 1.0},
+        {"accuracy": -0.5, "latency": -3.0, "measured": 1.0},
+        {"latency": 1e308, "measured": 1.0},
+        {"flops": 1.0, "measured": 1.0},
+        {"accuracy": "high"},
+        [1, 2],
+    ],
+)
+def test_a_tampered_overlay_is_left_out_and_the_point_measured_for_real(
+    searched, tampered, tmp_path
+):
+    """M6-M8: NaN, negative or 1e308 figures were shown, and best(variant='int8')
+    exported the trial they were tampered onto, with 1e308 in its arch.json."""
+    from autosearch.study.overlays import PREFIX
+
+    study = searched["study"]
+    point = next(r for r in study.records() if r.variant == "int8" and is_estimated(r))
+    key = f"{PREFIX}{point.trial}:int8"
+    study.storage.set_study_user_attr(study._study_id, key, json.dumps(tampered))
+    read_back = study.record(point.trial, "int8")
+    assert is_estimated(read_back) and read_back.metrics == point.metrics  # left out
+    best = study.best(variant="int8")  # measures what it picks: nothing tampered wins
+    assert 0 <= best.metrics["accuracy"] <= 1 and best.metrics["measured"] == 1
+    out = study.export(best, tmp_path / "best")
+    card = json.loads((out / "arch.json").read_text())
+    assert all(
+        math.isfinite(v) and (k not in ("accuracy", "test_accuracy") or 0 <= v <= 1)
+        for k, v in card["metrics"].items()
+        if isinstance(v, float)
+    )
+    study.storage.set_study_user_attr(study._study_id, key, json.dumps({}))  # as it was: none
+
+
+def test_an_overlay_lays_only_what_was_estimated():
+    """M9: an overlay on a point that had no estimate rewrote its FLOPs to 1."""
+    from autosearch.architecture import Architecture
+    from autosearch.study.overlays import overlay, parse_overlay
+    from autosearch.study.records import Record
+
+    arch = Architecture(space="s")
+    measured = Record(
+        trial=0,
+        arch=arch,
+        description="",
+        state="complete",
+        metrics={"accuracy": 0.9, "flops": 2e6, "latency": 0.3, "measured": 1.0},
+    )
+    with pytest.raises(ValueError, match="'flops' is not a figure a measurement writes"):
+        parse_overlay(json.dumps({"flops": 1.0}))
+    assert overlay(measured, {"accuracy": 0.1, "latency": 9.0, "measured": 1.0}) == measured
+    predicted = Record(
+        trial=0,
+        arch=arch,
+        description="",
+        state="complete",
+        metrics={"accuracy": 0.9, "flops": 2e6, "latency": 0.3, "latency_predicted": 1.0},
+    )
+    laid = overlay(predicted, {"accuracy": 0.1, "latency": 0.4, "measured": 1.0})
+    assert laid.metrics["accuracy"] == 0.9  # not estimated here: not laid
+    assert laid.metrics["latency"] == 0.4 and laid.metrics["latency_estimate"] == 0.3
+
+
+FIGURES = st.one_of(
+    st.floats(), st.integers(-(10**30), 10**30), st.booleans(), st.none(), st.text(max_size=4)
+)
+NAMES = st.sampled_from(
+    [
+        "accuracy",
+        "test_accuracy",
+        "latency",
+        "latency_batched",
+        "bytes",
+        "bops",
+        "reward",
+        "measured",
+        "measure_failed",
+        "flops",
+        "params",
+        "estimated",
+        "x",
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@given(
+    stored=st.dictionaries(NAMES, FIGURES, max_size=6),
+    flags=st.sets(st.sampled_from(["estimated", "latency_predicted", "measured"]), max_size=2),
+)
+def test_whatever_an_overlay_holds_it_is_checked_like_a_result(stored, flags):
+    from autosearch.architecture import Architecture
+    from autosearch.metrics import METRICS
+    from autosearch.study.overlays import overlay, parse_overlay
+    from autosearch.study.records import Record
+
+    try:
+        parsed = parse_overlay(json.dumps(stored))
+    except ValueError as exc:
+        assert "\n" not in str(exc)
+        return
+    for name, value in parsed.items():
+        assert math.isfinite(value)
+        if name in METRICS:
+            low, high = METRICS[name].bounds
+            assert low <= value <= high
+    base = {"accuracy": 0.5, "flops": 1e6, "params": 1e3, **{f: 1.0 for f in flags}}
+    record = Record(
+        trial=0,
+        arch=Architecture(space="s"),
+        description="",
+        state="complete",
+        metrics=base,
+    )
+    laid = overlay(record, parsed).metrics
+    assert laid["flops"] == 1e6 and laid["params"] == 1e3  # never overlaid
+    if not {"estimated", "latency_predicted"} & flags:
+        assert laid == base
+
+
+@pytest.mark.slow
+def test_two_measurers_of_one_front_measure_each_point_once(searched, monkeypatch):
+    """M10: two measure_front() at once measured every point twice, the last write
+    winning. Now each point is a job: one measures, the other waits for its figures."""
+    import threading
+
+    import autosearch.study.measure as measure
+
+    study = searched["study"]
+    point = next(r for r in study.records() if r.variant == "int8" and is_estimated(r))
+    other = autosearch.load_study("est", storage=study.storage_url)
+    waiting, calls = threading.Event(), []
+
+    def measured(self, record):
+        calls.append(record.trial)
+        waiting.wait(timeout=60)  # until the other measurer waits on this one (bounded)
+        return {"accuracy": 0.5, "test_accuracy": 0.5, "measured": 1.0, "reward": 0.5}
+
+    def pause(held):
+        waiting.set()
+        time.sleep(0.05)
+
+    monkeypatch.setattr(type(study.measurer), "_measured", measured)
+    monkeypatch.setattr(measure, "_pause", pause)
+    first = threading.Thread(target=study.measurer.measure, args=([point],))
+    first.start()
+    for _ in range(6000):  # the first measurer holds the point's job before the second asks
+        if calls:
+            break
+        time.sleep(0.01)
+    other.measurer.measure([point])
+    first.join(timeout=120)
+    assert calls == [point.trial]
+    assert study.record(point.trial, "int8").metrics["accuracy"] == 0.5

@@ -426,6 +426,14 @@ STORED_FIELDS = {
     "a million stages": (("space", "config", "max_stages"), 10**6, "max_stages: 1000000"),
     "a supernet told 'no' to distill": (("supernet",), {"distill": "no"}, "distill='no'"),
     "a supernet told 'x' to measure latency": (("supernet",), {"latency": "x"}, "latency='x'"),
+    # Issue 43, U4: a stored warm-up of `true` trained with a one-epoch warm-up.
+    "a warm-up that is true": (("train", "warmup_epochs"), True, "warmup_epochs=True"),
+    "a fine-tuning that is text": (
+        ("compression", "finetune_epochs"),
+        "2",
+        "Compression finetune_epochs='2'",
+    ),
+    "a seed that is true": (("seed",), True, "seed True is not an integer"),
 }
 
 

@@ -5,6 +5,7 @@ of the claim protocol's steps, on a storage with a clock the test moves)."""
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 from unittest import mock
@@ -159,3 +160,174 @@ def test_the_companion_study_stays_out_of_the_study_listing(make_study):
     Jobs(study.storage, "kept", grace=GRACE).study_id  # noqa: B018
     with pytest.raises(StorageError, match=r"Studies there: kept$"):
         autosearch.load_study("kep", storage=study.storage_url)
+
+
+# Stored claims are data (issue 43: J9, J11, J13, J15) --------------------------------------
+class Clocks:
+    """The wall clock and the monotonic clock, moved together by the test (a worker's
+    wall clock may also run ahead of the others')."""
+
+    def __init__(self) -> None:
+        self.wall, self.mono = 1_000_000.0, 500.0
+
+    def tick(self, seconds: float) -> None:
+        self.wall += seconds
+        self.mono += seconds
+
+
+@pytest.fixture
+def clocks():
+    found = Clocks()
+    with (
+        mock.patch("time.time", lambda: found.wall),
+        mock.patch("time.monotonic", lambda: found.mono),
+    ):
+        yield found
+
+
+def _storages(tmp_path):
+    from autosearch._storage import open_storage
+
+    return [optuna.storages.InMemoryStorage(), open_storage(f"sqlite:///{tmp_path}/j.db")]
+
+
+def test_the_companion_study_deleted_while_a_worker_waits_starts_the_claims_afresh(tmp_path):
+    """J9: a KeyError traceback before."""
+    for storage in _storages(tmp_path):
+        holder, waiter = Jobs(storage, "s", grace=GRACE), Jobs(storage, "s", grace=GRACE)
+        claim = holder.start(JOB)
+        assert holder.check(claim)
+        assert isinstance(waiter.look(JOB), Held)
+        storage.delete_study(storage.get_study_id_from_name(companion_name("s")))
+        assert waiter.look(JOB) is None  # free: the claims are gone
+        assert holder.taken_over(claim) == "its claim was deleted from the storage"
+        assert not holder.finish(claim, {"trained_by": "holder"})
+        mine = waiter.start(JOB)
+        assert waiter.check(mine) and waiter.finish(mine, {"trained_by": "waiter"})
+        assert holder.look(JOB) == Done(number=mine.number, result={"trained_by": "waiter"})
+
+
+@pytest.mark.parametrize("ahead", [3600.0, 10 * 365 * 86400.0])
+def test_a_heartbeat_in_the_future_is_silent_once_it_stops_changing(clocks, ahead):
+    """J11: a waiter waited until the stamp's time (years) before."""
+    storage = optuna.storages.InMemoryStorage()
+    holder, waiter = Jobs(storage, "s", grace=GRACE), Jobs(storage, "s", grace=GRACE)
+    claim = holder.start(JOB)
+    assert holder.check(claim)
+    storage.set_trial_system_attr(claim.trial_id, HEARTBEAT, clocks.wall + ahead)
+    assert isinstance(waiter.look(JOB), Held)
+    clocks.tick(GRACE * 0.9)
+    assert isinstance(waiter.look(JOB), Held)  # not silent for the grace yet
+    clocks.tick(GRACE * 0.2)
+    assert waiter.look(JOB) is None  # the same stamp for longer than the grace: dead
+    assert holder.taken_over(claim) is not None
+
+
+def test_a_worker_whose_clock_runs_ahead_stays_alive_while_it_beats(clocks):
+    storage = optuna.storages.InMemoryStorage()
+    holder, waiter = Jobs(storage, "s", grace=GRACE), Jobs(storage, "s", grace=GRACE)
+    claim = holder.start(JOB)
+    assert holder.check(claim)
+    for _ in range(20):  # 20 graces long, beating every half grace, its clock an hour ahead
+        storage.set_trial_system_attr(claim.trial_id, HEARTBEAT, clocks.wall + 3600)
+        assert isinstance(waiter.look(JOB), Held)
+        clocks.tick(GRACE / 2)
+    assert holder.taken_over(claim) is None
+
+
+@pytest.mark.parametrize("stamp", ["soon", None, [1], {"t": 1}, float("nan"), True, "1e308"])
+def test_a_heartbeat_that_is_not_a_number_is_no_stamp(clocks, stamp):
+    """J13: a ValueError traceback on every run before."""
+    storage = optuna.storages.InMemoryStorage()
+    holder, waiter = Jobs(storage, "s", grace=GRACE), Jobs(storage, "s", grace=GRACE)
+    claim = holder.start(JOB)
+    assert holder.check(claim)
+    storage.set_trial_system_attr(claim.trial_id, HEARTBEAT, stamp)
+    assert isinstance(waiter.look(JOB), Held)  # its start stands for its stamp
+    clocks.tick(GRACE + 1)
+    assert waiter.look(JOB) is None
+
+
+STAMPS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(),
+    st.text(max_size=10),
+    st.lists(st.integers(), max_size=2),
+)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(
+    stamps=st.lists(STAMPS, min_size=1, max_size=6), ticks=st.lists(st.floats(0, 200), max_size=6)
+)
+def test_whatever_a_claim_stamp_holds_a_waiter_takes_over_within_the_grace(stamps, ticks):
+    """Any stamp (a string, a future time, NaN, a list) is read without an error, and a
+    claim whose stamp stops changing is given up within the grace of the waiter's own
+    clock, however the wall clock moved."""
+    found = Clocks()
+    with (
+        mock.patch("time.time", lambda: found.wall),
+        mock.patch("time.monotonic", lambda: found.mono),
+    ):
+        storage = optuna.storages.InMemoryStorage()
+        holder, waiter = Jobs(storage, "s", grace=GRACE), Jobs(storage, "s", grace=GRACE)
+        claim = holder.start(JOB)
+        assert holder.check(claim)
+        for stamp, tick in zip(stamps, [*ticks, *[0.0] * len(stamps)], strict=False):
+            with contextlib.suppress(UpdateFinishedTrialError):  # given up already
+                storage.set_trial_system_attr(claim.trial_id, HEARTBEAT, stamp)
+            waiter.look(JOB)
+            found.tick(tick)
+        waiter.look(JOB)
+        found.tick(GRACE + 1)  # the stamp stopped changing
+        assert waiter.look(JOB) is None
+
+
+def test_a_finished_job_of_another_supernet_is_refused_and_retrain_gets_out(tmp_path, capsys):
+    """J15: a COMPLETE claim of another fingerprint with weights 'deadbeef' was adopted
+    ("trained 0 epochs", then "the supernet is not trained")."""
+    import textwrap
+
+    from autosearch.cli import main
+    from autosearch.study.supernet_job import SupernetJob
+
+    (tmp_path / "job.py").write_text(
+        textwrap.dedent(
+            """
+            from autosearch import StudySpec, SupernetConfig, TrainConfig
+            from controllers import RandomSearch
+            from search_spaces import ResNetSpace
+
+            space = ResNetSpace(max_stages=2, depths=(1, 2), widths=(8,), stem_widths=(8,))
+            study = StudySpec(
+                name="forged",
+                controller=RandomSearch(space.supernet(fixed={"stages": 2}), seed=0),
+                train=TrainConfig(epochs=1, batch_size=128, lr=0.05),
+                supernet=SupernetConfig(sandwich=1, latency=False, test_accuracy=False),
+                storage="sqlite:///forged.db",
+                n_trials=1,
+            )
+            """
+        )
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(tmp_path)
+        from autosearch.studyfile import load_spec
+
+        study = load_spec("job.py").create()
+        job: SupernetJob = study.supernet_job
+        name = job._job(job.fingerprint(study.data), 0)
+        forged = job.jobs.start(name)
+        assert job.jobs.finish(
+            forged,
+            {"status": "complete", "fingerprint": "other", "weights": "deadbeef", "epochs": 0},
+        )
+        assert main(["supernet", "job.py"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "cannot be used: it is another supernet's" in err and "--retrain" in err, err
+        assert len(err.splitlines()) == 1
+        assert main(["supernet", "job.py", "--retrain"]) == 0
+        assert "trained 1 epochs" in capsys.readouterr().out
+        assert main(["run", "job.py"]) == 0

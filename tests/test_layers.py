@@ -14,7 +14,8 @@ RANKS = {
     "_torch_build": 0,
     "_logs": 0,  # stdlib only: the set-up runs it before anything is installed
     "_paths": 0,  # paths from outside names, confined to their folder (stdlib only)
-    "_files": 0,  # files written whole (a temporary name, then renamed)
+    "_files": 0,  # files written whole; files from outside read bounded, regular files only
+    "_checks": 1,  # the checks of a config's fields (what each expects, in one line)
     "_script": 0,  # whether the main script would run again in a spawned process (stdlib)
     "cost": 0,  # counting FLOPs needs only torch; spaces use it for budgets
     "pareto": 1,

@@ -253,3 +253,46 @@ def test_the_main_guard_is_recognised(tmp_path):
         [sys.executable, "search.py"], cwd=tmp_path, capture_output=True, text=True, timeout=1800
     )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+# Workers started together (issue 43: J20) ---------------------------------------------------
+RUN_TO_SIX = """
+from autosearch import StudySpec, TrainConfig
+from controllers import RandomSearch
+from search_spaces import ResNetSpace
+
+study = StudySpec(
+    name="six",
+    controller=RandomSearch(
+        ResNetSpace(max_stages=2, depths=(1, 2), widths=(4, 8), stem_widths=(4, 8)), seed=0
+    ),
+    train=TrainConfig(epochs=1, batch_size=128, lr=0.1),
+    storage="sqlite:///six.db",
+    n_trials=6,
+)
+"""
+
+
+@pytest.mark.slow
+def test_two_runs_of_one_study_file_run_the_study_to_its_total(tmp_path):
+    """J20: two `autosearch run` of one file, started together, each ran the whole
+    n_trials (12 trials for a study of 6), while each said "0 of 6 trials done"."""
+    (tmp_path / "six.py").write_text(RUN_TO_SIX)
+    cli = Path(sys.executable).with_name("autosearch")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    runs = [
+        subprocess.Popen(
+            [str(cli), "run", "six.py", "--out", f"out{i}"],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    outputs = [run.communicate(timeout=1800)[0] for run in runs]
+    assert [run.returncode for run in runs] == [0, 0], outputs
+    study = autosearch.load_study("six", storage=f"sqlite:///{tmp_path}/six.db", read_only=True)
+    assert study.count() == study.count("complete") == 6, outputs
+    assert len({r.arch.arch_id for r in study.records(variants=False)}) == 6

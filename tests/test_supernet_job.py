@@ -40,15 +40,16 @@ STUDY_FILE = textwrap.dedent(
         train=TrainConfig(epochs={epochs}, batch_size=32, lr=0.05),
         supernet=SupernetConfig(sandwich=1, latency=False, test_accuracy=False),
         n_trials=2,
+        confirm={confirm},
     )
     """
 )
 CLI = Path(sys.executable).with_name("autosearch")
 
 
-def _write(folder: Path, *, epochs: int, shortcut: str = "projection") -> Path:
+def _write(folder: Path, *, epochs: int, shortcut: str = "projection", confirm: int = 0) -> Path:
     path = folder / "job.py"
-    path.write_text(STUDY_FILE.format(epochs=epochs, shortcut=shortcut))
+    path.write_text(STUDY_FILE.format(epochs=epochs, shortcut=shortcut, confirm=confirm))
     return path
 
 
@@ -235,8 +236,10 @@ def test_the_cli_names_the_repair_and_retrains(tmp_path, monkeypatch, capsys):
 @pytest.mark.parametrize("shortcut", ["pad", "projection"])
 def test_the_supernet_trains_under_torchrun_with_two_processes(tmp_path, shortcut):
     """The reported fault: DDP refused the ResNet supernet (shortcut layers the largest
-    subnet never uses) at the second step, on every rank."""
-    _write(tmp_path, epochs=2, shortcut=shortcut)
+    subnet never uses) at the second step, on every rank. And (issue 43, D2) a study
+    that confirms its pick after the search trains its supernet under torchrun too: it
+    was refused for its confirm=, which `autosearch supernet` never runs."""
+    _write(tmp_path, epochs=2, shortcut=shortcut, confirm=2)
     done = _supernet(tmp_path, "--nproc-per-node", "2")
     assert done.returncode == 0, done.stderr[-3000:]
     state = json.loads(done.stdout)
@@ -373,3 +376,34 @@ def test_weights_of_a_claim_that_lost_its_job_are_removed(tmp_path, monkeypatch)
     state = study.train_supernet()
     files = {p.name for p in study.artifacts.folder.iterdir() if p.is_file()}
     assert lost and lost[0] not in files and files == {state["weights"]}
+
+
+@pytest.mark.slow
+@pytest.mark.service
+def test_three_workers_started_together_on_a_fresh_postgresql_database(tmp_path, postgres_url):
+    """J3, J4: three `autosearch supernet` on a fresh PostgreSQL database: two died with
+    UniqueViolation on Optuna's schema; on an existing schema, one died with a
+    DuplicatedStudyError traceback. Creating the schema or the study is joined now."""
+    _write(tmp_path, epochs=1)
+    source = (tmp_path / "job.py").read_text()
+    (tmp_path / "job2.py").write_text(source.replace('name="job"', 'name="job2"'))
+    for study_file in ("job.py", "job2.py"):  # a fresh database, then its schema made
+        runs = [
+            subprocess.Popen(
+                [str(CLI), "supernet", study_file, "--storage", postgres_url, "--json"],
+                cwd=tmp_path,
+                env=_env(OMP_NUM_THREADS="1"),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(3)
+        ]
+        done = [run.communicate(timeout=1800) for run in runs]
+        assert [run.returncode for run in runs] == [0, 0, 0], [err[-2000:] for _, err in done]
+        digests = {json.loads(out)["digest"] for out, _ in done}
+        assert len(digests) == 1  # one supernet, trained once
+    import optuna
+
+    names = optuna.get_all_study_names(postgres_url)
+    assert sorted(names) == ["job", "job.autosearch-jobs", "job2", "job2.autosearch-jobs"]

@@ -315,7 +315,7 @@ def test_no_loader_worker_is_forked_from_the_training_process():
             for node in ast.walk(function):
                 callee = node.func if isinstance(node, ast.Call) else None
                 name = getattr(callee, "id", getattr(callee, "attr", None))
-                if name == "DataLoader":
+                if name in ("DataLoader", "_Loader"):  # _Loader: _stream's DataLoader
                     calls.append(f"{source.relative_to(package)}:{function.name}")
     assert calls and set(calls) == {"data/_stream.py:_loader"}, calls
     assert _stream.worker_context().get_start_method() in {"forkserver", "spawn"}
@@ -436,3 +436,29 @@ def test_a_study_searches_a_folder_too_large_for_memory(
     for record in records:  # learned (chance is 0.1), int8 too
         assert record.metrics["accuracy"] > 0.3 and 0.3 < record.metrics["test_accuracy"] <= 1
     assert study.data_report["read"] == 1798 and study.data_report["duplicates"] == 1
+
+
+@pytest.mark.parametrize("workers", ["0", "1"])
+def test_a_file_deleted_during_streamed_training_fails_the_trial_in_one_line(
+    digits_folder, tmp_path, monkeypatch, make_study, workers
+):
+    """Issue 43, F3: the trial's reason was the DataLoader worker's whole traceback."""
+    import shutil
+
+    from autosearch.data import _load_named
+
+    folder = tmp_path / "digits"
+    shutil.copytree(digits_folder, folder)
+    monkeypatch.setenv("AUTOSEARCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("AUTOSEARCH_DATA_MEMORY", "1K")
+    monkeypatch.setenv("AUTOSEARCH_LOADER_WORKERS", workers)
+    _load_named.cache_clear()
+    study = make_study(data=f"folder:{folder}", train=TrainConfig(epochs=1, batch_size=32))
+    assert study.data.streamed
+    gone = study.data.train.files[0]
+    Path(gone).unlink()
+    (record,) = study.optimize(n_trials=1)
+    assert record.state == "failed"
+    assert record.reason == (
+        f"DataError: {gone} was removed since the folder was scanned; load the data again"
+    )

@@ -103,6 +103,7 @@ def _run_to_budget(
             show_progress_bar=show_progress_bar,
             n_workers=min(workers, remaining) if remaining else 1,
             executor=_executor(args),
+            total=total,  # other workers of the study count: it is run to its total
         )
         interrupted = study.interrupted
         if confirm and not interrupted and study.count("complete"):

@@ -21,6 +21,7 @@ import json
 import logging
 import multiprocessing
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from multiprocessing.context import BaseContext
 from pathlib import Path
@@ -126,10 +127,35 @@ def _loader(dataset: torch.utils.data.Dataset, *, workers: int, **options: Any) 
             workers = 0
     if workers == 0:
         options.pop("persistent_workers", None)  # only for workers
-        return DataLoader(dataset, num_workers=0, **options)
-    return DataLoader(
+        return _Loader(dataset, num_workers=0, **options)
+    return _Loader(
         dataset, num_workers=workers, multiprocessing_context=worker_context(), **options
     )
+
+
+class _Loader(DataLoader):
+    """A DataLoader whose workers' DataErrors reach the caller as they were raised, in
+    one line (the DataLoader raises them again with the worker's whole traceback as
+    their message, which would become a trial's failure reason)."""
+
+    def __iter__(self) -> Iterator[Any]:
+        batches = super().__iter__()
+        while True:
+            try:
+                batch = next(batches)
+            except StopIteration:
+                return
+            except DataError as exc:
+                raise DataError(_raised_in_worker(exc)) from None
+            yield batch
+
+
+def _raised_in_worker(exc: DataError) -> str:
+    """The message a worker's DataError was raised with."""
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    if len(lines) < 2 or not lines[0].startswith("Caught "):
+        return str(exc)
+    return lines[-1].removeprefix(f"{type(exc).__module__}.{type(exc).__qualname__}: ")
 
 
 @functools.cache
@@ -278,7 +304,15 @@ class FileImages(torch.utils.data.Dataset):
         return len(self.files)
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        image = decode_image(Path(self.files[i]))
+        file = Path(self.files[i])
+        try:
+            image = decode_image(file)
+        except DataError:
+            if file.exists():
+                raise
+            raise DataError(
+                f"{file} was removed since the folder was scanned; load the data again"
+            ) from None
         if image.shape != self.shape:
             raise DataError(
                 f"{self.files[i]} changed since the folder was scanned: it is now "

@@ -39,7 +39,7 @@ from autosearch.study.records import (
     claim_key,
 )
 
-__all__ = ["Claim", "Claims", "heartbeat_settings"]
+__all__ = ["BudgetReached", "Claim", "Claims", "heartbeat_settings"]
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +80,10 @@ class Claim:
 Propose = Callable[[list[FrozenTrial]], Architecture]
 
 
+class BudgetReached(StudyError):
+    """The study holds the trials it was to be run to (counting other workers')."""
+
+
 class Claims:
     """Claims on one study's trials, for one worker: of its search trials, or with
     ``confirming=True`` of its confirmation trials (autosearch.study.confirm), which
@@ -107,10 +111,21 @@ class Claims:
         """What a claim of this kind on ``arch`` holds (records.claim_key)."""
         return f"confirm:{arch.arch_id}" if self.confirming else arch.arch_id
 
-    def claim(self, propose: Propose, attrs: Callable[[Architecture], dict[str, Any]]) -> Claim:
+    def claim(
+        self,
+        propose: Propose,
+        attrs: Callable[[Architecture], dict[str, Any]],
+        *,
+        limit: int | None = None,
+    ) -> Claim:
         """A new running trial for the next architecture: the first whose run was cut
         short (a dead worker, Ctrl-C), else ``propose(trials)``'s. ``attrs`` gives the
-        new trial's user attributes."""
+        new trial's user attributes.
+
+        Raises:
+            BudgetReached: ``limit`` search trials (finished or held by a live worker)
+                came before this claim: the study is run to its total.
+        """
         for _ in range(_MAX_CLAIMS):
             trials = self._trials()
             if self.reap_dead(self.index.unfinished(trials)):  # read again: they now wait
@@ -121,6 +136,7 @@ class Claims:
             trial_id = self.start(arch, {**attrs(arch), **extra})
             number = trial_number(self.storage, trial_id)
             if self.holds(trial_id, arch, trials, number=number):
+                self._within(limit, trial_id, number)
                 if pending:
                     self._copy_curve(pending[1], trial_id)
                 return Claim(
@@ -172,6 +188,22 @@ class Claims:
             )
             return False
         return True
+
+    def _within(self, limit: int | None, trial_id: int, number: int) -> None:
+        """Give our new trial up if ``limit`` search trials came before it. Trial numbers
+        follow creation order, so of workers that claim at once exactly those within
+        the limit keep their trials."""
+        if limit is None or self.confirming:
+            return
+        before = sum(
+            t.number < number and CONFIRMS not in t.user_attrs and not records.superseded(t)
+            for t in self._trials()
+            if claim_key(t.user_attrs) is not None
+        )
+        if before >= limit:
+            reason = f"the study holds its {limit} trials"
+            self.supersede(trial_id, reason, resume=False)
+            raise BudgetReached(reason)
 
     def reap_dead(self, trials: list[FrozenTrial]) -> bool:
         """Give up running trials whose worker stopped beating (they resume elsewhere);

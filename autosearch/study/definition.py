@@ -172,7 +172,7 @@ class StudyDefinition:
                 variants=parse_variants(stored.get("variants") or ["base"]),
                 compression=Compression(**(stored.get("compression") or {})),
                 train=TrainConfig(**stored["train"]),
-                seed=int(stored["seed"]),
+                seed=_seed(stored["seed"]),
                 artifacts=artifacts,
                 table=Table(**stored["table"]) if stored.get("table") else None,
                 supernet=SupernetConfig(**stored["supernet"]) if stored.get("supernet") else None,
@@ -288,6 +288,12 @@ def _objectives(stored: Any) -> tuple[str, ...]:
     if len(set(stored)) != len(stored):
         raise ValueError(f"objectives {stored!r} repeat a name")
     return tuple(stored)
+
+
+def _seed(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"seed {value!r} is not an integer >= 0")
+    return value
 
 
 def trial_seed(study_seed: int, arch: Architecture) -> int:

@@ -36,7 +36,7 @@ from autosearch.runner import Interrupted, TakenOver, TrialContext, TrialResult,
 from autosearch.runtime import broadcast_object, world
 from autosearch.study import records
 from autosearch.study.artifacts import Artifacts
-from autosearch.study.claims import Claim, Claims
+from autosearch.study.claims import BudgetReached, Claim, Claims
 from autosearch.study.dataset import StudyData
 from autosearch.study.definition import trial_seed
 from autosearch.study.interrupts import Interrupts
@@ -125,10 +125,12 @@ class SearchLoop:
         callbacks: list[RecordCallback],
         epoch_callbacks: list[EpochCallback],
         max_failures_in_a_row: int,
+        total: int | None = None,
     ) -> None:
         self.parts = parts
         self.callbacks, self.epoch_callbacks = callbacks, epoch_callbacks
         self.max_failures = max_failures_in_a_row
+        self.total = total  # the study's trials to run to, across workers (None: no cap)
         self.interrupts = Interrupts()
 
     def run(self, n_trials: int) -> list[Record]:
@@ -140,7 +142,7 @@ class SearchLoop:
         while len(done) < n_trials and not self.interrupted:
             try:
                 record = self.run_one()
-            except AllClaimed:
+            except (AllClaimed, BudgetReached):
                 break
             except SpaceExhausted as exc:
                 logger.warning("%s; study %r ends here", exc, self.parts.name)
@@ -179,7 +181,7 @@ class SearchLoop:
         """
         parts = self.parts
         try:
-            claim = parts.claims.claim(self._propose, self._attrs)
+            claim = parts.claims.claim(self._propose, self._attrs, limit=self.total)
         except PLATFORM_FAILURES as exc:
             raise platform_error(exc, parts.where) from None
         with parts.claims.beating(claim.trial_id, parts.heartbeat_interval):
@@ -381,8 +383,11 @@ def check_run(
     epoch_callbacks: list[EpochCallback],
     *,
     ranks: int,
+    total: int | None = None,
 ) -> None:
     """Refuse ``optimize`` settings that cannot run, before anything runs."""
+    if total is not None and (isinstance(total, bool) or not isinstance(total, int)):
+        raise ConfigError(f"total must be None or an integer >= 0, got {total!r}")
     for name, value, least in (
         ("n_trials", n_trials, 0),
         ("n_workers", n_workers, 1),

@@ -10,17 +10,21 @@ figures stored beside the trial (study/overlays.py).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from optuna.storages import BaseStorage
 
+from autosearch._heartbeat import beating
 from autosearch.compress import Derived
 from autosearch.cost import Cost
 from autosearch.errors import AutosearchError
 from autosearch.runner import derive_variant, profile
+from autosearch.study.jobs import Done, Held, Jobs
 from autosearch.study.overlays import ESTIMATES, PREFIX, is_estimated, overlay
 from autosearch.study.rebuild import Rebuilder
 from autosearch.study.records import Record
@@ -35,13 +39,16 @@ logger = logging.getLogger(__name__)
 @dataclass(frozen=True, kw_only=True)
 class FrontMeasurer:
     """Measures the estimated points of study ``rebuilder.name``'s front, from what it
-    reads: the stored trials (through the rebuilder), the study's objectives, and the
-    storage where the figures are written."""
+    reads: the stored trials (through the rebuilder), the study's objectives, the
+    storage where the figures are written, and the study's job claims (``jobs``; with
+    the heartbeat ``interval``): each point is measured by one worker, whoever asks."""
 
     rebuilder: Rebuilder
     storage: BaseStorage
     study_id: int
     objectives: tuple[str, ...]
+    jobs: Jobs
+    interval: float
 
     def front(self) -> list[Record]:
         """The front's points (every objective, every variant) measured first where
@@ -65,23 +72,42 @@ class FrontMeasurer:
         return overlay(record, self._measured(record))
 
     def measure(self, points: Sequence[Record]) -> None:
-        """Measure ``points`` for real and store their figures."""
+        """Measure ``points`` for real and store their figures: each point a job of the
+        study (autosearch.study.jobs), so that of workers measuring the same front at
+        once one measures a point and the others wait for its figures."""
         for record in points:
-            try:
-                measured = self._measured(record)
-            except AutosearchError as exc:
-                logger.warning(
-                    "trial %d (%s) could not be measured: %s", record.trial, record.variant, exc
-                )
-                measured = {"measure_failed": 1.0}
             key = f"{PREFIX}{record.trial}:{record.variant}"
-            self.storage.set_study_user_attr(self.study_id, key, json.dumps(measured))
-            logger.info(
-                "measured trial %d %s: %s",
-                record.trial,
-                record.variant,
-                ", ".join(f"{k} {v:.4g}" for k, v in measured.items() if k in ESTIMATES),
+            found = self.jobs.acquire(self._job(key), wait=_pause)
+            if isinstance(found, Done):
+                continue  # another worker measured it: its figures are stored
+            with beating(self.storage, found.trial_id, self.interval, stamped=True):
+                measured = self._measure_one(record)
+                self.storage.set_study_user_attr(self.study_id, key, json.dumps(measured))
+            self.jobs.finish(found, {"figures": key})
+
+    def _job(self, key: str) -> str:
+        """The job of measuring the point stored at ``key``, as it stands: once its
+        figures are stored they are read; figures found damaged later (left out when
+        read) make another job, measured again."""
+        stored = self.storage.get_study_user_attrs(self.study_id).get(key)
+        digest = hashlib.sha256(json.dumps(stored).encode()).hexdigest()[:12]
+        return f"measure:{key.removeprefix(PREFIX)}:{digest}"
+
+    def _measure_one(self, record: Record) -> dict[str, float]:
+        try:
+            measured = self._measured(record)
+        except AutosearchError as exc:
+            logger.warning(
+                "trial %d (%s) could not be measured: %s", record.trial, record.variant, exc
             )
+            return {"measure_failed": 1.0}
+        logger.info(
+            "measured trial %d %s: %s",
+            record.trial,
+            record.variant,
+            ", ".join(f"{k} {v:.4g}" for k, v in measured.items() if k in ESTIMATES),
+        )
+        return measured
 
     def _measured(self, record: Record) -> dict[str, float]:
         """What a point's estimates are, measured: its int8 program lowered and
@@ -110,3 +136,8 @@ class FrontMeasurer:
         result["measured"] = 1.0
         result["reward"] = float(plan.reward({**m, **result}))
         return result
+
+
+def _pause(held: Held) -> None:
+    """Between reads while another worker measures a point (seconds, at most)."""
+    time.sleep(0.5)

@@ -10,7 +10,6 @@ from typing import Any
 
 from optuna.storages import BaseStorage
 
-from autosearch._paths import plain_name
 from autosearch._storage import close_storage, default_storage, open_storage
 from autosearch.compress import Compression
 from autosearch.controller import Controller
@@ -32,16 +31,14 @@ __all__ = ["check_study_name", "create_study", "default_storage", "load_study"]
 
 
 def check_study_name(name: object) -> str:
-    """``name`` as a study's name: printable text that can name a folder (the default
-    storage is ``runs/NAME/study.db``), and not a companion study's.
+    """``name`` as a study's name: printable text, and not a companion study's.
 
     Raises:
         ConfigError: saying what was given and what a name may hold.
     """
-    if not isinstance(name, str) or not plain_name(name) or not name.isprintable():
+    if not isinstance(name, str) or not name or len(name) > 512 or not name.isprintable():
         raise ConfigError(
-            "a study's name must be printable text of 1 to 255 characters without a slash "
-            f"or a backslash (it names the folder runs/NAME/), got {name!r}"
+            f"a study's name must be printable text of 1 to 512 characters, got {name!r}"
         )
     if is_companion(name):
         raise ConfigError(f"study names ending in {COMPANION!r} are autosearch's own; got {name!r}")
@@ -97,9 +94,8 @@ def create_study(
     )
     dataset = _check_data(space, data, table=table, seed=seed)
     url = storage or default_storage(name)
-    backend, definition = _store(
-        name, url, definition.with_data(space, dataset), artifacts, load_if_exists
-    )
+    definition = definition.with_data(space, dataset)
+    backend, definition = _store(name, url, definition, artifacts, load_if_exists)
     return Study(
         name=name,
         url=url,

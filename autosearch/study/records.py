@@ -333,6 +333,4 @@ def _floats(metrics: Mapping[str, Any]) -> dict[str, float]:
     """A point's stored figures as numbers; a figure of the metric vocabulary within its
     bounds (autosearch.metrics: accuracy in [0, 1], costs finite and >= 0), else the
     ValueError that makes the trial unreadable."""
-    return {
-        str(k): METRICS[k].parse(v) if k in METRICS else float(v) for k, v in metrics.items()
-    }
+    return {str(k): METRICS[k].parse(v) if k in METRICS else float(v) for k, v in metrics.items()}

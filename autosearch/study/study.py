@@ -32,6 +32,7 @@ from autosearch.study.confirm import Confirmation, Confirmer, confirmations
 from autosearch.study.dataset import StudyData
 from autosearch.study.definition import StudyDefinition
 from autosearch.study.executors import Executor
+from autosearch.study.jobs import Jobs
 from autosearch.study.loop import EpochCallback, RecordCallback, SearchLoop, SearchParts, check_run
 from autosearch.study.measure import FrontMeasurer
 from autosearch.study.overlays import is_estimated
@@ -101,6 +102,8 @@ class Study(DefinitionView):
             storage=storage,
             study_id=self._study_id,
             objectives=self.objectives,
+            jobs=Jobs(storage, name, grace=self.heartbeat_grace),
+            interval=self.heartbeat_interval,
         )
 
     def _supernet_job(self, uid: str) -> SupernetJob | None:
@@ -282,7 +285,7 @@ class Study(DefinitionView):
         :attr:`interrupted` set). Returns their records; :meth:`confirmations` compares
         inherited and confirmed accuracy, and :meth:`best` prefers confirmed subnets."""
         self._job()  # a study without a supernet has nothing to confirm
-        self._check_run(1, 1, 1, [])
+        self._check_run(1, 1, [], max_failures_in_a_row=1)
         confirmer = Confirmer(self._search_parts())
         done = confirmer.confirm(k, callbacks=[functools.partial(c, self) for c in callbacks])
         self.interrupted = confirmer.signal
@@ -309,9 +312,12 @@ class Study(DefinitionView):
         n_workers: int = 1,
         show_progress_bar: bool | None = None,
         executor: str | Executor = "process",
+        total: int | None = None,
     ) -> list[Record]:
         """Evaluate ``n_trials`` new architectures; return their records.
 
+        ``total``: stop sooner, once the study holds ``total`` search trials (finished or
+        running), counting every worker's (``autosearch run`` runs a study file's so).
         ``callbacks`` are called with each finished trial's study and record;
         ``epoch_callbacks`` with ``(trial number, EpochResult)`` after every training
         epoch. A failing trial is stored as failed with its reason and the search goes
@@ -333,23 +339,17 @@ class Study(DefinitionView):
         told = [functools.partial(callback, self) for callback in callbacks]
         epoch_callbacks = list(epoch_callbacks)
         self.interrupted = None
-        rank, size = self._check_run(n_trials, n_workers, max_failures_in_a_row, epoch_callbacks)
+        limits = {"max_failures_in_a_row": max_failures_in_a_row, "total": total}
+        rank, size = self._check_run(n_trials, n_workers, epoch_callbacks, **limits)
         if size > 1 and rank != 0:
             return workers.follow(self.planner, self.inputs)  # under torchrun, rank 0 searches
         epochs = self.train_config.epochs if n_workers == 1 and self.table is None else None
         with progress.bars(n_trials, epochs, show=show_progress_bar) as (trial_bar, epoch_bar):
             if n_workers > 1:
-                done = self._pool(
-                    n_trials, n_workers, told + trial_bar, max_failures_in_a_row, executor
-                )
+                done = self._pool(n_trials, n_workers, told + trial_bar, executor, **limits)
             else:
-                done = self._search(
-                    n_trials,
-                    told + trial_bar,
-                    epoch_callbacks + epoch_bar,
-                    max_failures_in_a_row,
-                    size,
-                )
+                bars = (told + trial_bar, epoch_callbacks + epoch_bar)
+                done = self._search(n_trials, *bars, size=size, **limits)
         if done and self.interrupted is None:
             self.measurer.front()  # what the front shows is measured, not estimated
             fresh = {(r.trial, r.variant): r for r in self.records()}
@@ -361,15 +361,14 @@ class Study(DefinitionView):
         n_trials: int,
         callbacks: list[RecordCallback],
         epoch_callbacks: list[EpochCallback],
-        max_failures_in_a_row: int,
+        *,
         size: int,
+        **limits: Any,
     ) -> list[Record]:
-        """Run ``n_trials`` trials in this process (rank 0 of ``size``)."""
+        """Run ``n_trials`` trials in this process (rank 0 of ``size``), fewer where the
+        study reaches its ``total`` (``limits``: SearchLoop's)."""
         loop = SearchLoop(
-            self._search_parts(),
-            callbacks=callbacks,
-            epoch_callbacks=epoch_callbacks,
-            max_failures_in_a_row=max_failures_in_a_row,
+            self._search_parts(), callbacks=callbacks, epoch_callbacks=epoch_callbacks, **limits
         )
         try:
             with loop.graceful_interrupts():
@@ -386,8 +385,10 @@ class Study(DefinitionView):
         self,
         n_trials: int,
         n_workers: int,
-        max_failures_in_a_row: int,
         epoch_callbacks: list[EpochCallback],
+        *,
+        max_failures_in_a_row: int,
+        total: int | None = None,
     ) -> tuple[int, int]:
         """Refuse a run that cannot go, before any trial: (rank, world size)."""
         if self.read_only and n_trials:
@@ -396,7 +397,9 @@ class Study(DefinitionView):
                 "autosearch.load_study(name, storage=...) to run trials"
             )
         rank, size = world()
-        check_run(n_trials, n_workers, max_failures_in_a_row, epoch_callbacks, ranks=size)
+        check_run(
+            n_trials, n_workers, max_failures_in_a_row, epoch_callbacks, ranks=size, total=total
+        )
         _ = self.training_data  # data that cannot be loaded stops the study here, not in a trial
         if self.table is not None and n_trials:
             self.table.rows()  # so does a table that cannot be read: not every trial failing
@@ -411,8 +414,8 @@ class Study(DefinitionView):
         n_trials: int,
         n_workers: int,
         callbacks: list[RecordCallback],
-        failures: int,
         executor: str | Executor,
+        **limits: Any,
     ) -> list[Record]:
         return workers.run_pool(
             self.trials,
@@ -423,8 +426,8 @@ class Study(DefinitionView):
             n_workers=n_workers,
             worker_main=_worker_main,
             callbacks=callbacks,
-            max_failures_in_a_row=failures,
             executor=executor,
+            **limits,
         )
 
     def _search_parts(self) -> SearchParts:
@@ -475,6 +478,7 @@ def _worker_main(
     run: str,
     trials_before: int | None = None,
     max_failures_in_a_row: int,
+    total: int | None = None,
 ) -> list[int]:
     """One process of ``optimize(n_workers=K)``: the numbers of the trials it finished."""
     study = Study.open(name, storage=storage, data=data)
@@ -490,7 +494,5 @@ def _worker_main(
         share=n_trials,
         trials_before=trials_before,
     )
-    done = study.optimize(
-        owed or 0, max_failures_in_a_row=max_failures_in_a_row, show_progress_bar=False
-    )
-    return [r.trial for r in done]
+    options = {"max_failures_in_a_row": max_failures_in_a_row, "total": total}
+    return [r.trial for r in study.optimize(owed or 0, show_progress_bar=False, **options)]

@@ -218,29 +218,19 @@ class SupernetJob:
         return max(rounds, default=-1) + 1
 
     def _adopt(self, done: Done, data: Dataset) -> SupernetState:
-        """The state another worker's claim finished with, stored as the study's once it
-        is checked: of this study's supernet, with weights that are there and fit.
-
-        Raises:
-            StudyError: the result is damaged or does not match the job (says how to
-                train the supernet again).
-        """
+        """The state another worker's claim finished with, stored as the study's once
+        checked (this study's supernet, its weights there and fitting); else StudyError,
+        saying how to train it again."""
         try:
             state = SupernetState.read(done.result)
-            fp = self.fingerprint(data)
-            if state.fingerprint != fp:
-                raise ValueError(
-                    f"it is of another supernet (fingerprint {state.fingerprint}, this "
-                    f"study's is {fp})"
-                )
             problem = self._problem(state, data)
-            if problem is not None:
-                raise ValueError(problem)
         except ValueError as exc:
+            problem = f"damaged ({exc})"
+        if problem is not None:
             raise StudyError(
                 f"study {self.study!r}: the supernet job's result (claim {done.number}) "
-                f"cannot be used ({exc}); {REPAIR}"
-            ) from None
+                f"cannot be used: {problem}; {REPAIR}"
+            )
         self._publish(state)
         return state
 
@@ -436,6 +426,8 @@ class SupernetJob:
 
     def _problem(self, state: SupernetState, data: Dataset) -> str | None:
         """Why the stored weights cannot be used (None: they can)."""
+        if state.fingerprint != self.fingerprint(data):
+            return f"it is another supernet's (fingerprint {state.fingerprint})"
         try:
             self.load(state, data)
         except PlatformError as exc:

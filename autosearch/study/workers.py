@@ -56,6 +56,7 @@ def run_pool(
     callbacks: list[RecordCallback],
     max_failures_in_a_row: int,
     executor: str | Executor = "process",
+    total: int | None = None,
 ) -> list[Record]:
     """Run ``n_trials`` of the study of ``trials`` (at ``storage_url``) in ``n_workers``
     workers that ``executor`` starts (spawned local processes, Ray tasks, Slurm jobs);
@@ -63,7 +64,7 @@ def run_pool(
     catches this process's controller up with them at the end.
 
     ``worker_main(name=, storage=, data=, n_trials=, worker=, run=, trials_before=,
-    max_failures_in_a_row=)`` is each worker's entry point (it opens the study, calls
+    max_failures_in_a_row=, total=)`` is each worker's entry point (it opens the study, calls
     :func:`start_worker` and runs its trials); ``threads`` and ``gpu`` are set here. A
     worker the engine starts again (its node died) runs only what its share lacks."""
     engine = resolve_executor(executor)
@@ -89,6 +90,7 @@ def run_pool(
             "cwd": os.getcwd(),
             "data": data_source,
             "max_failures_in_a_row": max_failures_in_a_row,
+            "total": total,
         }
         for i, share in enumerate(shares)
         if share
