@@ -18,7 +18,7 @@ Check = tuple[str, Callable[[Any], bool], str]  # (field, test, what is expected
 
 def whole(least: int) -> Callable[[Any], bool]:
     """An integer ``>= least`` (not a bool, not a float)."""
-    return lambda v: isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= least
+    return lambda v: isinstance(v, numbers.Integral) and not isinstance(v, bool) and int(v) >= least
 
 
 def real(low: float, high: float = math.inf, *, above: bool = False) -> Callable[[Any], bool]:
@@ -27,7 +27,8 @@ def real(low: float, high: float = math.inf, *, above: bool = False) -> Callable
     def ok(v: Any) -> bool:
         if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
             return False
-        return (low < v if above else low <= v) and v < high
+        x = float(v)
+        return (low < x if above else low <= x) and x < high
 
     return ok
 

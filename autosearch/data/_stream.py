@@ -138,7 +138,7 @@ class _Loader(DataLoader):
     one line (the DataLoader raises them again with the worker's whole traceback as
     their message, which would become a trial's failure reason)."""
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # a generator of batches
         batches = super().__iter__()
         while True:
             try:

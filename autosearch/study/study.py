@@ -339,7 +339,7 @@ class Study(DefinitionView):
         told = [functools.partial(callback, self) for callback in callbacks]
         epoch_callbacks = list(epoch_callbacks)
         self.interrupted = None
-        limits = {"max_failures_in_a_row": max_failures_in_a_row, "total": total}
+        limits: dict[str, Any] = {"max_failures_in_a_row": max_failures_in_a_row, "total": total}
         rank, size = self._check_run(n_trials, n_workers, epoch_callbacks, **limits)
         if size > 1 and rank != 0:
             return workers.follow(self.planner, self.inputs)  # under torchrun, rank 0 searches
@@ -494,5 +494,5 @@ def _worker_main(
         share=n_trials,
         trials_before=trials_before,
     )
-    options = {"max_failures_in_a_row": max_failures_in_a_row, "total": total}
+    options: dict[str, Any] = {"max_failures_in_a_row": max_failures_in_a_row, "total": total}
     return [r.trial for r in study.optimize(owed or 0, show_progress_bar=False, **options)]
