@@ -31,13 +31,13 @@ from autosearch.errors import (
     TrialFailed,
     UnknownNameError,
 )
+from autosearch.evaluation.supernet import SupernetConfig
+from autosearch.evaluation.tabular import Table
 from autosearch.registry import register_controller, register_space
 from autosearch.space import Categorical, IntRange, NetworkSpec, SearchSpace
 from autosearch.study import RayExecutor, Record, SlurmExecutor, Study, create_study, load_study
 from autosearch.studyfile import StudySpec
-from autosearch.supernet import SupernetConfig
-from autosearch.tabular import Table
-from autosearch.train import TrainConfig
+from autosearch.training.train import TrainConfig
 
 __all__ = [
     "Architecture",
@@ -79,11 +79,14 @@ __all__ = [
 
 _logs.install()
 
+_LAZY = {"plots": "autosearch.report.plots", "report": "autosearch.report"}
+
 
 def __getattr__(name: str) -> object:
-    # plots and report pull in plotly: load them on first use, not on `import autosearch`.
-    if name in ("plots", "report"):
+    # plots and report pull in plotly: load them on first use, not on `import autosearch`
+    # (autosearch.plots is autosearch.report.plots, as documented).
+    if name in _LAZY:
         import importlib
 
-        return importlib.import_module(f"autosearch.{name}")
+        return importlib.import_module(_LAZY[name])
     raise AttributeError(f"module 'autosearch' has no attribute {name!r}")

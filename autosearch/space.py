@@ -22,7 +22,6 @@ import torch
 import torch.nn as nn
 
 from autosearch.architecture import Architecture, Gene
-from autosearch.cost import Cost, measure
 from autosearch.errors import (
     BudgetError,
     ConfigError,
@@ -31,6 +30,7 @@ from autosearch.errors import (
     require,
     suggest,
 )
+from autosearch.scoring.cost import Cost, measure
 
 __all__ = [
     "SIZE_LIMITS",
@@ -420,7 +420,7 @@ class SearchSpace(abc.ABC):
     def cost_model(
         self, arch: Architecture, input_shape: tuple[int, int, int], num_classes: int
     ) -> Cost | None:
-        """An analytic cost of a canonical ``arch`` (see :class:`autosearch.cost.Tally`),
+        """An analytic cost of a canonical ``arch`` (see :class:`autosearch.scoring.cost.Tally`),
         or None to count on a meta-device build. It must equal :func:`measure`."""
         return None
 

@@ -10,14 +10,14 @@ from pathlib import Path
 from autosearch._files import NotReadable, check_regular
 from autosearch.compress import Compression
 from autosearch.controller import Controller
-from autosearch.early_stopping import SuccessiveHalving
 from autosearch.errors import ConfigError, StudyFileError
+from autosearch.evaluation.supernet import SupernetConfig
+from autosearch.evaluation.tabular import Table
 from autosearch.space import SearchSpace
 from autosearch.study import Study, create_study
 from autosearch.study.opening import check_study_name
-from autosearch.supernet import SupernetConfig
-from autosearch.tabular import Table
-from autosearch.train import TrainConfig
+from autosearch.training.early_stopping import SuccessiveHalving
+from autosearch.training.train import TrainConfig
 
 __all__ = ["StudySpec", "load_spec"]
 
@@ -38,7 +38,7 @@ class StudySpec:
             configuration); optional when ``controller`` is an instance.
         data: A dataset spec (``"digits"``, ``"fashion-mnist"``, ``"cifar10:PATH"``,
             ``"folder:PATH"``...) or ``(images, labels)`` arrays; see autosearch.data.
-        objectives: Objective names (autosearch.metrics), the first usually ``"accuracy"``.
+        objectives: Objective names (autosearch.scoring.metrics), the first usually ``"accuracy"``.
         reward: The scalar single-objective controllers maximise, computed for each
             variant (a candidate's is its best variant's): ``"mnas"`` (default:
             ``accuracy × (flops / target) ** -0.07``, the target being the space's

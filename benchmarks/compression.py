@@ -26,9 +26,9 @@ import torch
 from autosearch import Compression, TrainConfig
 from autosearch.compress import derive
 from autosearch.compress._quantize import has_vnni, int8_ops
-from autosearch.cost import latency, measure, saved_bytes
 from autosearch.data import load_data
-from autosearch.train import evaluate, train
+from autosearch.scoring.cost import latency, measure, saved_bytes
+from autosearch.training.train import evaluate, train
 from search_spaces import DenseNetSpace, MobileNetSpace, ResNetSpace
 
 REFERENCES = {

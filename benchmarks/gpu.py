@@ -50,7 +50,7 @@ BATCH = 256
 def _config(**fields):
     """A TrainConfig from the fields this version of it has (a baseline copy of the
     package may predate some)."""
-    from autosearch.train import TrainConfig
+    from autosearch.training.train import TrainConfig
 
     known = {f.name for f in dataclasses.fields(TrainConfig)}
     return TrainConfig(**{k: v for k, v in fields.items() if k in known})
@@ -67,7 +67,7 @@ def _resnet20(data, seed: int = 0):
 
 
 def _run(model, data, config) -> dict[str, float]:
-    from autosearch.train import train
+    from autosearch.training.train import train
 
     result = train(model, data, config, seed=0)
     seconds = [e.seconds for e in result.history]
@@ -126,7 +126,7 @@ def hand_loop(data, epochs: int, graph: bool) -> dict[str, float]:
     """What an expert writes by hand for this model: data on the GPU, bf16 autocast,
     channels_last, fused SGD with a cosine schedule, and (``graph``) the whole step
     captured in a CUDA graph after three warm-up steps; validation after each epoch."""
-    from autosearch.train import evaluate
+    from autosearch.training.train import evaluate
 
     device = torch.device("cuda")
     model = _resnet20(data).to(device).to(memory_format=torch.channels_last)
@@ -274,7 +274,7 @@ _WORKER = r"""
 import sys, time, json, pathlib, torch
 sys.path.insert(0, {root!r})
 from autosearch.data import load_data
-from autosearch.train import TrainConfig, train
+from autosearch.training.train import TrainConfig, train
 from search_spaces import ResNetSpace
 torch.set_num_threads(2)
 import dataclasses
@@ -357,8 +357,8 @@ def bench_batch(data, epochs: int) -> dict:
             channels_last=True,
         ),
     )
-    from autosearch.runtime import resolve
-    from autosearch.train import find_batch_size
+    from autosearch.training.runtime import resolve
+    from autosearch.training.train import find_batch_size
 
     model = _resnet20(data)
     config = _config(

@@ -49,7 +49,7 @@ from scipy import stats
 
 from autosearch import TrainConfig
 from autosearch.data import Dataset, load_data
-from autosearch.train import evaluate, train
+from autosearch.training.train import evaluate, train
 from search_spaces import MobileNetSpace, ResNetSpace
 
 HERE = Path(__file__).resolve().parent

@@ -47,9 +47,9 @@ import torch
 
 import autosearch
 from autosearch import TrainConfig
-from autosearch._storage import open_storage
-from autosearch.runner import TrialPlan, TrialResult, VariantResult
+from autosearch.evaluation.runner import TrialPlan, TrialResult, VariantResult
 from autosearch.study import loop
+from autosearch.study._storage import open_storage
 from controllers import RandomSearch
 from search_spaces import NB201Space, ResNetSpace
 

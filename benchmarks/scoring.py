@@ -5,7 +5,7 @@ of measured layers, int8 accuracy by fake quantization) and measures the front f
 real. This script measures what that costs and how far the estimates are from the
 measurements:
 
-1. ``latency``: predicted against measured (autosearch.cost.latency) latency of
+1. ``latency``: predicted against measured (autosearch.scoring.cost.latency) latency of
    subnets of two elastic spaces, ResNet and MobileNet, at batch 1 and 32, on one CPU
    thread; and each subnet measured a second time (the stopwatch's own agreement). A
    fresh table is filled by ``--fill`` subnets (its build time is reported);
@@ -52,9 +52,9 @@ from scipy import stats
 import autosearch
 from autosearch import Compression, SupernetConfig, TrainConfig
 from autosearch.compress import derive
-from autosearch.cost import latency as time_latency
-from autosearch.latency import LatencyTable, host_device
-from autosearch.train import evaluate
+from autosearch.scoring.cost import latency as time_latency
+from autosearch.scoring.latency import LatencyTable, host_device
+from autosearch.training.train import evaluate
 from controllers import RegularizedEvolution
 from search_spaces import MobileNetSpace, ResNetSpace
 

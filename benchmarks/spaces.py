@@ -17,7 +17,7 @@ import time
 import numpy as np
 import torch
 
-from autosearch.cost import measure
+from autosearch.scoring.cost import measure
 from search_spaces import DenseNetSpace, MobileNetSpace, NB201Space, ResNetSpace
 
 SPACES = {

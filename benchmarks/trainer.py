@@ -37,8 +37,8 @@ import torch.nn.functional as F
 
 from autosearch import TrainConfig, create_study
 from autosearch.data import augment, load_data
-from autosearch.early_stopping import SuccessiveHalving
-from autosearch.train import evaluate, train
+from autosearch.training.early_stopping import SuccessiveHalving
+from autosearch.training.train import evaluate, train
 from controllers import RandomSearch
 from search_spaces import ResNetSpace
 
@@ -153,8 +153,8 @@ sys.path.insert(0, {here!r})
 from trainer import _model
 from autosearch import TrainConfig
 from autosearch.data import load_data
-from autosearch.runtime import init_distributed, resolve
-from autosearch.train import train
+from autosearch.training.runtime import init_distributed, resolve
+from autosearch.training.train import train
 init_distributed()
 data = load_data({data!r})
 config = TrainConfig(epochs=2, batch_size=128, lr=0.05, device="cpu", precision="fp32")

@@ -39,10 +39,10 @@ import torch
 import autosearch
 from autosearch import TrainConfig
 from autosearch.data import load_data
+from autosearch.evaluation.runner import TrialPlan, TrialResult, VariantResult
 from autosearch.registry import controllers
-from autosearch.runner import TrialPlan, TrialResult, VariantResult
 from autosearch.study import loop
-from autosearch.train import train
+from autosearch.training.train import train
 from search_spaces import SmallCNNSpace
 
 PAIRS = {"random": "Random", "evolution": "RegularizedEvolution", "tpe": "TPE"}

@@ -66,8 +66,8 @@ from scipy import stats
 import autosearch
 from autosearch import SupernetConfig, TrainConfig
 from autosearch.data import load_data
-from autosearch.supernet import SubnetEvaluator
-from autosearch.train import evaluate, train
+from autosearch.evaluation.supernet import SubnetEvaluator
+from autosearch.training.train import evaluate, train
 from controllers import RegularizedEvolution
 from search_spaces import MobileNetSpace
 

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from autosearch.architecture import Architecture
-from autosearch.pareto import Direction, crowding_distance, hypervolume_gains, pareto_mask
+from autosearch.scoring.pareto import Direction, crowding_distance, hypervolume_gains, pareto_mask
 from autosearch.space import SearchSpace
 from controllers._elite import Elite, Neighbourhoods
 from controllers._predictor import OneHotRidge

@@ -11,8 +11,8 @@ import numpy as np
 from autosearch.architecture import Architecture
 from autosearch.controller import Controller, Outcome, unseen_architecture
 from autosearch.errors import AutosearchError, ConfigError
-from autosearch.pareto import Direction, crowding_distance, nondominated_ranks
 from autosearch.registry import register_controller
+from autosearch.scoring.pareto import Direction, crowding_distance, nondominated_ranks
 from autosearch.space import SearchSpace
 from controllers._walk import Walker
 

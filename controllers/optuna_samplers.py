@@ -17,8 +17,8 @@ from autosearch.architecture import Architecture
 from autosearch.controller import Controller, Outcome, unseen_architecture
 from autosearch.distributions import distributions, suggest
 from autosearch.errors import AutosearchError, ConfigError, UnknownNameError
-from autosearch.pareto import Direction
 from autosearch.registry import register_controller
+from autosearch.scoring.pareto import Direction
 from autosearch.space import SearchSpace
 from controllers._walk import Walker
 

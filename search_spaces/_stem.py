@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from autosearch.cost import Tally
+from autosearch.scoring.cost import Tally
 
 # Below this size a 7×7/2 convolution and a 3×3/2 max-pool throw away most of the image.
 IMAGENET_STEM_MIN_SIZE = 128

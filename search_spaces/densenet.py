@@ -10,9 +10,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from autosearch.architecture import Architecture, Gene
-from autosearch.cost import Cost, Tally
 from autosearch.errors import ConfigError, InvalidArchitectureError
 from autosearch.registry import register_space
+from autosearch.scoring.cost import Cost, Tally
 from autosearch.space import Categorical, Domain, IntRange, NetworkSpec, SearchSpace, check_sizes
 from search_spaces._stem import STEMS, choose_stem, tally_stem
 

@@ -4,7 +4,7 @@
 is an :class:`ElasticSpace`: an ordinary search space whose genes are the elastic ones
 (the others fixed, by the user or at the space's largest), searched by any controller,
 trained from scratch like any space, or evaluated on the trained supernet that
-:meth:`ElasticSpace.build_supernet` makes (autosearch.supernet trains and evaluates it).
+:meth:`ElasticSpace.build_supernet` makes (autosearch.evaluation.supernet trains and evaluates it).
 Its architectures become architectures of the wrapped space with :meth:`ElasticSpace.full`;
 a subnet's network is the wrapped space's ordinary network.
 """
@@ -19,9 +19,9 @@ import torch
 import torch.nn as nn
 
 from autosearch.architecture import Architecture, Gene
-from autosearch.cost import Cost
 from autosearch.errors import ConfigError, InvalidArchitectureError, suggest
 from autosearch.registry import register_space, spaces
+from autosearch.scoring.cost import Cost
 from autosearch.space import Domain, NetworkSpec, SearchSpace
 from search_spaces._dynamic import copy_slices
 from search_spaces._shareable import Shareable

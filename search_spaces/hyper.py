@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from autosearch.architecture import Architecture, Gene
-from autosearch.cost import Cost
 from autosearch.errors import ConfigError
 from autosearch.registry import register_space, spaces
+from autosearch.scoring.cost import Cost
 from autosearch.space import Categorical, Domain, NetworkSpec, SearchSpace
 from search_spaces.resnet import ResNetSpace
 

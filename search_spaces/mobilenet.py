@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import torch.nn as nn
 
 from autosearch.architecture import Architecture, Gene
-from autosearch.cost import Cost, Tally
 from autosearch.errors import ConfigError
 from autosearch.registry import register_space
+from autosearch.scoring.cost import Cost, Tally
 from autosearch.space import Categorical, Domain, IntRange, NetworkSpec, SearchSpace, check_sizes
 from search_spaces._shareable import WithSupernet
 

@@ -3,7 +3,7 @@ benchmark's own macro skeleton (C = 16, N = 5).
 
 Architectures read and write the benchmark's strings, e.g.
 ``|nor_conv_3x3~0|+|nor_conv_3x3~0|avg_pool_3x3~1|+|skip_connect~0|nor_conv_3x3~1|skip_connect~2|``,
-so tabular results keyed by those strings can evaluate them (see autosearch.tabular).
+so tabular results keyed by those strings can evaluate them (see autosearch.evaluation.tabular).
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from autosearch.architecture import Architecture
-from autosearch.cost import Cost, Tally
 from autosearch.errors import ConfigError, InvalidArchitectureError
 from autosearch.registry import register_space
+from autosearch.scoring.cost import Cost, Tally
 from autosearch.space import Categorical, Domain, NetworkSpec, SearchSpace, check_sizes
 
 __all__ = ["NB201Space"]

@@ -12,8 +12,8 @@ import optuna
 import pytest
 
 import autosearch
+import autosearch.export.retrain
 import autosearch.report
-import autosearch.retrain
 import autosearch.studyfile
 from autosearch import (
     AutosearchError,
@@ -238,7 +238,7 @@ CASES = {
         "no complete 'int8' record",
     ),
     "training an export folder that is not one": (
-        lambda s, t: autosearch.retrain.train_export(t, s.data, s.train_config),
+        lambda s, t: autosearch.export.retrain.train_export(t, s.data, s.train_config),
         ExportError,
         "has no model.py",
     ),

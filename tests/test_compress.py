@@ -16,13 +16,13 @@ from autosearch import AutosearchError, Compression, TrainConfig, UnknownNameErr
 from autosearch.compress import derive, distillation_loss, parse_variant, parse_variants
 from autosearch.compress._channels import prune_channels
 from autosearch.compress._quantize import int8_ops
-from autosearch.cost import latency, layer_macs, measure, saved_bytes, sparse_macs
 from autosearch.data import load_data
-from autosearch.pareto import pareto_mask
-from autosearch.runner import profile
+from autosearch.evaluation.runner import profile
 from autosearch.scoring import parse_reward, resolve_reward, reward
+from autosearch.scoring.cost import latency, layer_macs, measure, saved_bytes, sparse_macs
+from autosearch.scoring.pareto import pareto_mask
 from autosearch.study.records import result_facts
-from autosearch.train import evaluate, train
+from autosearch.training.train import evaluate, train
 from controllers import RandomSearch
 from search_spaces import DenseNetSpace, MobileNetSpace, ResNetSpace
 
@@ -292,7 +292,7 @@ def test_a_study_stores_plots_and_ranks_every_variant(tmp_path):
     mask = pareto_mask(values, ["maximize", "minimize"])
     expected = {(r.trial, r.variant) for r, keep in zip(done, mask, strict=True) if keep}
     assert {(r.trial, r.variant) for r in study.pareto()} == expected
-    figure = autosearch.plots.pareto(study, x="macs")
+    figure = autosearch.report.plots.pareto(study, x="macs")
     names = {trace.name for trace in figure.data}
     assert {"variant of", "Pareto front"} <= names
     links = next(t for t in figure.data if t.name == "variant of")

@@ -19,7 +19,7 @@ from autosearch import ConfigError, StudyError, SupernetConfig, TrainConfig
 from autosearch.cli import main
 from autosearch.study.confirm import candidates
 from autosearch.study.records import CONFIRMS
-from autosearch.train import evaluate
+from autosearch.training.train import evaluate
 from controllers import RandomSearch
 from search_spaces import ResNetSpace
 

@@ -6,7 +6,7 @@ import optuna
 import pytest
 
 import autosearch
-from autosearch.early_stopping import Hyperband, SuccessiveHalving, from_dict
+from autosearch.training.early_stopping import Hyperband, SuccessiveHalving, from_dict
 
 
 def test_rungs_and_the_top_fraction_rule():

@@ -20,9 +20,9 @@ from autosearch import Compression, SupernetConfig, TrainConfig
 from autosearch.compress import derive
 from autosearch.compress._fake_quant import _observer
 from autosearch.errors import StudyError
-from autosearch.latency import LatencyTable, LatencyTableError, parts, read
+from autosearch.scoring.latency import LatencyTable, LatencyTableError, parts, read
 from autosearch.study.overlays import is_estimated
-from autosearch.train import evaluate, train
+from autosearch.training.train import evaluate, train
 from controllers import RandomSearch
 from search_spaces import ResNetSpace
 
@@ -240,7 +240,7 @@ def test_status_says_which_figures_are_estimates(searched):
 
 @pytest.mark.slow
 def test_a_study_resumed_on_another_machine_does_not_mix_latency_tables(searched, monkeypatch):
-    import autosearch.latency as latency
+    import autosearch.scoring.latency as latency
 
     study = searched["study"]
     before = len(study.optuna_trials())
@@ -462,7 +462,7 @@ NAMES = st.sampled_from(
 )
 def test_whatever_an_overlay_holds_it_is_checked_like_a_result(stored, flags):
     from autosearch.architecture import Architecture
-    from autosearch.metrics import METRICS
+    from autosearch.scoring.metrics import METRICS
     from autosearch.study.overlays import overlay, parse_overlay
     from autosearch.study.records import Record
 

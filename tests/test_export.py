@@ -82,7 +82,7 @@ def test_the_blocker_really_blocks(tmp_path):
 
 
 def test_export_of_a_failed_trial_is_refused(make_study, monkeypatch, tmp_path):
-    from autosearch import runner
+    from autosearch.evaluation import runner
 
     def broken(*args, **kwargs):
         raise RuntimeError("boom")
@@ -193,7 +193,7 @@ def test_a_variant_exports_and_runs_with_torch_alone(make_study, digits, tmp_pat
 
 def test_autosearch_train_trains_an_export_in_full(make_study, digits, tmp_path, capsys):
     from autosearch.cli import main
-    from autosearch.retrain import load_export
+    from autosearch.export.retrain import load_export
 
     study = make_study()
     study.optimize(1)

@@ -18,7 +18,7 @@ from optuna.trial import TrialState
 
 import autosearch
 from autosearch import Compression, PlatformError, TrainConfig
-from autosearch._heartbeat import last_beat
+from autosearch.study._heartbeat import last_beat
 from autosearch.study.records import result_facts
 from controllers import RandomSearch
 
@@ -193,7 +193,7 @@ def test_a_full_disk_stops_the_worker_and_the_trial_resumes_once_there_is_room(
 def test_a_kill_after_training_keeps_the_training_and_the_variants_derived(
     tmp_path, tiny_space, monkeypatch
 ):
-    import autosearch.runner
+    import autosearch.evaluation.runner
 
     beats = {"AUTOSEARCH_HEARTBEAT_INTERVAL": "0.2", "AUTOSEARCH_HEARTBEAT_GRACE": "1.5"}
     for key, value in beats.items():
@@ -223,13 +223,13 @@ def test_a_kill_after_training_keeps_the_training_and_the_variants_derived(
         "the killed worker's trial silent past the grace period",
     )
     again_derived: list[tuple[str, bool]] = []
-    real = autosearch.runner.derive
+    real = autosearch.evaluation.runner.derive
 
     def counting(spec, *args, **kwargs):
         again_derived.append((str(spec), kwargs.get("estimate", False)))
         return real(spec, *args, **kwargs)
 
-    monkeypatch.setattr(autosearch.runner, "derive", counting)
+    monkeypatch.setattr(autosearch.evaluation.runner, "derive", counting)
     again = autosearch.load_study("k", storage=url)
     (done,) = again.optimize(1)
     facts = result_facts(_trials(again)[done.trial])

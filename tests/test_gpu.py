@@ -10,9 +10,9 @@ import torch
 import torch.nn as nn
 
 from autosearch import SupernetConfig, TrainConfig
-from autosearch._step import GraphedStep, graph_refusal
-from autosearch.supernet import train_supernet
-from autosearch.train import train
+from autosearch.evaluation.supernet import train_supernet
+from autosearch.training._step import GraphedStep, graph_refusal
+from autosearch.training.train import train
 from search_spaces import ResNetSpace
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -129,7 +129,7 @@ def test_a_failed_capture_trains_eagerly_and_says_so_once(tiny_space, digits, ca
 
     model = HostSync(_model(tiny_space, digits))
     config = TrainConfig(epochs=2, batch_size=64, lr=0.05, device="cuda", precision="bf16")
-    with caplog.at_level("WARNING", logger="autosearch._step"):
+    with caplog.at_level("WARNING", logger="autosearch.training._step"):
         result = train(model, digits, config, seed=0)
     assert result.val_accuracy > 0.5
     assert sum("CUDA graph capture failed" in r.message for r in caplog.records) == 1
@@ -157,7 +157,7 @@ def test_fused_sgd_is_kept_from_supernets_because_it_fails_on_them(digits, monke
     """Why the trainer uses torch's fused kernels only for graphed steps: its fused SGD
     fails on a parameter that first gets a gradient after the first step (its momentum
     buffer is None), as a supernet's do. Seen on an H200 before the fix; forced here."""
-    from autosearch import _optim
+    from autosearch.training import _optim
 
     sgd = _optim.OPTIMIZERS["sgd"]
     monkeypatch.setitem(_optim.OPTIMIZERS, "sgd", lambda p, c, graphed: sgd(p, c, True))

@@ -397,7 +397,7 @@ def test_whatever_a_bucket_lists_nothing_lands_outside_the_attempt(
 @settings(max_examples=500, deadline=None, derandomize=True, database=None)
 @given(relative=st.text(alphabet="ab./\\\x00~L", max_size=12) | st.sampled_from(NAMES))
 def test_a_path_from_outside_is_confined_to_its_folder(relative, tmp_path_factory):
-    from autosearch._paths import inside
+    from autosearch.study._paths import inside
 
     root = tmp_path_factory.mktemp("confined")
     base = root / "base"
@@ -463,7 +463,8 @@ def test_a_stored_field_out_of_shape_is_refused_in_one_line(case, stored, tmp_pa
 
 
 def test_a_table_that_cannot_be_read_stops_the_worker_not_the_trials(tmp_path, capsys):
-    from autosearch import Table, tabular
+    from autosearch import Table
+    from autosearch.evaluation import tabular
     from search_spaces import NB201Space
 
     space = NB201Space()
@@ -520,7 +521,7 @@ def test_a_trial_whose_result_lacks_a_metric_is_named_and_left_out(make_study, t
 def test_plot_labels_show_stored_names_as_text(stored):
     """The reported cases: a quoted study name showed as &quot;, and gene names in the
     importance plot were read as markup (a payload became a link)."""
-    from autosearch import plots
+    from autosearch.report import plots
 
     study = stored["study"]
     named = copy.copy(study)
@@ -529,7 +530,7 @@ def test_plot_labels_show_stored_names_as_text(stored):
     assert '"best"' in title and "&quot;" not in title and "<a href" not in title
     figure = plots.importance(study)
     assert all("<" not in label for label in figure.data[0].y)
-    from autosearch.plots import _text
+    from autosearch.report.plots import _text
 
     assert _text('<a href="javascript:x">gene</a>') == '&lt;a href="javascript:x"&gt;gene&lt;/a&gt;'
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState
 
-from autosearch._heartbeat import HEARTBEAT
+from autosearch.study._heartbeat import HEARTBEAT
 from autosearch.study.jobs import Done, Held, JobClaim, Jobs, companion_name
 
 GRACE = 60.0
@@ -186,7 +186,7 @@ def clocks():
 
 
 def _storages(tmp_path):
-    from autosearch._storage import open_storage
+    from autosearch.study._storage import open_storage
 
     return [optuna.storages.InMemoryStorage(), open_storage(f"sqlite:///{tmp_path}/j.db")]
 

@@ -8,69 +8,72 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 # Rank of each autosearch module: a module may import only modules of lower rank.
+# A package per concept; inside the packages whose parts sit at different heights (the
+# training stack, scoring, evaluation, the export, the report), each part has a rank of its
+# own ("scoring.cost"); a package's __init__ is ranked by its package's name.
 RANKS = {
     "errors": 0,
     "_version": 0,
     "_torch_build": 0,
     "_logs": 0,  # stdlib only: the set-up runs it before anything is installed
-    "_paths": 0,  # paths from outside names, confined to their folder (stdlib only)
     "_files": 0,  # files written whole; files from outside read bounded, regular files only
     "_checks": 1,  # the checks of a config's fields (what each expects, in one line)
     "_script": 0,  # whether the main script would run again in a spawned process (stdlib)
-    "cost": 0,  # counting FLOPs needs only torch; spaces use it for budgets
-    "pareto": 1,
+    "scoring.cost": 0,  # counting FLOPs needs only torch; spaces use it for budgets
+    "scoring.pareto": 1,
     "architecture": 1,
-    "_provenance": 1,
-    "metrics": 2,  # the metric vocabulary: names, units, directions, titles, formats
+    "scoring.metrics": 2,  # the metric vocabulary: names, units, directions, bounds
     "space": 2,
     "controller": 3,
     "distributions": 3,  # gene domains as Optuna distributions (study and samplers)
     "registry": 4,
     # the shared training stack and measurement
     "data": 5,
-    "scoring": 5,
-    "_storage": 5,
-    "_heartbeat": 5,  # trial heartbeats on any Optuna storage
-    "tabular": 5,
-    "early_stopping": 5,
-    "runtime": 5,
-    "latency": 6,  # latency predicted from a lookup table of measured layers
-    "_optim": 5,  # the optimizers and learning-rate schedules a TrainConfig names
-    "_feed": 6,  # each epoch's batches, augmented on the device, each rank its share
-    "_step": 6,  # one training step, eager or replayed from a CUDA graph; the NaN watch
-    "_checkpoint": 1,  # a training run's state after each epoch, resumed by the same run
-    "train": 7,
+    "scoring": 5,  # the objectives, the reward and fronts (the package's own module)
+    "evaluation.tabular": 5,
+    "training.early_stopping": 5,
+    "training.runtime": 5,
+    "scoring.latency": 6,  # latency predicted from a lookup table of measured layers
+    "training._optim": 5,  # the optimizers and learning-rate schedules a TrainConfig names
+    "training._feed": 6,  # each epoch's batches, augmented on the device, each rank its share
+    "training._step": 6,  # one training step, eager or replayed from a CUDA graph; NaN watch
+    "training._checkpoint": 1,  # a training run's state after each epoch, resumed by the run
+    "training.train": 7,
+    "training": 7,  # the package: its docstring only
     "compress": 8,  # derives variants with the trainer
-    "supernet": 8,  # trains a supernet with the trainer, evaluates its subnets
-    "trial": 9,  # a trial's plan and result: what the study and the runner exchange
-    "runner": 10,  # a whole trial: train, variants, costs, rewards
-    "export": 10,
-    "retrain": 10,  # trains an export folder in full with the shared stack
+    "evaluation.supernet": 8,  # trains a supernet with the trainer, evaluates its subnets
+    "evaluation.trial": 9,  # a trial's plan and result: what the study and the runner exchange
+    "evaluation.runner": 10,  # a whole trial: train, variants, costs, rewards
+    "evaluation": 10,  # the package: its docstring only
+    "export": 10,  # an export folder (the package's own module)
+    "export.retrain": 10,  # trains an export folder in full with the shared stack
     "study": 11,
-    "plots": 12,
+    "report.plots": 12,
     "studyfile": 12,
-    "report": 13,
+    "report": 13,  # the HTML report (the package's own module)
     "cli": 14,
     "testing": 14,
 }
+# Packages whose parts are ranked one by one (the others are ranked as a whole).
+SPLIT = ("training", "scoring", "evaluation", "export", "report")
 CORE_FOR_PLUGINS = {
     "architecture",
     "space",
     "controller",
     "registry",
     "errors",
-    "cost",
-    "pareto",
+    "scoring.cost",
+    "scoring.pareto",
     "distributions",
 }
 NO_OPTUNA = {
     "data",
-    "cost",
-    "latency",
-    "train",
+    "scoring.cost",
+    "scoring.latency",
+    "training.train",
     "compress",
-    "supernet",
-    "runner",
+    "evaluation.supernet",
+    "evaluation.runner",
     "architecture",
     "space",
     "controller",
@@ -90,18 +93,36 @@ def _imports(path: Path, *, runtime: bool = False) -> set[str]:
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
-            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+            parts = [f"{node.module}.{alias.name}" for alias in node.names]
+            names.update(parts)
+            if not all(_is_module(part) for part in parts):  # not only a package's modules
+                names.add(node.module)
     return names
+
+
+def _is_module(dotted: str) -> bool:
+    """Whether ``dotted`` names a module or package of this repository."""
+    where = ROOT.joinpath(*dotted.split("."))
+    return where.with_suffix(".py").is_file() or (where / "__init__.py").is_file()
 
 
 def _module_of(path: Path, package: str) -> str:
     rel = path.relative_to(ROOT / package).with_suffix("")
+    if rel.parts[0] in SPLIT and len(rel.parts) > 1 and rel.parts[1] != "__init__":
+        return f"{rel.parts[0]}.{rel.parts[1]}"
     return rel.parts[0]
 
 
+def _ranked(dotted: str) -> str:
+    """The ranked module an import of ``autosearch.<dotted>`` names."""
+    parts = dotted.split(".")
+    part = ".".join(parts[:2])
+    return part if parts[0] in SPLIT and part in RANKS else parts[0]
+
+
 def _autosearch_deps(path: Path) -> set[str]:
-    return {n.split(".")[1] for n in _imports(path) if n.startswith("autosearch.")} & set(RANKS)
+    found = {_ranked(n.split(".", 1)[1]) for n in _imports(path) if n.startswith("autosearch.")}
+    return found & set(RANKS)
 
 
 def test_every_module_has_a_rank():
@@ -142,11 +163,28 @@ def test_the_checker_catches_a_violation(tmp_path):
     bad = tmp_path / "train.py"
     bad.write_text("from autosearch.study import Study\nimport optuna\n")
     deps = _autosearch_deps(bad)
-    assert deps == {"study"} and RANKS["study"] > RANKS["train"]
+    assert deps == {"study"} and RANKS["study"] > RANKS["training.train"]
+    assert _ranked("scoring.cost.measure") == "scoring.cost" and _ranked("study.jobs") == "study"
+
+
+TOP_LEVEL_MOST = 15
+
+
+def test_the_top_level_holds_few_modules_and_a_package_per_concept():
+    """The design card in the tree: the contracts every part uses at the top, a package
+    per concept (issue 44)."""
+    top = sorted(p.stem for p in (ROOT / "autosearch").glob("*.py") if p.stem != "__init__")
+    assert len(top) <= TOP_LEVEL_MOST, top
+    for concept in ("training", "scoring", "evaluation", "export", "report", "study", "data"):
+        assert (ROOT / "autosearch" / concept / "__init__.py").is_file(), concept
 
 
 # Inside the study package: the facade at the top, the definition and codec at the bottom.
 STUDY_RANKS = {
+    "_paths": -2,  # paths from outside names, confined to their folder (stdlib only)
+    "_storage": -1,  # storage URLs to Optuna storages, with errors that say what works
+    "_heartbeat": -1,  # trial heartbeats on any Optuna storage, timed on the watcher's clock
+    "_provenance": -1,  # what ran a trial (versions, machine), compared by rerun
     "_s3": 0,
     "executors": 0,
     "interrupts": 0,  # Ctrl-C and SIGTERM: stop after the epoch's checkpoint

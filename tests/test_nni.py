@@ -13,9 +13,9 @@ import torch
 pytest.importorskip("nni", reason="NNI is an optional extra: pip install 'autosearch[nni]'")
 
 import autosearch
-from autosearch.cost import measure
 from autosearch.errors import ConfigError, InvalidArchitectureError
 from autosearch.registry import spaces
+from autosearch.scoring.cost import measure
 from search_spaces import NNISpace, from_nni
 
 

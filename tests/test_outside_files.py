@@ -18,13 +18,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from autosearch import Compression, StorageError, StudyFileError, create_study
-from autosearch.latency import FORMAT, LatencyTableError, read
+from autosearch.scoring.latency import FORMAT, LatencyTableError, read
 from autosearch.studyfile import load_spec
 from controllers import RandomSearch
 
 TORCH = torch.__version__.split("+")[0]
 CPUS = os.cpu_count() or 1
-MAX_MS = 1e6  # the longest time a table's part may take (autosearch.latency.MAX_MS)
+MAX_MS = 1e6  # the longest time a table's part may take (autosearch.scoring.latency.MAX_MS)
 
 
 def _table(**fields) -> dict:
@@ -66,8 +66,8 @@ def test_no_thread_count_reaches_torch_unchecked():
     process deaf to SIGTERM): tried in a process of its own, which must refuse them."""
     script = (
         "import torch\n"
-        "from autosearch.cost import cpu_threads\n"
-        "from autosearch.latency import LatencyTable, LatencyTableError\n"
+        "from autosearch.scoring.cost import cpu_threads\n"
+        "from autosearch.scoring.latency import LatencyTable, LatencyTableError\n"
         "for threads in (10**6, 0, -4, True):\n"
         "    try:\n"
         "        with cpu_threads(threads):\n"
@@ -107,7 +107,7 @@ def test_a_device_a_fifo_or_a_folder_is_refused_without_reading(tmp_path):
     script = (
         "import resource, sys\n"
         "resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))\n"
-        "from autosearch.latency import LatencyTableError, read\n"
+        "from autosearch.scoring.latency import LatencyTableError, read\n"
         "try:\n"
         "    read(sys.argv[1])\n"
         "except LatencyTableError as exc:\n"

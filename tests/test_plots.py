@@ -10,7 +10,7 @@ from autosearch import UnknownNameError
 def test_pareto_figure_shows_every_trial_and_the_front(make_study):
     study = make_study()
     study.optimize(4)
-    fig = autosearch.plots.pareto(study)  # loaded lazily from `import autosearch`
+    fig = autosearch.report.plots.pareto(study)  # loaded lazily from `import autosearch`
     links, others, front = fig.data
     assert links.name == "variant of" and not links.x  # a study of base networks only
     assert fig.layout.xaxis.type == "log" and "2 × MACs" in fig.layout.xaxis.title.text
@@ -29,14 +29,14 @@ def test_pareto_figure_shows_every_trial_and_the_front(make_study):
 def test_pareto_figure_escapes_names_and_checks_axes(make_study):
     study = make_study("<b>x</b>")
     study.optimize(1)
-    fig = autosearch.plots.pareto(study, x="params")
+    fig = autosearch.report.plots.pareto(study, x="params")
     assert "<b>x</b>" not in fig.layout.title.text and "&lt;b&gt;" in fig.layout.title.text
     with pytest.raises(UnknownNameError, match="Did you mean 'params'"):
-        autosearch.plots.pareto(study, x="param")
+        autosearch.report.plots.pareto(study, x="param")
 
 
 def test_hypervolume_of_known_points():
-    from autosearch.plots import hypervolume_of
+    from autosearch.report.plots import hypervolume_of
 
     # Reference cost 1000 (3 decades). (0.5 at 10) dominates 0.5 x (3 - 1) = 1.0; (0.8 at
     # 100) adds (0.8 - 0.5) x (3 - 2) = 0.3; a dominated point adds nothing.
@@ -46,7 +46,7 @@ def test_hypervolume_of_known_points():
 
 
 def test_history_hypervolume_and_learning_curves(make_study):
-    from autosearch import plots
+    from autosearch.report import plots
 
     study = make_study()
     study.optimize(4)
@@ -65,7 +65,7 @@ def test_history_hypervolume_and_learning_curves(make_study):
 
 
 def test_overlaid_fronts_3d_comparison_and_importance(make_study):
-    from autosearch import plots
+    from autosearch.report import plots
 
     first, second = make_study("first"), make_study("second", seed=1)
     first.optimize(3)

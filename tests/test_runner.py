@@ -9,7 +9,7 @@ import autosearch
 import autosearch.compress
 from autosearch import Compression, TrainConfig
 from autosearch.compress import parse_variants
-from autosearch.runner import TrialContext, TrialPlan, run_trial
+from autosearch.evaluation.runner import TrialContext, TrialPlan, run_trial
 from autosearch.scoring import parse_reward
 from controllers import RandomSearch
 from search_spaces import HyperparameterSpace
@@ -114,7 +114,7 @@ def test_a_failed_variant_leaves_the_trial_and_the_others(tiny_space, digits, mo
 
 
 def test_early_stopping_ends_a_trial_with_its_cost(tiny_space, digits):
-    from autosearch.early_stopping import SuccessiveHalving
+    from autosearch.training.early_stopping import SuccessiveHalving
 
     class Behind(TrialContext):  # three peers all better at epoch 1
         def peers(self):

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from autosearch.errors import ConfigError
-from autosearch.runtime import backend_for
+from autosearch.training.runtime import backend_for
 
 
 @pytest.mark.parametrize(

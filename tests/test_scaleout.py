@@ -15,7 +15,7 @@ from optuna.trial import TrialState
 
 import autosearch
 from autosearch import TrainConfig
-from autosearch.runner import TrialPlan, train_candidate
+from autosearch.evaluation.runner import TrialPlan, train_candidate
 from autosearch.study import trial_seed
 
 
@@ -82,7 +82,7 @@ def _wait_for(predicate, what: str, bound: float = 1800.0) -> None:
 
 def _silent_past_grace(study: autosearch.Study, number: int) -> bool:
     """Trial ``number``'s heartbeat is older than the study's grace period."""
-    from autosearch._heartbeat import last_beat
+    from autosearch.study._heartbeat import last_beat
 
     trial = study.optuna_study.get_trials(deepcopy=False)[number]
     return time.time() - last_beat(trial) > study.heartbeat_grace

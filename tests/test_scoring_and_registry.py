@@ -5,9 +5,9 @@ import pytest
 import torch.nn as nn
 
 from autosearch import UnknownNameError
-from autosearch.cost import measure
 from autosearch.registry import Registry, controllers, spaces
 from autosearch.scoring import objective, pareto_mask, reward
+from autosearch.scoring.cost import measure
 
 
 def test_pareto_mask_on_hand_made_points():

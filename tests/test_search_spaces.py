@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from autosearch import BudgetError, InvalidArchitectureError, UnknownNameError
-from autosearch.cost import measure
+from autosearch.scoring.cost import measure
 from search_spaces import (
     DenseNetSpace,
     HyperparameterSpace,
@@ -199,7 +199,8 @@ def test_unknown_reference_and_one_outside_the_space():
 
 
 def test_hyperparameters_ride_along_and_the_trainer_applies_them(digits, monkeypatch):
-    from autosearch import TrainConfig, runner
+    from autosearch import TrainConfig
+    from autosearch.evaluation import runner
 
     space = HyperparameterSpace(
         space=NB201Space(channels=4, cells=1),

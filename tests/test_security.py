@@ -55,7 +55,7 @@ class _Payload:
 @pytest.mark.parametrize("kind", ["smuggled code", "random bytes"])
 def test_an_unreadable_checkpoint_is_set_aside_never_run(kind, tmp_path, digits, capfd, caplog):
     from autosearch import TrainConfig
-    from autosearch.train import train
+    from autosearch.training.train import train
 
     checkpoint = tmp_path / "run.pt"
     if kind == "smuggled code":

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from autosearch import Categorical, IntRange, InvalidArchitectureError
-from autosearch.cost import measure
+from autosearch.scoring.cost import measure
 from search_spaces import ResNetSpace
 
 

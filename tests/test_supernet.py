@@ -26,8 +26,8 @@ from autosearch import (
     TrainConfig,
 )
 from autosearch.cli import main
+from autosearch.evaluation.supernet import Sandwich, recalibrate
 from autosearch.registry import controllers
-from autosearch.supernet import Sandwich, recalibrate
 from autosearch.testing import ControllerContract
 from controllers import RandomSearch, RegularizedEvolution
 from search_spaces import ElasticSpace, MobileNetSpace, ResNetSpace
@@ -341,7 +341,7 @@ def test_bad_input_to_a_supernet_study_changes_nothing(trained, tmp_path, capsys
 def test_a_subnet_over_the_budget_is_refused(trained):
     import dataclasses
 
-    from autosearch.runner import run_trial
+    from autosearch.evaluation.runner import run_trial
 
     study = trained["study"]
     space = _space(max_flops=2e5, budget_input=(1, 8, 8))

@@ -54,7 +54,7 @@ def nb201_table(tmp_path):
 
 
 def test_a_tabular_study_looks_results_up_instead_of_training(nb201_table, tmp_path, monkeypatch):
-    from autosearch import runner
+    from autosearch.evaluation import runner
 
     path, rows = nb201_table
     monkeypatch.setattr(runner, "train_candidate", lambda *a, **k: pytest.fail("trained"))

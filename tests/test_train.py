@@ -8,7 +8,7 @@ import torch.nn as nn
 
 from autosearch import TrainConfig, TrialFailed
 from autosearch.data import augment
-from autosearch.train import evaluate, train
+from autosearch.training.train import evaluate, train
 
 
 def _model(tiny_space, digits, seed=0):
@@ -90,7 +90,7 @@ def test_bad_config_is_refused():
 
 
 def _rates(config, steps_per_epoch):
-    from autosearch._optim import make_optimizer, make_schedule
+    from autosearch.training._optim import make_optimizer, make_schedule
 
     optimizer = make_optimizer([nn.Parameter(torch.zeros(1))], config, graphed=False)
     schedule = make_schedule(optimizer, config, steps_per_epoch, config.epochs)

@@ -15,8 +15,8 @@ import torch.nn as nn
 
 from autosearch import TrainConfig, TrialFailed
 from autosearch.data import cutout
-from autosearch.runtime import resolve
-from autosearch.train import train
+from autosearch.training.runtime import resolve
+from autosearch.training.train import train
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -65,7 +65,7 @@ def test_fp16_uses_a_dynamic_loss_scaler(digits, monkeypatch):
 
 
 def test_onecycle_channels_last_and_cutout(digits):
-    from autosearch._optim import make_schedule
+    from autosearch.training._optim import make_schedule
 
     config = TrainConfig(
         epochs=4,
@@ -113,7 +113,7 @@ _KILLED_RUN = textwrap.dedent(
     from test_training_stack import _net
     from autosearch import TrainConfig
     from autosearch.data import load_data
-    from autosearch.train import train
+    from autosearch.training.train import train
 
     def die_after(epoch):
         if epoch.epoch == {k}:
@@ -150,8 +150,8 @@ _DDP_RUN = textwrap.dedent(
     from test_training_stack import _net
     from autosearch import TrainConfig
     from autosearch.data import load_data
-    from autosearch.runtime import init_distributed, leave_distributed, resolve
-    from autosearch.train import train
+    from autosearch.training.runtime import init_distributed, leave_distributed, resolve
+    from autosearch.training.train import train
 
     def main():
         init_distributed("cpu")  # gloo, even on a machine with GPUs
@@ -248,7 +248,7 @@ def test_a_study_runs_under_torchrun_with_rank_0_storing(tmp_path):
 
 
 def test_batch_size_finder_takes_the_largest_batch_that_fits(digits):
-    from autosearch.train import find_batch_size
+    from autosearch.training.train import find_batch_size
 
     class Bounded(nn.Module):
         """Runs out of memory above 300 images, like a GPU would."""
@@ -389,7 +389,7 @@ def test_an_interrupted_streamed_run_resumes_to_the_same_weights(streamed, tmp_p
 
 
 def test_training_images_stay_on_the_gpu_only_when_they_fit():
-    from autosearch._feed import resident as _resident
+    from autosearch.training._feed import resident as _resident
 
     gpu = torch.device("cuda", 0)
     assert _resident(400, gpu, free=1000) == gpu

@@ -11,7 +11,7 @@ from optuna._hypervolume import compute_hypervolume
 
 from autosearch import ConfigError, Outcome
 from autosearch.architecture import Architecture
-from autosearch.pareto import hypervolume_gains
+from autosearch.scoring.pareto import hypervolume_gains
 from controllers import NSGA2, TPE, LocalSearch, RegularizedEvolution
 from controllers._walk import Walker
 from search_spaces import NB201Space

@@ -23,13 +23,12 @@ from typing import Any
 import torch.distributed as dist
 from tqdm import tqdm
 
-from autosearch._heartbeat import worker_id
 from autosearch.cli.reading import table
 from autosearch.data import load_data
 from autosearch.errors import ConfigError, ExportError, StudyError
+from autosearch.evaluation.trial import Interrupted
 from autosearch.registry import controllers, spaces
 from autosearch.report import write_report
-from autosearch.runtime import init_distributed, leave_distributed, world
 from autosearch.scoring import objective
 from autosearch.study import (
     RayExecutor,
@@ -39,10 +38,11 @@ from autosearch.study import (
     default_storage,
     load_study,
 )
+from autosearch.study._heartbeat import worker_id
 from autosearch.study.workers import start_worker
 from autosearch.studyfile import load_spec
-from autosearch.train import EpochResult, TrainConfig
-from autosearch.trial import Interrupted
+from autosearch.training.runtime import init_distributed, leave_distributed, world
+from autosearch.training.train import EpochResult, TrainConfig
 
 __all__ = [
     "cmd_run",
@@ -314,7 +314,7 @@ def _search(args: argparse.Namespace, out: Path) -> int:
 
 def cmd_train(args: argparse.Namespace) -> int:
     """Train an export folder from scratch with the shared stack."""
-    from autosearch.retrain import recipe, train_export
+    from autosearch.export.retrain import recipe, train_export
 
     if args.nproc_per_node > 1 and "LOCAL_RANK" not in os.environ:
         return _torchrun(args.nproc_per_node, args.argv)

@@ -4,7 +4,7 @@ on, for a study that searches for that device from another machine.
 Run it on the device (a Raspberry Pi, a phone's Linux, a GPU host's CPU) with the same
 torch version as the study's machine: it draws ``--samples`` architectures of the
 study file's space, runs each once at batch 1 and 32, and times every part the table
-lacks where it runs (autosearch.latency). Copy the file to the study's machine and
+lacks where it runs (autosearch.scoring.latency). Copy the file to the study's machine and
 pass ``Compression(latency="table.json")``: a part the table lacks is then an error
 naming it, never a measurement of the wrong machine.
 """
@@ -19,7 +19,7 @@ import numpy as np
 
 from autosearch.data import load_data
 from autosearch.errors import StudyError
-from autosearch.latency import LatencyTable, LatencyTableError, host_device, read
+from autosearch.scoring.latency import LatencyTable, LatencyTableError, host_device, read
 from autosearch.study.definition import resolve_components
 from autosearch.studyfile import load_spec
 

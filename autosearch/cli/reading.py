@@ -11,8 +11,8 @@ from pathlib import Path
 
 from autosearch.cli.confirm import confirmations_table
 from autosearch.errors import StudyError
-from autosearch.metrics import metric
 from autosearch.report import write_report
+from autosearch.scoring.metrics import metric
 from autosearch.study import Record, Study, default_storage, load_study
 from autosearch.study.overlays import figures
 from autosearch.studyfile import load_spec
@@ -24,7 +24,7 @@ _COLUMNS = ("accuracy", "test_accuracy", "flops", "params", "latency", "bytes")
 
 
 def table(records: Sequence[Record]) -> str:
-    """A plain-text table of records, in the units of autosearch.metrics (FLOPs are
+    """A plain-text table of records, in the units of autosearch.scoring.metrics (FLOPs are
     2 × MACs per image; latency ms per image at batch 1 on one CPU thread)."""
     head = ("trial", "architecture", "variant", *(metric(n).header for n in _COLUMNS), "figures")
     rows = [head]

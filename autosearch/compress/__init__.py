@@ -42,8 +42,8 @@ from autosearch.compress.variants import (
     variant_kinds,
 )
 from autosearch.data import Dataset
-from autosearch.runtime import resolve
-from autosearch.train import Criterion, TrainConfig, train
+from autosearch.training.runtime import resolve
+from autosearch.training.train import Criterion, TrainConfig, train
 
 __all__ = [
     "Compression",

@@ -57,7 +57,7 @@ class Compression:
             (Studies with latency among their objectives lower every candidate: an
             int8 program's latency is not predicted.)
         latency: How candidates' latency is known: ``"predicted"`` from this machine's
-            lookup table of measured layers (autosearch.latency; front members are then
+            lookup table of measured layers (autosearch.scoring.latency; front members are then
             timed too), ``"measured"`` (timed for every candidate), or the path of a
             table measured on another device (``autosearch latency-table``).
     """

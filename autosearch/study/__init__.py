@@ -31,17 +31,17 @@ callback), never the facade:
 ======================  ================================================================
 
 A whole trial (training, variants, costs, rewards) is the runner's
-(autosearch.runner); the study claims, stores and tells.
+(autosearch.evaluation.runner); the study claims, stores and tells.
 """
 
 from __future__ import annotations
 
+from autosearch.evaluation.tabular import Table
 from autosearch.study.definition import StudyDefinition, trial_seed
 from autosearch.study.executors import RayExecutor, SlurmExecutor
 from autosearch.study.opening import create_study, default_storage, load_study
 from autosearch.study.records import Record
 from autosearch.study.study import Study
-from autosearch.tabular import Table
 
 __all__ = [
     "RayExecutor",

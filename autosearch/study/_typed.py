@@ -7,12 +7,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from autosearch.compress import Compression, VariantSpec
-from autosearch.early_stopping import SuccessiveHalving
+from autosearch.evaluation.supernet import SupernetConfig
+from autosearch.evaluation.tabular import Table
 from autosearch.scoring import Reward
 from autosearch.study.definition import StudyDefinition
-from autosearch.supernet import SupernetConfig
-from autosearch.tabular import Table
-from autosearch.train import TrainConfig
+from autosearch.training.early_stopping import SuccessiveHalving
+from autosearch.training.train import TrainConfig
 
 __all__ = ["DefinitionView"]
 

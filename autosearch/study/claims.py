@@ -22,12 +22,12 @@ import optuna
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 
-from autosearch._heartbeat import WORKER, Watch, beating, first_stamp
-from autosearch._storage import trial_number
 from autosearch.architecture import Architecture
 from autosearch.errors import ConfigError, StudyError
 from autosearch.space import SearchSpace
 from autosearch.study import records
+from autosearch.study._heartbeat import WORKER, Watch, beating, first_stamp
+from autosearch.study._storage import trial_number
 from autosearch.study.records import (
     CONFIRMS,
     FAIL_REASON,

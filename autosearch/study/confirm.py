@@ -28,11 +28,11 @@ from optuna.trial import FrozenTrial, TrialState
 from autosearch.architecture import Architecture
 from autosearch.controller import Outcome
 from autosearch.errors import ConfigError, StudyError
+from autosearch.evaluation.trial import TrialPlan
 from autosearch.study import records, results
 from autosearch.study.claims import Claim
 from autosearch.study.loop import AllClaimed, RecordCallback, SearchLoop, SearchParts
 from autosearch.study.records import CONFIRMS, Record
-from autosearch.trial import TrialPlan
 
 __all__ = ["Confirmation", "Confirmer", "candidates", "confirmations"]
 

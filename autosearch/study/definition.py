@@ -23,22 +23,22 @@ from autosearch._version import __version__
 from autosearch.architecture import Architecture
 from autosearch.compress import Compression, VariantSpec, parse_variants
 from autosearch.controller import Controller
-from autosearch.cost import Cost
 from autosearch.data import Dataset
-from autosearch.early_stopping import SuccessiveHalving, from_dict
 from autosearch.errors import (
     AutosearchError,
     ConfigError,
     PlatformError,
     StudyError,
 )
-from autosearch.pareto import Direction
+from autosearch.evaluation.supernet import ElasticSpaceLike, SupernetConfig
+from autosearch.evaluation.tabular import Table
 from autosearch.registry import controllers, spaces
 from autosearch.scoring import Reward, objective, parse_reward, resolve_reward
+from autosearch.scoring.cost import Cost
+from autosearch.scoring.pareto import Direction
 from autosearch.space import SearchSpace
-from autosearch.supernet import ElasticSpaceLike, SupernetConfig
-from autosearch.tabular import Table
-from autosearch.train import TrainConfig
+from autosearch.training.early_stopping import SuccessiveHalving, from_dict
+from autosearch.training.train import TrainConfig
 
 __all__ = [
     "Component",
@@ -227,7 +227,7 @@ class StudyDefinition:
             raise ConfigError(f"objectives must be distinct and non-empty, got {objectives}")
         specs = parse_variants(variants)
         if compression is not None and compression.latency_table:
-            from autosearch.latency import read
+            from autosearch.scoring.latency import read
 
             read(compression.latency_table)  # another device's table: refused here if unusable
         if table is not None and len(specs) > 1:

@@ -28,9 +28,9 @@ from optuna.storages import BaseStorage
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
-from autosearch._heartbeat import WORKER, Watch, first_stamp, worker_id
-from autosearch._storage import trial_number
 from autosearch.errors import StudyError
+from autosearch.study._heartbeat import WORKER, Watch, first_stamp, worker_id
+from autosearch.study._storage import trial_number
 
 __all__ = ["COMPANION", "Done", "Held", "JobClaim", "Jobs", "companion_name", "is_companion"]
 

@@ -1,6 +1,6 @@
 """The search loop of one worker: claim → run → store → tell, trial after trial.
 
-The runner evaluates a whole trial (autosearch.runner); this loop only claims an
+The runner evaluates a whole trial (autosearch.evaluation.runner); this loop only claims an
 architecture, hands the runner a plan and a context that answers from storage, writes
 the result (one write) and tells the controller. A trial that fails is stored with
 its reason and the search goes on; ``max_failures_in_a_row`` failures in a row stop
@@ -21,8 +21,6 @@ import torch.nn as nn
 from optuna.exceptions import StorageInternalError, UpdateFinishedTrialError
 from optuna.trial import FrozenTrial
 
-from autosearch._heartbeat import worker_id
-from autosearch._provenance import provenance
 from autosearch.architecture import Architecture
 from autosearch.controller import Outcome, unseen_architecture
 from autosearch.errors import (
@@ -32,9 +30,17 @@ from autosearch.errors import (
     SpaceExhausted,
     StudyError,
 )
-from autosearch.runner import Interrupted, TakenOver, TrialContext, TrialResult, run_trial
-from autosearch.runtime import broadcast_object, world
+from autosearch.evaluation.runner import (
+    Interrupted,
+    TakenOver,
+    TrialContext,
+    TrialResult,
+    run_trial,
+)
+from autosearch.evaluation.trial import TrialPlan
 from autosearch.study import records
+from autosearch.study._heartbeat import worker_id
+from autosearch.study._provenance import provenance
 from autosearch.study.artifacts import Artifacts
 from autosearch.study.claims import BudgetReached, Claim, Claims
 from autosearch.study.dataset import StudyData
@@ -46,8 +52,8 @@ from autosearch.study.records import FINISHED, Record
 from autosearch.study.replay import ControllerReplay
 from autosearch.study.results import on_front
 from autosearch.study.trials import StoredTrials
-from autosearch.train import EpochResult
-from autosearch.trial import TrialPlan
+from autosearch.training.runtime import broadcast_object, world
+from autosearch.training.train import EpochResult
 
 __all__ = [
     "DROPPED",

@@ -1,7 +1,7 @@
 """The study's front measured for real.
 
 A search scores candidates on estimates (int8 accuracy by fake quantization, latency
-from the lookup table: autosearch.compress._fake_quant, autosearch.latency). What a
+from the lookup table: autosearch.compress._fake_quant, autosearch.scoring.latency). What a
 user sees on the front, picks with ``best()`` and exports is measured: each point of
 the front with an estimated figure is rebuilt from its trial (the supernet's subnet, or
 the trained weights), its int8 program lowered for real, evaluated and timed, and the
@@ -19,17 +19,17 @@ from dataclasses import dataclass
 
 from optuna.storages import BaseStorage
 
-from autosearch._heartbeat import beating
 from autosearch.compress import Derived
-from autosearch.cost import Cost
 from autosearch.errors import AutosearchError
-from autosearch.runner import derive_variant, profile
+from autosearch.evaluation.runner import derive_variant, profile
+from autosearch.scoring.cost import Cost
+from autosearch.study._heartbeat import beating
 from autosearch.study.jobs import Done, Held, Jobs
 from autosearch.study.overlays import ESTIMATES, PREFIX, is_estimated, overlay
 from autosearch.study.rebuild import Rebuilder
 from autosearch.study.records import Record
 from autosearch.study.results import front
-from autosearch.train import evaluate
+from autosearch.training.train import evaluate
 
 __all__ = ["FrontMeasurer"]
 

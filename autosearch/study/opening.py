@@ -10,22 +10,22 @@ from typing import Any
 
 from optuna.storages import BaseStorage
 
-from autosearch._storage import close_storage, default_storage, open_storage
 from autosearch.compress import Compression
 from autosearch.controller import Controller
 from autosearch.data import Dataset, load_data, spec_of
-from autosearch.early_stopping import SuccessiveHalving
 from autosearch.errors import ConfigError, PlatformError
+from autosearch.evaluation.supernet import SupernetConfig
+from autosearch.evaluation.tabular import Table
 from autosearch.space import SearchSpace
+from autosearch.study._storage import close_storage, default_storage, open_storage
 from autosearch.study.artifacts import location_of
 from autosearch.study.claims import heartbeat_settings
 from autosearch.study.definition import StudyDefinition, resolve_components
 from autosearch.study.jobs import COMPANION, is_companion
 from autosearch.study.stored import store_definition
 from autosearch.study.study import Study
-from autosearch.supernet import SupernetConfig
-from autosearch.tabular import Table
-from autosearch.train import TrainConfig
+from autosearch.training.early_stopping import SuccessiveHalving
+from autosearch.training.train import TrainConfig
 
 __all__ = ["check_study_name", "create_study", "default_storage", "load_study"]
 

@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from optuna.storages import BaseStorage
 
 from autosearch.errors import StudyError
-from autosearch.latency import latency_table
-from autosearch.metrics import metric
+from autosearch.scoring.latency import latency_table
+from autosearch.scoring.metrics import metric
 from autosearch.study.definition import StudyDefinition
 from autosearch.study.records import Record
 
@@ -76,7 +76,7 @@ _MARKS = ("measured", "measure_failed")  # 1.0: measured for real; its measuring
 
 def measured_overlays(storage: BaseStorage, study_id: int) -> dict[tuple[int, str], dict]:
     """The measured figures stored on a study, by (trial, variant): each checked as a
-    result's figures are (autosearch.metrics bounds); one that is not is logged and
+    result's figures are (autosearch.scoring.metrics bounds); one that is not is logged and
     left out, and its point stays estimated (measured again when it is needed)."""
     found = {}
     for key, value in storage.get_study_user_attrs(study_id).items():

@@ -1,4 +1,4 @@
-"""How a study evaluates an architecture: the plan (autosearch.runner.TrialPlan) of a
+"""How a study evaluates an architecture: the plan (autosearch.evaluation.runner.TrialPlan) of a
 new trial, or of a stored one with the seed it ran with, from the study's definition,
 its space, where attempts keep their work, and the supernet evaluator, if any."""
 
@@ -12,12 +12,12 @@ from optuna.trial import FrozenTrial
 
 from autosearch.architecture import Architecture
 from autosearch.compress import Compression
+from autosearch.evaluation.supernet import SubnetEvaluator
+from autosearch.evaluation.trial import TrialPlan
 from autosearch.space import SearchSpace
 from autosearch.study.artifacts import Artifacts
 from autosearch.study.definition import StudyDefinition, trial_seed
 from autosearch.study.records import CONFIRMS
-from autosearch.supernet import SubnetEvaluator
-from autosearch.trial import TrialPlan
 
 __all__ = ["Planner"]
 

@@ -11,10 +11,10 @@ from contextlib import contextmanager
 
 from tqdm import tqdm
 
-from autosearch.metrics import metric
+from autosearch.scoring.metrics import metric
 from autosearch.study.loop import EpochCallback, RecordCallback
 from autosearch.study.records import Record
-from autosearch.train import EpochResult
+from autosearch.training.train import EpochResult
 
 __all__ = ["bars"]
 

@@ -2,8 +2,9 @@
 again from the trial's weights), or its training rerun from scratch to check that it
 reproduces (a supernet's subnet: evaluated again on the supernet).
 
-Export and rerun use the plan the trial was evaluated with (autosearch.runner.TrialPlan): the
-candidate's own training settings and the seed the trial stored.
+Export and rerun use the plan the trial was evaluated with
+(autosearch.evaluation.runner.TrialPlan): the candidate's own training settings and the
+seed the trial stored.
 """
 
 from __future__ import annotations
@@ -18,21 +19,21 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from autosearch._provenance import provenance
 from autosearch._version import __version__
 from autosearch.errors import ConfigError, ExportError, PlatformError, StudyError
+from autosearch.evaluation.runner import TrialPlan, derive_variant, train_candidate
+from autosearch.evaluation.supernet import SubnetEvaluator
 from autosearch.export import write_export
-from autosearch.runner import TrialPlan, derive_variant, train_candidate
 from autosearch.space import SearchSpace
 from autosearch.study import records
+from autosearch.study._provenance import provenance
 from autosearch.study.artifacts import Artifacts
 from autosearch.study.dataset import StudyData
 from autosearch.study.definition import StudyDefinition
 from autosearch.study.plans import Planner
 from autosearch.study.records import Record
 from autosearch.study.trials import StoredTrials
-from autosearch.supernet import SubnetEvaluator
-from autosearch.train import evaluate, train
+from autosearch.training.train import evaluate, train
 
 __all__ = ["Rebuilder"]
 

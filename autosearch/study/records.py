@@ -23,9 +23,9 @@ from autosearch.architecture import Architecture
 from autosearch.controller import Outcome
 from autosearch.distributions import distributions
 from autosearch.errors import InvalidArchitectureError
-from autosearch.metrics import METRICS
+from autosearch.evaluation.trial import TrialResult
+from autosearch.scoring.metrics import METRICS
 from autosearch.space import SearchSpace
-from autosearch.trial import TrialResult
 
 __all__ = [
     "ARCH_ID",
@@ -106,7 +106,7 @@ class Record:
     A trial gives one record per variant, all with the trial's number: ``variant`` is
     ``"base"`` for the trained network, else the compressed variant's name. ``metrics``
     holds what was measured of that point (names, units and conventions:
-    autosearch.metrics): ``accuracy`` (validation), ``test_accuracy`` (held out),
+    autosearch.scoring.metrics): ``accuracy`` (validation), ``test_accuracy`` (held out),
     ``flops`` (2 × MACs, one image), ``macs``, ``sparse_macs``, ``params``, ``bops``,
     ``bytes``, ``latency``, ``latency_batched`` and ``reward``; training or deriving
     time; and, for variants, ``detail_*`` figures of the compression. ``confirms``: on
@@ -331,6 +331,6 @@ def _best_metrics(attrs: Mapping[str, Any]) -> Mapping[str, Any] | None:
 
 def _floats(metrics: Mapping[str, Any]) -> dict[str, float]:
     """A point's stored figures as numbers; a figure of the metric vocabulary within its
-    bounds (autosearch.metrics: accuracy in [0, 1], costs finite and >= 0), else the
+    bounds (autosearch.scoring.metrics: accuracy in [0, 1], costs finite and >= 0), else the
     ValueError that makes the trial unreadable."""
     return {str(k): METRICS[k].parse(v) if k in METRICS else float(v) for k, v in metrics.items()}

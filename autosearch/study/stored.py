@@ -15,9 +15,9 @@ import optuna
 from optuna.exceptions import DuplicatedStudyError
 from optuna.storages import BaseStorage
 
-from autosearch._storage import close_storage, open_storage
 from autosearch.data import Dataset, load_data, spec_of
 from autosearch.errors import StorageError, StudyError, suggest
+from autosearch.study._storage import close_storage, open_storage
 from autosearch.study.definition import StudyDefinition
 from autosearch.study.jobs import is_companion
 

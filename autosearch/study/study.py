@@ -22,7 +22,8 @@ from autosearch.architecture import Architecture
 from autosearch.controller import Controller
 from autosearch.data import Dataset
 from autosearch.errors import StudyError
-from autosearch.runtime import broadcast_object, world
+from autosearch.evaluation.supernet import SubnetEvaluator
+from autosearch.evaluation.trial import TrialPlan
 from autosearch.space import SearchSpace
 from autosearch.study import progress, results, workers
 from autosearch.study._typed import DefinitionView
@@ -43,8 +44,7 @@ from autosearch.study.replay import ControllerReplay
 from autosearch.study.stored import open_stored, study_uid
 from autosearch.study.supernet_job import SupernetJob
 from autosearch.study.trials import StoredTrials
-from autosearch.supernet import SubnetEvaluator
-from autosearch.trial import TrialPlan
+from autosearch.training.runtime import broadcast_object, world
 
 __all__ = ["Study", "TrialCallback"]
 

@@ -1,5 +1,5 @@
 """A study's supernet: its training, a job that exactly one worker does, and the
-evaluator its trials are scored with (autosearch.supernet trains and evaluates; this
+evaluator its trials are scored with (autosearch.evaluation.supernet trains and evaluates; this
 file keeps the job in the study's storage and artifacts).
 
 Whoever starts it (``autosearch run`` on several machines at once, ``autosearch
@@ -34,25 +34,25 @@ import torch.nn as nn
 from optuna.storages import BaseStorage
 from tqdm import tqdm
 
-from autosearch._heartbeat import beating
 from autosearch.data import Dataset
 from autosearch.errors import AutosearchError, ExportError, PlatformError, StudyError
-from autosearch.runtime import broadcast_object, world
-from autosearch.space import SearchSpace
-from autosearch.study import supernet_file
-from autosearch.study.artifacts import Artifacts
-from autosearch.study.definition import StudyDefinition
-from autosearch.study.interrupts import Interrupts
-from autosearch.study.jobs import Done, Held, JobClaim, Jobs
-from autosearch.study.supernet_state import SupernetState
-from autosearch.supernet import (
+from autosearch.evaluation.supernet import (
     SubnetEvaluator,
     fingerprint,
     train_supernet,
     weights_digest,
 )
-from autosearch.train import EpochResult
-from autosearch.trial import TRAIN_STATE, Interrupted, TakenOver
+from autosearch.evaluation.trial import TRAIN_STATE, Interrupted, TakenOver
+from autosearch.space import SearchSpace
+from autosearch.study import supernet_file
+from autosearch.study._heartbeat import beating
+from autosearch.study.artifacts import Artifacts
+from autosearch.study.definition import StudyDefinition
+from autosearch.study.interrupts import Interrupts
+from autosearch.study.jobs import Done, Held, JobClaim, Jobs
+from autosearch.study.supernet_state import SupernetState
+from autosearch.training.runtime import broadcast_object, world
+from autosearch.training.train import EpochResult
 
 __all__ = ["REPAIR", "SupernetJob"]
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from autosearch._paths import plain_name
+from autosearch.study._paths import plain_name
 
 __all__ = ["SupernetState"]
 
@@ -27,7 +27,7 @@ class SupernetState:
     """A trained (or imported) supernet of a study.
 
     Attributes:
-        fingerprint: What the weights are for (autosearch.supernet.fingerprint).
+        fingerprint: What the weights are for (autosearch.evaluation.supernet.fingerprint).
         weights: The artifact id of the weights.
         digest: A content hash of the weights ("" in studies stored before digests).
         round: How many times the weights were lost and the supernet trained again.

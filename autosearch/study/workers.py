@@ -22,8 +22,7 @@ import torch
 from autosearch._script import unguarded_line
 from autosearch.architecture import Architecture
 from autosearch.errors import ConfigError
-from autosearch.runner import run_trial
-from autosearch.runtime import broadcast_object
+from autosearch.evaluation.runner import run_trial
 from autosearch.study import records
 from autosearch.study.dataset import StudyData
 from autosearch.study.executors import Executor, ProcessExecutor, resolve_executor
@@ -32,6 +31,7 @@ from autosearch.study.plans import Planner
 from autosearch.study.records import Record
 from autosearch.study.replay import ControllerReplay, worker_stream
 from autosearch.study.trials import StoredTrials
+from autosearch.training.runtime import broadcast_object
 
 __all__ = ["check_main_guard", "follow", "run_pool", "start_worker"]
 

@@ -22,8 +22,8 @@ from optuna.storages import BaseStorage
 from optuna.storages.journal import JournalFileBackend
 
 from autosearch._files import NotReadable, check_regular
-from autosearch._paths import plain_name
 from autosearch.errors import StorageError, UnknownNameError
+from autosearch.study._paths import plain_name
 
 __all__ = ["URL_FORMS", "default_storage", "local_path", "open_storage", "trial_number"]
 

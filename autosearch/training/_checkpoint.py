@@ -25,7 +25,7 @@ logger = logging.getLogger(__name__)
 
 
 class Resumable(Protocol):
-    """What a checkpoint holds of a training run (autosearch.train's loop)."""
+    """What a checkpoint holds of a training run (autosearch.training.train's loop)."""
 
     model: nn.Module
     optimizer: torch.optim.Optimizer

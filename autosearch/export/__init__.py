@@ -42,9 +42,9 @@ import torch.nn as nn
 from autosearch._files import save_tensors
 from autosearch.architecture import Architecture
 from autosearch.compress import Derived, parse_variant
-from autosearch.cost import CONVENTIONS
 from autosearch.errors import ExportError
-from autosearch.metrics import metric
+from autosearch.scoring.cost import CONVENTIONS
+from autosearch.scoring.metrics import metric
 from autosearch.space import NetworkSpec
 
 __all__ = ["ONNX_TOLERANCE", "onnx_parity", "write_export", "write_onnx"]

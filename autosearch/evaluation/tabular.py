@@ -23,7 +23,7 @@ from typing import Any
 from autosearch._files import NotReadable, read_bounded, read_json
 from autosearch.architecture import Architecture
 from autosearch.errors import ConfigError, DataError, StudyError, TrialFailed, require
-from autosearch.metrics import metric
+from autosearch.scoring.metrics import metric
 from autosearch.space import SearchSpace
 
 __all__ = ["Table"]
@@ -72,7 +72,7 @@ class Table:
         percent: Whether accuracies are percentages; None decides from the values
             (any value above 1 means percent).
         metrics: Further columns, by the metric they hold (``{"latency": "lat_ms"}``):
-            any metric autosearch knows (``autosearch.metrics.METRICS``: latency,
+            any metric autosearch knows (``autosearch.scoring.metrics.METRICS``: latency,
             energy, bytes...), in its unit; a table's value replaces a counted one.
         input_shape, num_classes: What FLOPs and parameters are counted at.
     """

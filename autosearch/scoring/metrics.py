@@ -3,7 +3,7 @@
 Scoring (objective directions), plots (axis titles), the report and CLI tables
 (column headers and formats) and export READMEs all read this table, so a metric is
 named, scaled and explained the same way everywhere. Cost conventions: FLOPs = 2 × MACs
-of conv/linear layers for one image (see autosearch.cost).
+of conv/linear layers for one image (see autosearch.scoring.cost).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from autosearch.errors import UnknownNameError
-from autosearch.pareto import Direction
+from autosearch.scoring.pareto import Direction
 
 __all__ = ["METRICS", "Metric", "metric", "objective_names"]
 

@@ -17,12 +17,12 @@ import torch.nn as nn
 from autosearch.architecture import Architecture
 from autosearch.compress import Compression, VariantSpec
 from autosearch.controller import Outcome
-from autosearch.early_stopping import SuccessiveHalving
+from autosearch.evaluation.supernet import SubnetEvaluator
+from autosearch.evaluation.tabular import Table
 from autosearch.scoring import Reward
 from autosearch.space import SearchSpace
-from autosearch.supernet import SubnetEvaluator
-from autosearch.tabular import Table
-from autosearch.train import EpochResult, TrainConfig
+from autosearch.training.early_stopping import SuccessiveHalving
+from autosearch.training.train import EpochResult, TrainConfig
 
 __all__ = [
     "TRAIN_STATE",

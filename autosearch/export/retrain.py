@@ -1,7 +1,7 @@
 """Train an exported architecture from scratch, in full, with the shared training stack.
 
 ``autosearch train EXPORT_DIR --data ... --epochs ...`` builds the network from the
-folder's ``model.py`` (fresh weights), trains it with :func:`autosearch.train.train`
+folder's ``model.py`` (fresh weights), trains it with :func:`autosearch.training.train.train`
 (checkpoints every epoch, so an interrupted run resumes; DDP under torchrun), and
 writes into ``EXPORT_DIR/full/``:
 
@@ -31,8 +31,8 @@ import torch
 from autosearch._files import read_json, save_tensors
 from autosearch.data import Dataset
 from autosearch.errors import ExportError
-from autosearch.runtime import Runtime, resolve
-from autosearch.train import EpochResult, TrainConfig, evaluate, train
+from autosearch.training.runtime import Runtime, resolve
+from autosearch.training.train import EpochResult, TrainConfig, evaluate, train
 
 __all__ = ["load_export", "recipe", "train_export"]
 

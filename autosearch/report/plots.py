@@ -8,7 +8,7 @@
 * :func:`compare` — best-so-far curves of several studies (controllers) side by side;
 * :func:`importance` — which genes matter most for accuracy (Optuna's fANOVA).
 
-Cost axes show FLOPs per image = 2 × MACs of conv/linear layers (see autosearch.cost).
+Cost axes show FLOPs per image = 2 × MACs of conv/linear layers (see autosearch.scoring.cost).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from plotly.colors import sample_colorscale
 
 from autosearch.compress import parse_variant
 from autosearch.errors import ConfigError
-from autosearch.metrics import metric
 from autosearch.scoring import objective, pareto_mask
+from autosearch.scoring.metrics import metric
 from autosearch.study import Record, Study
 from autosearch.study.overlays import figures
 

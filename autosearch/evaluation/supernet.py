@@ -6,7 +6,7 @@ The space plugin owns its elastic network (``space.supernet(...)``, an elastic s
 whose ``build_supernet`` makes the module, see search_spaces.elastic); this module owns
 how a supernet is trained and how a subnet is evaluated:
 
-* **Training** (:func:`train_supernet`) is :func:`autosearch.train.train` (its
+* **Training** (:func:`train_supernet`) is :func:`autosearch.training.train.train` (its
   optimizer, schedule, AMP, DDP, per-epoch checkpoints and resume) with a criterion that
   applies the *sandwich rule*: each step trains the largest subnet on the labels, then
   the smallest and ``sandwich`` random ones, each on the largest's soft predictions
@@ -37,9 +37,9 @@ import torch.nn.functional as F
 from autosearch.architecture import Architecture
 from autosearch.data import Dataset, Split
 from autosearch.errors import ConfigError, require
-from autosearch.runtime import Runtime
 from autosearch.space import SearchSpace
-from autosearch.train import EpochResult, TrainConfig, TrainResult, evaluate, train
+from autosearch.training.runtime import Runtime
+from autosearch.training.train import EpochResult, TrainConfig, TrainResult, evaluate, train
 
 __all__ = [
     "ElasticSpaceLike",
@@ -175,7 +175,7 @@ def _elastic_space(space: SearchSpace) -> ElasticSpaceLike:
 
 class Sandwich(nn.Module):
     """The supernet as it trains under the sandwich rule with in-place distillation
-    (see the module docstring): the model :func:`autosearch.train.train` steps, with
+    (see the module docstring): the model :func:`autosearch.training.train.train` steps, with
     :meth:`loss` as its criterion.
 
     In training, ``forward`` runs the largest subnet, then the smallest and
@@ -187,7 +187,7 @@ class Sandwich(nn.Module):
     so a run repeats and a resumed run draws the same ones; under torchrun every rank
     draws the same."""
 
-    find_unused_parameters = True  # read by autosearch.train when it wraps DDP
+    find_unused_parameters = True  # read by autosearch.training.train when it wraps DDP
 
     def __init__(
         self,
@@ -249,7 +249,7 @@ class Sandwich(nn.Module):
         return torch.stack(outputs)
 
     def loss(self, outputs: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """The step's loss (the criterion of :func:`autosearch.train.train`): the largest
+        """The step's loss (the criterion of :func:`autosearch.training.train.train`): the largest
         subnet's on the labels, plus each other's on the largest's soft predictions
         (in-place distillation) or on the labels."""
         largest = outputs[0]
@@ -287,7 +287,7 @@ def train_supernet(
     runtime: Runtime | None = None,
 ) -> TrainResult:
     """Train ``net`` (``space.build_supernet(...)``) in place with the sandwich rule;
-    :func:`autosearch.train.train` does the rest (checkpoints every epoch, resume, AMP,
+    :func:`autosearch.training.train.train` does the rest (checkpoints every epoch, resume, AMP,
     DDP). The per-epoch validation accuracy is the largest subnet's on the supernet's
     running batch-norm statistics (a progress signal; subnets are scored after
     recalibration). The subnets each step draws come from a generator seeded with

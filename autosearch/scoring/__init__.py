@@ -1,4 +1,10 @@
-"""Objectives, the scalar reward, and Pareto fronts."""
+"""Scoring: what a candidate costs and how good it is.
+
+This module holds the objectives, the scalar reward and Pareto fronts of a study; its
+parts: ``metrics`` (the metric vocabulary: names, units, directions, bounds), ``cost``
+(FLOPs, MACs, parameters, bytes, latency timed), ``latency`` (latency predicted from a
+lookup table of measured layers), ``pareto`` (non-dominated sorting, hypervolume).
+"""
 
 from __future__ import annotations
 
@@ -7,8 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from autosearch.errors import ConfigError, UnknownNameError
-from autosearch.metrics import METRICS, objective_names
-from autosearch.pareto import Direction, pareto_mask
+from autosearch.scoring.metrics import METRICS, objective_names
+from autosearch.scoring.pareto import Direction, pareto_mask
 
 __all__ = [
     "COST_METRICS",
@@ -34,7 +40,7 @@ class Objective:
 
 def objective(name: str) -> Objective:
     """An objective a study may optimise (its direction and meaning come from the metric
-    vocabulary, autosearch.metrics)."""
+    vocabulary, autosearch.scoring.metrics)."""
     found = METRICS.get(name)
     if found is None or not found.objective or found.direction is None:
         raise UnknownNameError("objective", name, objective_names())

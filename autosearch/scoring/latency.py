@@ -52,8 +52,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from autosearch._files import NotReadable, read_json
-from autosearch.cost import check_threads, cpu_threads
 from autosearch.errors import AutosearchError
+from autosearch.scoring.cost import check_threads, cpu_threads
 
 __all__ = [
     "FORMAT",
@@ -261,7 +261,7 @@ class LatencyTable:
     @torch.no_grad()
     def predict(self, model: nn.Module, input_shape: Sequence[int], *, batch: int = 1) -> float:
         """Predicted milliseconds per image of a forward pass of ``batch`` images on
-        this table's device (the convention of :func:`autosearch.cost.latency`)."""
+        this table's device (the convention of :func:`autosearch.scoring.cost.latency`)."""
         if next(model.parameters(), torch.empty(0)).device.type != "cpu":
             raise LatencyTableError(
                 "latency is predicted for CPU models; move the model to the CPU"

@@ -2,7 +2,7 @@
 
 The trainer knows nothing of studies or Optuna: it reports each epoch through a
 callback, which may raise to end the run. It runs on the device and precision of a
-:class:`autosearch.runtime.Runtime`, under DDP when started by torchrun, and writes a
+:class:`autosearch.training.runtime.Runtime`, under DDP when started by torchrun, and writes a
 checkpoint after every epoch so that an interrupted run resumes where it stopped and
 ends with the same weights.
 
@@ -29,14 +29,14 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-from autosearch import _checkpoint as checkpoint_file
 from autosearch._checks import Check, check_fields, flag, real, whole
-from autosearch._feed import Batch, epoch_batches
-from autosearch._optim import OPTIMIZERS, SCHEDULES, make_optimizer, make_schedule
-from autosearch._step import GraphedStep, NonFiniteWatch, graph_refusal
 from autosearch.data import Dataset, FileSplit, Split
 from autosearch.errors import ConfigError, TrialFailed
-from autosearch.runtime import PRECISIONS, Runtime, autocast, resolve
+from autosearch.training import _checkpoint as checkpoint_file
+from autosearch.training._feed import Batch, epoch_batches
+from autosearch.training._optim import OPTIMIZERS, SCHEDULES, make_optimizer, make_schedule
+from autosearch.training._step import GraphedStep, NonFiniteWatch, graph_refusal
+from autosearch.training.runtime import PRECISIONS, Runtime, autocast, resolve
 
 logger = logging.getLogger(__name__)
 

@@ -27,14 +27,9 @@ import torch
 import torch.nn as nn
 
 from autosearch.compress import Derived, VariantSpec, derive
-from autosearch.cost import Cost, measure, saved_bytes, sparse_macs
-from autosearch.cost import latency as time_latency
 from autosearch.data import Dataset
 from autosearch.errors import AutosearchError, PlatformError
-from autosearch.latency import latency_table
-from autosearch.runtime import broadcast_object, world
-from autosearch.train import EpochResult, evaluate, train
-from autosearch.trial import (
+from autosearch.evaluation.trial import (
     TRAIN_STATE,
     Interrupted,
     TakenOver,
@@ -44,6 +39,11 @@ from autosearch.trial import (
     TrialResult,
     VariantResult,
 )
+from autosearch.scoring.cost import Cost, measure, saved_bytes, sparse_macs
+from autosearch.scoring.cost import latency as time_latency
+from autosearch.scoring.latency import latency_table
+from autosearch.training.runtime import broadcast_object, world
+from autosearch.training.train import EpochResult, evaluate, train
 
 __all__ = [
     "TRAIN_STATE",
@@ -214,7 +214,7 @@ def profile(
 ) -> dict[str, float]:
     """Measure a model: FLOPs, MACs, sparse MACs and params counted on the float network
     with the variant's structure, BOPs at the variant's bit widths, saved bytes, and
-    latency of the model that really runs (conventions: autosearch.cost): ``latency``
+    latency of the model that really runs (conventions: autosearch.scoring.cost): ``latency``
     ``"measured"`` times it, ``"predicted"`` predicts it from this machine's lookup
     table (``latency_predicted`` = 1), a path from the table of that file's device
     (``latency_from_device_table`` = 1), None skips it;

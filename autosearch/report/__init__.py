@@ -6,11 +6,11 @@ import html
 import logging
 from pathlib import Path
 
-from autosearch import plots
-from autosearch.cost import CONVENTIONS
 from autosearch.data import CleaningReport
 from autosearch.errors import ExportError
-from autosearch.metrics import metric
+from autosearch.report import plots
+from autosearch.scoring.cost import CONVENTIONS
+from autosearch.scoring.metrics import metric
 from autosearch.study import Record, Study
 from autosearch.study.overlays import figures as point_figures
 

@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 from autosearch.data import Dataset, FileSplit
 from autosearch.data._augment import Draws, crop_flip, cut, draw
-from autosearch.runtime import Runtime
+from autosearch.training.runtime import Runtime
 
 __all__ = ["Batch", "Feed", "epoch_batches", "resident"]
 
