@@ -524,3 +524,29 @@ def test_two_measurers_of_one_front_measure_each_point_once(searched, monkeypatc
     first.join(timeout=120)
     assert calls == [point.trial]
     assert study.record(point.trial, "int8").metrics["accuracy"] == 0.5
+
+
+@pytest.mark.slow
+def test_where_int8_cannot_be_lowered_one_line_says_why_and_the_estimate_stays(
+    searched, monkeypatch, caplog
+):
+    """Issue 45, 6: on the GPU machines' torch 2.11 the lowering finds no quantized
+    kernels, and measuring the front logged "measured trial 58 int8: " with nothing
+    after it. Now one line names the torch version and the floor, and the point keeps
+    its estimate, marked as one."""
+    import logging
+
+    from autosearch.study.overlays import PREFIX, figures
+
+    study = searched["study"]
+    point = next(r for r in study.records() if r.variant == "int8" and is_estimated(r))
+    monkeypatch.setattr(torch, "__version__", "2.11.0+cu128")
+    with caplog.at_level(logging.WARNING):
+        study.measurer.measure([point])
+    said = [m for m in caplog.messages if f"trial {point.trial} (int8)" in m]
+    assert len(said) == 1 and "torch >= 2.13" in said[0] and "torch 2.11.0" in said[0], said
+    again = study.record(point.trial, "int8")
+    assert again.metrics["accuracy"] == point.metrics["accuracy"]  # the estimate stays
+    assert figures(again).startswith("accuracy estimated (fake quantization)")
+    key = f"{PREFIX}{point.trial}:int8"
+    study.storage.set_study_user_attr(study._study_id, key, json.dumps({}))  # as it was

@@ -191,6 +191,7 @@ STUDY_RANKS = {
     "jobs": 0,  # work done once per study (the supernet), claimed like a trial
     "supernet_state": 0,  # what a study stores of its supernet, checked on read
     "supernet_file": 0,  # a supernet's weights as a file of their own
+    "supernet_progress": 1,  # the supernet's training shown: an epoch bar, or a log line
     "definition": 0,  # the typed, frozen definition (JSON once each way)
     "records": 1,  # the codec: a trial written and read back as records
     "artifacts": 1,  # weights and per-attempt work folders (a folder, or S3)

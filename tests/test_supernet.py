@@ -199,6 +199,48 @@ def test_recalibration_changes_the_statistics_and_not_the_weights(digits):
     torch.testing.assert_close(first_bn.running_mean, means, rtol=1e-4, atol=1e-5)
 
 
+def test_the_epoch_line_scores_the_largest_subnet_as_the_search_would(digits, monkeypatch):
+    """Issue 45: the per-epoch "largest subnet val 0.64" evaluated with batch-norm
+    statistics averaged over every subnet, when that subnet, recalibrated, scored 0.89.
+    Now each epoch's figure is the largest subnet recalibrated on the same images its
+    evaluation as a trial uses; the supernet's own statistics (and so its checkpoints
+    and weights) are what they were without it."""
+    import autosearch.evaluation.supernet as module
+
+    space = SPACES["resnet basic pad"]()
+    config, supernet = TrainConfig(epochs=2, batch_size=64, lr=0.05), SupernetConfig(sandwich=1)
+    runs = {}
+    for recalibrated in (True, False):
+        if not recalibrated:  # as before: the supernet's own statistics
+            monkeypatch.setattr(module, "calibration_images", lambda *args: None)
+        torch.manual_seed(0)
+        net = space.build_supernet(input_shape=(1, 8, 8), num_classes=10)
+        result = module.train_supernet(net, space, digits, config, supernet, seed=3)
+        runs[recalibrated] = (result, module.weights_digest(net.state_dict()), net)
+    monkeypatch.undo()
+    (result, digest, net), (plain, plain_digest, _) = runs[True], runs[False]
+    assert digest == plain_digest  # evaluating a recalibrated copy changed nothing
+    evaluator = module.SubnetEvaluator(net, space, digits, supernet, seed=3)
+    _, scored = evaluator.evaluate(space.largest())
+    assert result.val_accuracy == scored["accuracy"]
+    assert result.val_accuracy != plain.val_accuracy  # what the old line showed differs
+
+
+def test_the_epoch_line_names_what_it_shows(caplog):
+    import logging
+
+    from autosearch.study import supernet_progress
+    from autosearch.training.train import EpochResult
+
+    epoch = EpochResult(epoch=3, train_loss=0.5, val_accuracy=0.875, val_loss=0.4, seconds=2.0)
+    with caplog.at_level(logging.INFO), supernet_progress.shown(30, False) as show:
+        show(epoch)
+    assert caplog.messages == [
+        "supernet epoch 3/30: training loss 0.5000, largest subnet with batch norm "
+        "recalibrated: val accuracy 0.8750 (2.0 s)"
+    ]
+
+
 # Studies on a supernet ----------------------------------------------------------------
 TINY = TrainConfig(epochs=2, batch_size=64, lr=0.05)
 

@@ -173,3 +173,45 @@ def test_a_warmed_up_run_resumes_from_its_checkpoint_as_if_never_stopped(
         straight.state_dict().items(), resumed.state_dict().values(), strict=True
     ):
         assert torch.equal(a, b), name
+
+
+# auto_batch_size's rule (issue 45, 3): it chose 4,096 from 256 and diverged (22.5 %).
+class _Images:
+    def __init__(self, n: int) -> None:
+        self.train = range(n)
+
+
+@pytest.mark.parametrize(
+    ("images", "batch", "cap"),
+    [(48_000, 256, 512), (1_000_000, 256, 2048), (1_000, 64, 64), (48_000, 64, 512)],
+)
+def test_auto_batch_size_grows_at_most_eightfold_and_keeps_fifty_steps_an_epoch(
+    images, batch, cap
+):
+    from autosearch.training.train import MAX_GROWTH, MIN_STEPS, batch_cap
+
+    found = batch_cap(TrainConfig(batch_size=batch), _Images(images))
+    assert found == cap
+    assert found <= batch * MAX_GROWTH and (found == batch or images // found >= MIN_STEPS)
+
+
+def test_a_grown_batch_scales_the_rate_warms_up_and_says_why_it_stopped():
+    from autosearch.training.train import grown
+
+    config = TrainConfig(epochs=10, batch_size=256, lr=0.1)
+    chosen, said = grown(config, 512, cap=512, images=48_000)
+    assert (chosen.batch_size, chosen.lr, chosen.warmup_epochs) == (512, 0.2, 2.0)
+    assert said == (
+        "batch 512 (grown 2x from 256; no further: at least 50 steps an epoch of 48000 "
+        "images), learning rate 0.1 -> 0.2 (linear rule), warmed up over 2 epochs"
+    )
+    _, said = grown(config, 1024, cap=2048, images=10**6)
+    assert "no further: the GPU's memory" in said
+    _, said = grown(config, 2048, cap=2048, images=10**6)
+    assert "no further: at most 8x the configured batch" in said
+    onecycle = TrainConfig(epochs=10, batch_size=256, lr=0.1, schedule="onecycle")
+    assert grown(onecycle, 512, cap=512, images=48_000)[0].warmup_epochs == 0  # its own
+    asked = TrainConfig(epochs=10, batch_size=256, lr=0.1, warmup_epochs=3)
+    assert grown(asked, 512, cap=512, images=48_000)[0].warmup_epochs == 3
+    same, said = grown(config, 256, cap=512, images=48_000)
+    assert same == config and "no further: the GPU's memory" in said

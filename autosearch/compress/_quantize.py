@@ -156,6 +156,30 @@ def _keep_shared_convs_unfolded(graph: torch.fx.GraphModule) -> None:
         graph.recompile()
 
 
+INT8_FLOOR = (2, 13)  # the torch whose CPU build torchao's lowering finds int8 kernels in
+
+
+def lowering_refusal() -> str | None:
+    """Why an int8 program cannot be lowered with this torch (None: it can), in one line
+    that names the version and the floor."""
+    version = torch.__version__.split("+")[0]
+    numbers = tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
+    if numbers < INT8_FLOOR:
+        floor = ".".join(map(str, INT8_FLOOR))
+        return (
+            f"int8 programs are lowered only on torch >= {floor}, where torchao finds the "
+            f"quantized CPU kernels; this is torch {version}: int8 figures stay estimates "
+            "(fake quantization)"
+        )
+    return None
+
+
+def _require_lowering() -> None:
+    refusal = lowering_refusal()
+    if refusal is not None:
+        raise TrialFailed(refusal)
+
+
 def _quantizer(*, is_qat: bool) -> object:
     import torchao.quantization.pt2e.quantizer.x86_inductor_quantizer as xiq
 
@@ -267,7 +291,13 @@ def _finish(
 def quantize_ptq(
     parent: nn.Module, data: Dataset, compression: Compression, *, seed: int
 ) -> Derived:
-    """Post-training static int8 of a trained float network (CPU)."""
+    """Post-training static int8 of a trained float network (CPU).
+
+    Raises:
+        TrialFailed: this torch cannot lower int8 programs (:func:`lowering_refusal`),
+            or the prepared graph is not the float network.
+    """
+    _require_lowering()
     from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
 
     model = copy.deepcopy(parent).cpu().eval()
@@ -301,6 +331,7 @@ def quantize_qat(
 ) -> Derived:
     """Quantization-aware fine-tuning (fake-quantized weights and activations), then
     int8 as :func:`quantize_ptq`. Fine-tuning runs on the CPU."""
+    _require_lowering()  # before fine-tuning: its result could not be lowered
     from torchao.quantization.pt2e.quantize_pt2e import prepare_qat_pt2e
 
     model = copy.deepcopy(parent).cpu().train()

@@ -21,6 +21,7 @@ how a supernet is trained and how a subnet is evaluated:
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import json
@@ -182,10 +183,13 @@ class Sandwich(nn.Module):
     ``sandwich`` random ones, and returns their logits stacked (largest first): one
     forward pass holds the whole step, so DDP sees every subnet's use of the weights
     (each step runs another part of the supernet: :attr:`find_unused_parameters`). In
-    evaluation it runs the largest subnet alone. Subnets are drawn from torch's global
-    generator, which :func:`train_supernet` seeds and training checkpoints and restores,
-    so a run repeats and a resumed run draws the same ones; under torchrun every rank
-    draws the same."""
+    evaluation it runs the largest subnet alone: with ``calibration`` images, a copy of
+    it whose batch-norm statistics are recalibrated on them (the supernet's own
+    statistics, averaged over every subnet trained, say little of any one subnet; the
+    copy leaves them, and so the checkpoints, untouched). Subnets are drawn from torch's
+    global generator, which :func:`train_supernet` seeds and training checkpoints and
+    restores, so a run repeats and a resumed run draws the same ones; under torchrun
+    every rank draws the same."""
 
     find_unused_parameters = True  # read by autosearch.training.train when it wraps DDP
 
@@ -197,9 +201,12 @@ class Sandwich(nn.Module):
         *,
         epochs: int,
         label_smoothing: float = 0.0,
+        calibration: torch.Tensor | None = None,
     ) -> None:
         super().__init__()
         self.net, self.space, self.config = net, space, config
+        self.calibration = calibration  # normalised training images (None: no recalibration)
+        self._recalibrated: nn.Module | None = None  # the largest subnet, evaluated
         self.epochs, self.label_smoothing = epochs, label_smoothing
         self.largest, self.smallest = space.largest(), space.smallest()
         self.unlocked: tuple[str, ...] = tuple(space.elastic)
@@ -233,9 +240,26 @@ class Sandwich(nn.Module):
         rng = np.random.default_rng(seed)
         return [smallest, *(self._draw(rng) for _ in range(self.config.sandwich))]
 
+    def train(self, mode: bool = True) -> Sandwich:
+        if mode:
+            self._recalibrated = None  # the weights move on: recalibrate at the next eval
+        return super().train(mode)
+
+    def _largest(self) -> nn.Module:
+        """The largest subnet as evaluated: the supernet itself, or a copy recalibrated
+        on the calibration images (made once per evaluation)."""
+        if self.calibration is None:
+            return self.net
+        if self._recalibrated is None:
+            copy_ = copy.deepcopy(self.net)
+            device = next(self.net.parameters()).device
+            recalibrate(copy_, self.calibration.to(device))
+            self._recalibrated = copy_.eval()
+        return self._recalibrated
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.training:
-            return self.net(x)  # type: ignore[no-any-return]  # the largest (active) subnet
+            return self._largest()(x)  # type: ignore[no-any-return]  # largest (active)
         self.net.activate(self.largest)  # type: ignore[operator]
         outputs = [self.net(x)]
         self.trained = [self.largest]
@@ -287,14 +311,19 @@ def train_supernet(
     runtime: Runtime | None = None,
 ) -> TrainResult:
     """Train ``net`` (``space.build_supernet(...)``) in place with the sandwich rule;
-    :func:`autosearch.training.train.train` does the rest (checkpoints every epoch, resume, AMP,
-    DDP). The per-epoch validation accuracy is the largest subnet's on the supernet's
-    running batch-norm statistics (a progress signal; subnets are scored after
-    recalibration). The subnets each step draws come from a generator seeded with
-    ``seed``: two runs of the same settings train the same supernet."""
+    :func:`autosearch.training.train.train` does the rest (checkpoints every epoch,
+    resume, AMP, DDP). The per-epoch validation accuracy is the largest subnet's, its
+    batch norm recalibrated on the calibration images as every subnet's is when scored.
+    The subnets each step draws come from a generator seeded with ``seed``: two runs of
+    the same settings train the same supernet."""
     elastic = _elastic_space(space)
     sandwich = Sandwich(
-        net, elastic, supernet, epochs=config.epochs, label_smoothing=config.label_smoothing
+        net,
+        elastic,
+        supernet,
+        epochs=config.epochs,
+        label_smoothing=config.label_smoothing,
+        calibration=calibration_images(data, supernet, torch.Generator().manual_seed(seed)),
     )
     net.activate(elastic.largest())  # type: ignore[operator]
     with torch.random.fork_rng(devices=[]):  # seeded here; the caller's stream untouched
@@ -309,6 +338,17 @@ def train_supernet(
             runtime=runtime,
             criterion=sandwich.loss,
         )
+
+
+def calibration_images(
+    data: Dataset, config: SupernetConfig, generator: torch.Generator
+) -> torch.Tensor:
+    """The ``config.calibration_images`` training images (normalised) a subnet's batch
+    norm is recalibrated on, drawn with ``generator`` (seeded: the same for every
+    subnet)."""
+    count = min(config.calibration_images, len(data.train))
+    pick = torch.randperm(len(data.train), generator=generator)[:count]
+    return data.normalize(data.train.take(pick))
 
 
 @torch.no_grad()
@@ -356,9 +396,7 @@ class SubnetEvaluator:
         self.digest = digest  # of the supernet's weights: each trial records it
         self.net = net.cpu().eval()
         generator = torch.Generator().manual_seed(seed)
-        count = min(config.calibration_images, len(data.train))
-        pick = torch.randperm(len(data.train), generator=generator)[:count]
-        self.calibration = data.normalize(data.train.take(pick))
+        self.calibration = calibration_images(data, config, generator)
         self.val = _subset(data.val, config.eval_images, generator)
         self.test = _subset(data.test, config.eval_images, generator)
 

@@ -22,17 +22,14 @@ import dataclasses
 import hashlib
 import json
 import logging
-import math
-import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable
+from contextlib import nullcontext
 from typing import Any
 
 import torch
 import torch.nn as nn
 from optuna.storages import BaseStorage
-from tqdm import tqdm
 
 from autosearch.data import Dataset
 from autosearch.errors import AutosearchError, ExportError, PlatformError, StudyError
@@ -44,7 +41,7 @@ from autosearch.evaluation.supernet import (
 )
 from autosearch.evaluation.trial import TRAIN_STATE, Interrupted, TakenOver
 from autosearch.space import SearchSpace
-from autosearch.study import supernet_file
+from autosearch.study import supernet_file, supernet_progress
 from autosearch.study._heartbeat import beating
 from autosearch.study.artifacts import Artifacts
 from autosearch.study.definition import StudyDefinition
@@ -294,7 +291,7 @@ class SupernetJob:
         work = broadcast_object(work)
         rank, _ = world()
         start = time.perf_counter()
-        with _progress(self.settings.epochs, False if rank else show) as shown:
+        with supernet_progress.shown(self.settings.epochs, False if rank else show) as shown:
 
             def epoch_done(epoch: EpochResult) -> None:
                 shown(epoch)
@@ -465,35 +462,3 @@ class SupernetJob:
 
 def _interrupted(signal_name: str | None) -> BaseException:
     return KeyboardInterrupt() if signal_name == "SIGINT" else Interrupted(signal_name or "SIGTERM")
-
-
-@contextmanager
-def _progress(epochs: int, show: bool | None) -> Iterator[Callable[[EpochResult], None]]:
-    """An epoch bar on a terminal (or when asked), else a log line per epoch."""
-    if not (sys.stderr.isatty() if show is None else show):
-
-        def log(epoch: EpochResult) -> None:
-            if world()[0] != 0:
-                return
-            logger.info(
-                "supernet epoch %d/%d: loss %.4f, largest subnet val %.4f (%.1f s)",
-                epoch.epoch,
-                epochs,
-                epoch.train_loss,
-                epoch.val_accuracy,
-                epoch.seconds,
-            )
-
-        yield log
-        return
-    bar = tqdm(total=epochs, unit="epoch", desc="supernet")
-
-    def update(epoch: EpochResult) -> None:
-        loss = epoch.train_loss if math.isfinite(epoch.train_loss) else float("nan")
-        bar.set_postfix_str(f"loss {loss:.3f} largest {epoch.val_accuracy:.3f}")
-        bar.update()
-
-    try:
-        yield update
-    finally:
-        bar.close()
