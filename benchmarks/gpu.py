@@ -358,8 +358,8 @@ def bench_batch(data, epochs: int) -> dict:
             channels_last=True,
         ),
     )
+    from autosearch.training._batch import batch_cap, find_batch_size, grown
     from autosearch.training.runtime import resolve
-    from autosearch.training.train import batch_cap, find_batch_size, grown
 
     config = _config(
         epochs=epochs, batch_size=BATCH, lr=0.1, device="cuda", precision="bf16", channels_last=True

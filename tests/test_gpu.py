@@ -170,3 +170,34 @@ def test_fused_sgd_is_kept_from_supernets_because_it_fails_on_them(digits, monke
 @cuda
 def test_a_supernet_trains_on_a_gpu(digits):
     _train_supernet(digits, "cuda")
+
+
+@cuda
+def test_subnets_are_evaluated_on_the_gpu_as_on_the_cpu(digits):
+    """Issue 45: a subnet's evaluation on a GPU costs its arithmetic: the supernet, the
+    calibration and evaluation images live there from the start, cuDNN's autotuner is
+    off while subnets run, and the scores are the CPU's (TF32 aside)."""
+    from autosearch.compress._fake_quant import estimate_int8
+    from autosearch.compress.variants import Compression
+    from autosearch.evaluation.supernet import SubnetEvaluator
+    from autosearch.training.train import evaluate
+
+    space = ResNetSpace(max_stages=2, depths=(1, 2), widths=(8, 16), stem_widths=(8, 16)).supernet(
+        fixed={"stages": 2, "block": "basic"}
+    )
+    config = SupernetConfig(sandwich=1)
+    torch.manual_seed(0)
+    net = space.build_supernet(input_shape=digits.input_shape, num_classes=10)
+    train_supernet(net, space, digits, TrainConfig(epochs=2, device="cuda"), config, seed=0)
+    torch.backends.cudnn.benchmark = True
+    on_gpu = SubnetEvaluator(net, space, digits, config, seed=0, device="cuda")
+    assert on_gpu.calibration.is_cuda and on_gpu.val.x.is_cuda and on_gpu.test.y.is_cuda
+    arch = space.smallest()
+    model, scored = on_gpu.evaluate(arch)
+    assert next(model.parameters()).is_cuda and torch.backends.cudnn.benchmark  # restored
+    on_cpu = SubnetEvaluator(net.cpu(), space, digits, config, seed=0, device="cpu")
+    _, expected = on_cpu.evaluate(arch)
+    assert abs(scored["accuracy"] - expected["accuracy"]) <= 2 / len(digits.val)
+    estimate = estimate_int8(model, digits, Compression(), seed=0)  # estimated where it runs
+    assert next(estimate.model.parameters()).is_cuda
+    assert 0 < evaluate(estimate.model, on_gpu.val, digits)[0] <= 1

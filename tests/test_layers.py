@@ -34,6 +34,7 @@ RANKS = {
     "training.early_stopping": 5,
     "training.runtime": 5,
     "scoring.latency": 6,  # latency predicted from a lookup table of measured layers
+    "training._batch": 6,  # auto_batch_size: the largest batch that fits, within a rule
     "training._optim": 5,  # the optimizers and learning-rate schedules a TrainConfig names
     "training._feed": 6,  # each epoch's batches, augmented on the device, each rank its share
     "training._step": 6,  # one training step, eager or replayed from a CUDA graph; NaN watch

@@ -185,10 +185,8 @@ class _Images:
     ("images", "batch", "cap"),
     [(48_000, 256, 512), (1_000_000, 256, 2048), (1_000, 64, 64), (48_000, 64, 512)],
 )
-def test_auto_batch_size_grows_at_most_eightfold_and_keeps_fifty_steps_an_epoch(
-    images, batch, cap
-):
-    from autosearch.training.train import MAX_GROWTH, MIN_STEPS, batch_cap
+def test_auto_batch_size_grows_at_most_eightfold_and_keeps_fifty_steps_an_epoch(images, batch, cap):
+    from autosearch.training._batch import MAX_GROWTH, MIN_STEPS, batch_cap
 
     found = batch_cap(TrainConfig(batch_size=batch), _Images(images))
     assert found == cap
@@ -196,7 +194,7 @@ def test_auto_batch_size_grows_at_most_eightfold_and_keeps_fifty_steps_an_epoch(
 
 
 def test_a_grown_batch_scales_the_rate_warms_up_and_says_why_it_stopped():
-    from autosearch.training.train import grown
+    from autosearch.training._batch import grown
 
     config = TrainConfig(epochs=10, batch_size=256, lr=0.1)
     chosen, said = grown(config, 512, cap=512, images=48_000)

@@ -248,7 +248,7 @@ def test_a_study_runs_under_torchrun_with_rank_0_storing(tmp_path):
 
 
 def test_batch_size_finder_takes_the_largest_batch_that_fits(digits):
-    from autosearch.training.train import find_batch_size
+    from autosearch.training._batch import find_batch_size
 
     class Bounded(nn.Module):
         """Runs out of memory above 300 images, like a GPU would."""

@@ -83,23 +83,31 @@ class _InputQuant:
     def __call__(self, module: nn.Module, inputs: tuple) -> tuple | None:
         x = inputs[0]
         if self.scale is None:
-            self.observer(x.detach())
+            self.observer(x.detach().cpu())  # torchao's observer, as the real path runs it
             return None
-        fake = torch.fake_quantize_per_tensor_affine(
-            x, self.scale, self.zero_point, 0, self.quant_max
-        )
-        return (fake, *inputs[1:])
+        return (fake_quantize(x, self.scale, self.zero_point, self.quant_max), *inputs[1:])
 
     def freeze(self) -> None:
         scale, zero_point = self.observer.calculate_qparams()
         self.scale, self.zero_point = float(scale), int(zero_point)
 
 
+def fake_quantize(x: torch.Tensor, scale: float, zero_point: int, quant_max: int) -> torch.Tensor:
+    """``torch.fake_quantize_per_tensor_affine(x, scale, zero_point, 0, quant_max)``,
+    computed as its kernel computes it (float32: ``x`` times the float32 reciprocal of
+    the scale, rounded half to even, shifted, clamped, scaled back) in five in-place
+    passes: the same values, about fifteen times faster on a CPU than the fused op,
+    which is what an estimate's evaluation spent most of its time in."""
+    inverse = float(1.0 / torch.tensor(scale, dtype=torch.float32))
+    out = x.mul(inverse).round_().add_(zero_point).clamp_(0, quant_max)
+    return out.sub_(zero_point).mul_(scale)
+
+
 def _round_weight(layer: nn.Module) -> None:
     w = layer.weight.data
     flat = w.reshape(w.shape[0], -1).abs().amax(dim=1)
     scale = torch.clamp(flat / 127.5, min=2**-12)  # symmetric int8 [-128, 127], as the observer
-    zero = torch.zeros(w.shape[0], dtype=torch.int32)
+    zero = torch.zeros(w.shape[0], dtype=torch.int32, device=w.device)
     layer.weight.data = torch.fake_quantize_per_channel_affine(w, scale, zero, 0, -128, 127)
 
 
@@ -133,8 +141,10 @@ def _holds_layers(module: nn.Module) -> bool:
 def estimate_int8(
     parent: nn.Module, data: Dataset, compression: Compression, *, seed: int
 ) -> Derived:
-    """The int8 variant simulated on ``parent``'s float weights (left unchanged)."""
-    model = copy.deepcopy(parent).cpu().eval()
+    """The int8 variant simulated on ``parent``'s float weights (left unchanged), on
+    the device ``parent`` is on (a subnet evaluated on a GPU is estimated there)."""
+    model = copy.deepcopy(parent).eval()
+    device = next(model.parameters(), torch.empty(0)).device
     reduce_range = not has_vnni()
     hooks = []
     quants = []
@@ -143,7 +153,7 @@ def estimate_int8(
             quant = _InputQuant(reduce_range)
             quants.append(quant)
             hooks.append(layer.register_forward_pre_hook(quant))
-    calibration = _calibration(data, compression.calibration_images, seed)
+    calibration = _calibration(data, compression.calibration_images, seed).to(device)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model(calibration)  # one pass: one histogram per input, none to merge

@@ -22,6 +22,7 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -179,6 +180,15 @@ def evaluate_on_supernet(plan: TrialPlan, data: Dataset) -> tuple[nn.Module, dic
     )
     metrics = {**metrics, **measured, "eval_seconds": time.perf_counter() - start}
     return model, metrics
+
+
+def evaluation_splits(plan: TrialPlan, data: Dataset) -> tuple[Any, Any]:
+    """The validation and test images a plan's points are scored on: a supernet's
+    subnet and its variants on the evaluator's (the same images, already on its device),
+    a trained candidate on the whole splits."""
+    if plan.supernet is not None:
+        return plan.supernet.val, plan.supernet.test
+    return data.val, data.test
 
 
 def derive_variant(
@@ -355,9 +365,10 @@ def _variant(
             plan, spec, model, data, teacher=teacher, estimate=plan.compression.estimate
         )
         seconds = time.perf_counter() - start
+        val, test = evaluation_splits(plan, data)
         metrics = {
-            "accuracy": evaluate(derived.model, data.val, data)[0],
-            "test_accuracy": evaluate(derived.model, data.test, data)[0],
+            "accuracy": evaluate(derived.model, val, data)[0],
+            "test_accuracy": evaluate(derived.model, test, data)[0],
             **profile(derived, data, latency=_variant_latency(plan), counted=counted),
             "finetune_seconds": seconds,
             **{f"detail_{k}": float(v) for k, v in derived.details.items()},

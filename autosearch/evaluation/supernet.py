@@ -21,12 +21,13 @@ how a supernet is trained and how a subnet is evaluated:
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import hashlib
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -380,7 +381,12 @@ class SubnetEvaluator:
     training images (the same ones for every subnet), and it is evaluated on
     ``eval_images`` validation and test images (a seeded draw, the same for every
     subnet; all when 0). ``digest``: the content hash of the supernet's weights
-    (:func:`weights_digest`), which every trial it scores records."""
+    (:func:`weights_digest`), which every trial it scores records.
+
+    Everything a subnet's evaluation reads lives on ``device`` from the start: the
+    supernet, the calibration images and the evaluation images (held in memory), so a
+    subnet costs its slicing and its arithmetic; on a GPU, cuDNN's autotuner is off while
+    a subnet runs (each subnet brings shapes of its own, tuned once and never again)."""
 
     def __init__(
         self,
@@ -391,31 +397,56 @@ class SubnetEvaluator:
         *,
         seed: int,
         digest: str = "",
+        device: torch.device | str = "cpu",
     ) -> None:
         self.space, self.data, self.config = _elastic_space(space), data, config
         self.digest = digest  # of the supernet's weights: each trial records it
-        self.net = net.cpu().eval()
+        self.device = torch.device(device)
+        self.net = net.to(self.device).eval()
         generator = torch.Generator().manual_seed(seed)
-        self.calibration = calibration_images(data, config, generator)
-        self.val = _subset(data.val, config.eval_images, generator)
-        self.test = _subset(data.test, config.eval_images, generator)
+        self.calibration = calibration_images(data, config, generator).to(self.device)
+        self.val = _resident(_subset(data.val, config.eval_images, generator), self.device)
+        self.test = _resident(_subset(data.test, config.eval_images, generator), self.device)
 
     def subnet(self, arch: Architecture) -> nn.Module:
         """``arch``'s ordinary network with inherited weights and recalibrated batch-norm
-        statistics, in eval mode (on the CPU)."""
-        model = self.net.subnet(arch)  # type: ignore[operator]
-        recalibrate(model, self.calibration)
+        statistics, in eval mode (on the evaluator's device)."""
+        with _no_autotuning(self.device):
+            model = self.net.subnet(arch)  # type: ignore[operator]
+            recalibrate(model, self.calibration)
         return model.eval()
 
     def evaluate(self, arch: Architecture) -> tuple[nn.Module, dict[str, float]]:
         """``arch``'s subnet and its validation and test accuracy (on the evaluation
         images)."""
         model = self.subnet(arch)
-        accuracy, loss = evaluate(model, self.val, self.data)
-        metrics = {"accuracy": accuracy, "val_loss": loss if math.isfinite(loss) else math.inf}
-        if self.config.test_accuracy:
-            metrics["test_accuracy"] = evaluate(model, self.test, self.data)[0]
+        with _no_autotuning(self.device):
+            accuracy, loss = evaluate(model, self.val, self.data)
+            metrics = {"accuracy": accuracy, "val_loss": loss if math.isfinite(loss) else math.inf}
+            if self.config.test_accuracy:
+                metrics["test_accuracy"] = evaluate(model, self.test, self.data)[0]
         return model, metrics
+
+
+@contextlib.contextmanager
+def _no_autotuning(device: torch.device) -> Iterator[None]:
+    """cuDNN's autotuner off on a CUDA device inside the block (as it was, after)."""
+    if device.type != "cuda":
+        yield
+        return
+    before = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = False
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.benchmark = before
+
+
+def _resident(split: Any, device: torch.device) -> Any:
+    """An in-memory split on ``device`` (a streamed one stays with its files)."""
+    if device.type == "cpu" or not getattr(split, "in_memory", False):
+        return split
+    return Split(x=split.x.to(device), y=split.y.to(device))
 
 
 def _subset(split: Any, count: int, generator: torch.Generator) -> Any:

@@ -21,7 +21,7 @@ from optuna.storages import BaseStorage
 
 from autosearch.compress import Derived
 from autosearch.errors import AutosearchError
-from autosearch.evaluation.runner import derive_variant, profile
+from autosearch.evaluation.runner import derive_variant, evaluation_splits, profile
 from autosearch.scoring.cost import Cost
 from autosearch.study._heartbeat import beating
 from autosearch.study.jobs import Done, Held, Jobs
@@ -124,9 +124,10 @@ class FrontMeasurer:
             figures: dict[str, float] = {}
         else:
             derived = derive_variant(plan, record.variant, model, data)
+            val, test = evaluation_splits(plan, data)  # the images its estimate was scored on
             figures = {
-                "accuracy": evaluate(derived.model, data.val, data)[0],
-                "test_accuracy": evaluate(derived.model, data.test, data)[0],
+                "accuracy": evaluate(derived.model, val, data)[0],
+                "test_accuracy": evaluate(derived.model, test, data)[0],
             }
         # A study for another device keeps that device's predicted latency.
         timed = None if plan.compression.latency_table else "measured"

@@ -48,7 +48,7 @@ from autosearch.study.definition import StudyDefinition
 from autosearch.study.interrupts import Interrupts
 from autosearch.study.jobs import Done, Held, JobClaim, Jobs
 from autosearch.study.supernet_state import SupernetState
-from autosearch.training.runtime import broadcast_object, world
+from autosearch.training.runtime import broadcast_object, resolve, world
 from autosearch.training.train import EpochResult
 
 __all__ = ["REPAIR", "SupernetJob"]
@@ -442,7 +442,16 @@ class SupernetJob:
         if state is None:
             raise StudyError(self.untrained())
         net, digest = self.load(state, data)
-        return SubnetEvaluator(net, self.space, data, self.config, seed=self.seed, digest=digest)
+        device = resolve(device=self.settings.device, precision=self.settings.precision).device
+        return SubnetEvaluator(
+            net,
+            self.space,
+            data,
+            self.config,
+            seed=self.seed,
+            digest=digest,
+            device=device if device.type == "cuda" else "cpu",  # subnets run where it trained
+        )
 
     def export_weights(self, data: Dataset, path: Any) -> Any:
         """Write the trained supernet's weights to ``path`` (see supernet_file.save)."""

@@ -1,0 +1,167 @@
+"""The weight-sharing guide's example, whole, timed phase by phase (issue 45).
+
+docs/guide/weight-sharing.md: a ResNet supernet on digits (30 epochs, sandwich 2), then
+``optimize(1000)`` with int8 and latency on, ``confirm(3)``, ``best(max_flops=2e6)``
+and ``export``. Prints JSON: each phase's seconds, subnets a minute, and where a
+subnet's time goes (wall time inside the functions that own it, timed by wrappers: the
+claim and storage, the controller, the evaluation on the supernet, the int8 estimate
+and its evaluation, the costs and latency prediction, the front measured for real at
+the end). Target on the 2-core CPU: the whole example in <= 6 minutes; on one GPU:
+``optimize(1000)`` in <= 60 s. Run it with nothing else on the machine.
+
+    python benchmarks/ws_example.py [--device cpu|cuda] [--trials 1000] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import json
+import platform
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+# This folder holds controllers.py (a benchmark), which would shadow the `controllers`
+# package for any script run from here: take the folder off the path.
+sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+import torch
+
+import autosearch
+from autosearch import SupernetConfig, TrainConfig
+from controllers import RegularizedEvolution
+from search_spaces import ResNetSpace
+
+# Where a trial's time goes: wall time inside each of these calls (timed by wrappers, a
+# few calls a trial: no profiler's overhead), by what they do.
+PARTS = {
+    "claim (storage reads, the controller's ask)": ("autosearch.study.claims", "Claims", "claim"),
+    "store the result (storage writes)": ("autosearch.study.loop", "SearchLoop", "_store"),
+    "tell the controller (and save its state)": ("autosearch.study.loop", "SearchLoop", "_tell"),
+    "evaluate on the supernet (recalibrate, validate, test)": (
+        "autosearch.evaluation.supernet",
+        "SubnetEvaluator",
+        "evaluate",
+    ),
+    "derive the int8 variant (the estimate)": (
+        "autosearch.evaluation.runner",
+        None,
+        "derive_variant",
+    ),
+    "evaluate the int8 variant (val, test)": ("autosearch.evaluation.runner", None, "evaluate"),
+    "costs and latency prediction": ("autosearch.evaluation.runner", None, "profile"),
+    "the front measured for real (once, at the end)": (
+        "autosearch.study.measure",
+        "FrontMeasurer",
+        "measure",
+    ),
+}
+
+
+@contextlib.contextmanager
+def timed_parts() -> Iterator[dict[str, list[float]]]:
+    """Wall seconds of every call of each part while the block runs."""
+    spent: dict[str, list[float]] = {name: [] for name in PARTS}
+    undo = []
+    for name, (module_name, owner_name, attr) in PARTS.items():
+        module = importlib.import_module(module_name)
+        owner = getattr(module, owner_name) if owner_name else module
+        if not hasattr(owner, attr):
+            continue  # another version of the package: this part is not timed
+        real = getattr(owner, attr)
+
+        def wrapper(*args: Any, _real: Any = real, _name: str = name, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return _real(*args, **kwargs)
+            finally:
+                spent[_name].append(time.perf_counter() - start)
+
+        setattr(owner, attr, wrapper)
+        undo.append((owner, attr, real))
+    try:
+        yield spent
+    finally:
+        for owner, attr, real in undo:
+            setattr(owner, attr, real)
+
+
+def study(root: Path, device: str) -> autosearch.Study:
+    space = ResNetSpace(max_stages=3, depths=(1, 2, 3), widths=(8, 16, 24, 32)).supernet(
+        fixed={"stages": 3, "block": "basic"}
+    )
+    return autosearch.create_study(
+        "digits-ws",
+        controller=RegularizedEvolution(space, seed=0),
+        data="digits",
+        supernet=SupernetConfig(train=TrainConfig(epochs=30, device=device), sandwich=2),
+        variants=("base", "int8"),
+        storage=f"sqlite:///{root}/ws.db",
+        load_if_exists=True,
+    )
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    times: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        start = time.perf_counter()
+        s = study(root, args.device)
+        times["create_study"] = time.perf_counter() - start
+        t = time.perf_counter()
+        s.train_supernet(show_progress_bar=False)
+        times["train_supernet"] = time.perf_counter() - t
+        t = time.perf_counter()
+        with timed_parts() as spent:
+            s.optimize(args.trials, show_progress_bar=False)
+        times["optimize"] = time.perf_counter() - t
+        t = time.perf_counter()
+        s.confirm(3)
+        times["confirm_3"] = time.perf_counter() - t
+        t = time.perf_counter()
+        best = s.best(max_flops=2e6)
+        times["best"] = time.perf_counter() - t
+        t = time.perf_counter()
+        s.export(best, root / "best")
+        times["export"] = time.perf_counter() - t
+        times["whole"] = time.perf_counter() - start
+    out: dict[str, Any] = {
+        "machine": platform.processor() or platform.machine(),
+        "device": args.device,
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "trials": args.trials,
+        "seconds": {k: round(v, 1) for k, v in times.items()},
+        "subnets_a_minute": round(60 * args.trials / times["optimize"], 1),
+        "targets": {"whole_cpu_seconds": 360, "optimize_1000_gpu_seconds": 60},
+        "best": {"trial": best.trial, "accuracy": best.metrics["accuracy"]},
+    }
+    out["ms_a_trial"] = {
+        name: round(1000 * sum(calls) / args.trials, 2) for name, calls in spent.items() if calls
+    }
+    out["ms_a_trial"]["the rest (the loop, the trial's plan, Optuna)"] = round(
+        1000 * times["optimize"] / args.trials - sum(out["ms_a_trial"].values()), 2
+    )
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--trials", type=int, default=1000)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    result = run(args)
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
