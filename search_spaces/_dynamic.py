@@ -135,8 +135,13 @@ class DynamicLinear(nn.Linear):
 
 
 def copy_slices(pairs: list[tuple[nn.Module, nn.Module]]) -> None:
-    """Copy each supernet layer's slices into its ordinary counterpart, in place."""
+    """Copy each supernet layer's slices into its ordinary counterpart, in place (a
+    supernet layer that is an ordinary one, of the same shapes, is copied whole)."""
     with torch.no_grad():
         for target, source in pairs:
-            for name, value in source.sliced(target).items():  # type: ignore[operator]
+            sliced = getattr(source, "sliced", None)
+            if sliced is None:
+                target.load_state_dict(source.state_dict())
+                continue
+            for name, value in sliced(target).items():
                 getattr(target, name).copy_(value)

@@ -61,8 +61,8 @@ class ElasticSpace(SearchSpace):
         if not isinstance(inner, SearchSpace) or able is None or not able():
             name = getattr(inner, "name", type(inner).__name__)
             raise ConfigError(
-                f"space {name!r} has no supernet; weight sharing supports ResNetSpace and "
-                "MobileNetSpace (space.supernet(...))"
+                f"space {name!r} has no supernet; weight sharing supports ResNetSpace, "
+                "MobileNetSpace and NB201Space (space.supernet(...))"
             )
         if self.max_flops is None and self.max_params is None:
             for field in ("max_flops", "max_params", "budget_input", "budget_classes"):

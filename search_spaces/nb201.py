@@ -10,12 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+import torch.nn as nn
 
 from autosearch.architecture import Architecture
 from autosearch.errors import ConfigError, InvalidArchitectureError
 from autosearch.registry import register_space
 from autosearch.scoring.cost import Cost, Tally
 from autosearch.space import Categorical, Domain, NetworkSpec, SearchSpace, check_sizes
+from search_spaces._shareable import WithSupernet
 
 __all__ = ["NB201Space"]
 
@@ -31,7 +35,7 @@ def _gene(j: int, i: int) -> str:
 
 @register_space("nb201")
 @dataclass(frozen=True, kw_only=True)
-class NB201Space(SearchSpace):
+class NB201Space(SearchSpace, WithSupernet):
     """The NAS-Bench-201 cell space: 5⁶ = 15,625 architectures.
 
     Genes ``nodeJ.inI`` (J = 1..3, I < J) hold the operation on the edge from node I
@@ -160,3 +164,24 @@ class NB201Space(SearchSpace):
 
     def references(self) -> list[str]:
         return []
+
+    # Weight sharing ------------------------------------------------------------------------
+    def elastic_genes(self) -> tuple[str, ...]:
+        """Every edge: a supernet holds each operation of each edge (single-path one-shot),
+        so ``NB201Space().supernet()`` shares weights across the whole space."""
+        return tuple(_gene(j, i) for j, i in EDGES)
+
+    def build_supernet(
+        self, largest: Architecture, *, input_shape: Sequence[int], num_classes: int, **_: Any
+    ) -> nn.Module:
+        """The supernet module (search_spaces._nb201_super): the skeleton at this space's
+        channels and cells, every edge holding every one of its operations."""
+        from search_spaces._nb201_super import NB201Supernet
+
+        return NB201Supernet(
+            in_channels=input_shape[0],
+            num_classes=num_classes,
+            channels=self.channels,
+            cells=self.cells,
+            operations=self.operations,
+        )

@@ -550,3 +550,22 @@ def test_where_int8_cannot_be_lowered_one_line_says_why_and_the_estimate_stays(
     assert figures(again).startswith("accuracy estimated (fake quantization)")
     key = f"{PREFIX}{point.trial}:int8"
     study.storage.set_study_user_attr(study._study_id, key, json.dumps({}))  # as it was
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@given(
+    values=st.lists(st.floats(-1e4, 1e4, width=32), min_size=1, max_size=64),
+    scale=st.floats(2**-13, 10.0, width=32),
+    reduce_range=st.booleans(),
+    zero=st.integers(0, 255),
+)
+def test_the_estimates_rounding_is_the_fake_quantization_kernels(values, scale, reduce_range, zero):
+    """The estimate rounds activations with five in-place passes instead of the fused op
+    (about fifteen times faster on a CPU): the same values, bit for bit."""
+    from autosearch.compress._fake_quant import fake_quantize
+
+    quant_max = 127 if reduce_range else 255
+    zero = min(zero, quant_max)
+    x = torch.tensor(values, dtype=torch.float32)
+    expected = torch.fake_quantize_per_tensor_affine(x, scale, zero, 0, quant_max)
+    assert torch.equal(fake_quantize(x, scale, zero, quant_max), expected)

@@ -113,7 +113,10 @@ def test_every_subnet_is_an_architecture_of_the_space():
             lambda: ResNetSpace().supernet(fixed={"block": "dense"}),
             "'block' = 'dense' is not allowed",
         ),
-        (lambda: ElasticSpace(space=autosearch.registry.spaces.get("nb201")()), "has no supernet"),
+        (
+            lambda: ElasticSpace(space=autosearch.registry.spaces.get("densenet")()),
+            "has no supernet",
+        ),
         (lambda: ResNetSpace().supernet(kernel_transform=True), "needs an elastic kernel gene"),
     ],
 )

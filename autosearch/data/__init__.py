@@ -3,7 +3,8 @@
 Sources (``load_data(spec)``): ``"digits"`` (bundled), ``"mnist:PATH"``,
 ``"fashion-mnist[:PATH]"`` (IDX ``.gz`` files; the Debian package's folder by default),
 ``"cifar10:PATH"`` / ``"cifar100:PATH"`` (python batches), ``"folder:PATH"`` (one
-sub-folder per class), or ``(images, labels)`` arrays from Python. Decoded sources are
+sub-folder per class; or ``train/`` and ``test/`` folders of class sub-folders, the
+second the test split), or ``(images, labels)`` arrays from Python. Decoded sources are
 cached on disk by a hash of their files' contents.
 
 An image folder whose decoded images would not fit in the memory budget (a quarter of
@@ -33,7 +34,7 @@ import torch
 from autosearch.data._augment import augment, cutout
 from autosearch.data._cache import load_cached, source_hash, store
 from autosearch.data._clean import CleaningReport, drop_duplicates, drop_leaks, image_keys
-from autosearch.data._readers import DEFAULT_PATHS, READERS, Raw
+from autosearch.data._readers import DEFAULT_PATHS, READERS, Raw, split_folders
 from autosearch.data._stream import (
     FileSplit,
     Scan,
@@ -205,8 +206,9 @@ def _load_named(
     if name == "folder" and (
         stream or (stream is None and estimated_bytes(Path(path)) > memory_budget())
     ):
-        scan = scan_folder(Path(path))
-        return _prepare_streamed(spec, scan, seed, val_fraction, test_fraction)
+        parts = split_folders(Path(path))
+        scans = [scan_folder(part) for part in parts] if parts else [scan_folder(Path(path))]
+        return _prepare_streamed(spec, scans[0], seed, val_fraction, test_fraction, *scans[1:])
     if name == "digits":
         raw = reader(None)
     else:
@@ -349,10 +351,16 @@ def _class_count(name: str, raw: Raw, given: int | None) -> int:
 
 
 def _prepare_streamed(
-    name: str, scan: Scan, seed: int, val_fraction: float, test_fraction: float
+    name: str,
+    scan: Scan,
+    seed: int,
+    val_fraction: float,
+    test_fraction: float,
+    test_scan: Scan | None = None,
 ) -> Dataset:
     """A scanned folder cleaned and split like an in-memory dataset, its splits left as
-    files (their per-image pixel sums give the train split's statistics)."""
+    files (their per-image pixel sums give the train split's statistics); with
+    ``test_scan`` (a folder's ``test/``), that is the test split."""
     report = CleaningReport(read=len(scan.files), unreadable=list(scan.problems))
     if len(scan.classes) < 2:
         raise DataError(
@@ -364,15 +372,20 @@ def _prepare_streamed(
     keep = drop_duplicates(keys, labels, report)
     files, labels, keys = [scan.files[i] for i in keep], labels[keep], keys[keep]
     sums, squares = scan.sums[keep], scan.squares[keep]
-    train, val, test = _draw_splits(labels, keys, seed, val_fraction, test_fraction, report)
+    official = _official_test(name, scan, test_scan)
+    train, val, test = _draw_splits(
+        labels, keys, seed, val_fraction, test_fraction, report, official[2] if official else None
+    )
+    parts = {"train": (files, labels, keys, train), "val": (files, labels, keys, val)}
+    parts["test"] = (*official, test) if official else (files, labels, keys, test)
     splits = {
         part: FileSplit(
-            files=tuple(files[i] for i in index),
-            y=torch.from_numpy(labels[index]),
-            image_keys=tuple(str(keys[i]) for i in index),
+            files=tuple(names[i] for i in index),
+            y=torch.from_numpy(ys[index]),
+            image_keys=tuple(str(ks[i]) for i in index),
             shape=scan.shape,
         )
-        for part, index in (("train", train), ("val", val), ("test", test))
+        for part, (names, ys, ks, index) in parts.items()
     }
     report.kept = {k: len(v) for k, v in splits.items()}
     report.class_counts = np.bincount(labels[train], minlength=len(scan.classes)).tolist()
@@ -388,6 +401,22 @@ def _prepare_streamed(
         classes=tuple(scan.classes),
         report=report,
     )
+
+
+def _official_test(
+    name: str, scan: Scan, test_scan: Scan | None
+) -> tuple[list[str], np.ndarray, np.ndarray] | None:
+    """A streamed folder's own test split (files, labels, keys), checked against its
+    training part."""
+    if test_scan is None:
+        return None
+    if test_scan.classes != scan.classes or test_scan.shape != scan.shape:
+        raise DataError(
+            f"{name}: test/ holds classes {test_scan.classes} of {test_scan.shape} images, "
+            f"train/ holds {scan.classes} of {scan.shape}; they must be the same"
+        )
+    labels = np.asarray(test_scan.labels, dtype=np.int64)
+    return list(test_scan.files), labels, np.asarray(test_scan.keys)
 
 
 def _draw_splits(

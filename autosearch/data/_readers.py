@@ -222,10 +222,23 @@ def most_common_shape(shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
     return max(counts, key=lambda s: counts[s])
 
 
-def _folder(path: str | None, name: str) -> Raw:
-    """One sub-folder per class, decoded into memory. Unreadable files and images whose
-    shape differs from the most common one are left out and reported."""
-    root = Path(path or "")
+def split_folders(root: Path) -> tuple[Path, Path] | None:
+    """``(root/train, root/test)`` where ``root`` holds exactly those two folders, each
+    with a sub-folder per class (CIFAR-10's JPEG layout): the test images are then the
+    dataset's own test split. None for a plain folder of class sub-folders."""
+    found = {p.name for p in root.iterdir() if p.is_dir()} if root.is_dir() else set()
+    if found != {"train", "test"}:
+        return None
+    train, test = root / "train", root / "test"
+    if not all(any(p.is_dir() for p in part.iterdir()) for part in (train, test)):
+        return None  # two classes called train and test
+    return train, test
+
+
+def _decode_folder(root: Path) -> tuple[list[str], np.ndarray, np.ndarray, list[str]]:
+    """A folder of class sub-folders decoded: class names, images, labels, problems.
+    Unreadable files and images whose shape differs from the most common one are left
+    out and reported."""
     classes, files = folder_files(root)
     decoded: list[tuple[np.ndarray, int, Path]] = []
     problems: list[str] = []
@@ -243,11 +256,31 @@ def _folder(path: str | None, name: str) -> Raw:
         for a, _, f in decoded
         if a.shape != common
     ]
+    images = np.stack([a for a, _ in keep]).astype(np.uint8)
+    return classes, images, np.array([y for _, y in keep], dtype=np.int64), problems
+
+
+def _folder(path: str | None, name: str) -> Raw:
+    """One sub-folder per class, decoded into memory; or ``train/`` and ``test/``
+    folders of class sub-folders (:func:`split_folders`), the second the test split."""
+    root = Path(path or "")
+    parts = split_folders(root)
+    if parts is None:
+        classes, images, labels, problems = _decode_folder(root)
+        return Raw(images=images, labels=labels, classes=classes, problems=problems)
+    (classes, images, labels, problems), test = (_decode_folder(part) for part in parts)
+    if test[0] != classes or test[1].shape[1:] != images.shape[1:]:
+        raise DataError(
+            f"image folder {root}: test/ holds classes {test[0]} of {test[1].shape[1:]} images, "
+            f"train/ holds {classes} of {images.shape[1:]}; they must be the same"
+        )
     return Raw(
-        images=np.stack([a for a, _ in keep]).astype(np.uint8),
-        labels=np.array([y for _, y in keep], dtype=np.int64),
+        images=images,
+        labels=labels,
+        test_images=test[1],
+        test_labels=test[2],
         classes=classes,
-        problems=problems,
+        problems=problems + test[3],
     )
 
 

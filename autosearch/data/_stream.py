@@ -35,7 +35,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from autosearch._script import unguarded_line
 from autosearch.data._cache import cache_dir
 from autosearch.data._clean import image_keys
-from autosearch.data._readers import decode_image, folder_files, most_common_shape
+from autosearch.data._readers import decode_image, folder_files, most_common_shape, split_folders
 from autosearch.errors import DataError
 
 __all__ = [
@@ -73,7 +73,11 @@ def memory_budget() -> int:
 
 def estimated_bytes(root: Path) -> int:
     """Decoded size of an image folder, guessed from its file count and the first
-    readable image's shape (without decoding the rest)."""
+    readable image's shape (without decoding the rest); of both parts of a folder split
+    into ``train/`` and ``test/``."""
+    parts = split_folders(root)
+    if parts is not None:
+        return sum(estimated_bytes(part) for part in parts)
     _, files = folder_files(root)
     for file, _ in files:
         try:

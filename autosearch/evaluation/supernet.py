@@ -57,7 +57,7 @@ __all__ = [
 # OFA's order of unlocking elastic genes in progressive shrinking (by the gene's last
 # part); genes of other kinds unlock last, with the widths.
 _PROGRESSIVE = (("kernel",), ("depth",), ("width", "expansion", "se"))
-_SCHEDULES = ("sandwich", "progressive")
+_SCHEDULES = ("sandwich", "progressive", "uniform", "fair")
 
 
 @runtime_checkable
@@ -85,8 +85,15 @@ class SupernetConfig:
         sandwich: Random subnets per step, besides the largest and the smallest.
         distill: Train the other subnets on the largest's soft predictions (in-place
             distillation) rather than on the labels.
-        schedule: ``"sandwich"`` (every elastic gene from the first epoch) or
-            ``"progressive"`` (OFA's progressive shrinking).
+        schedule: Which subnets each step trains. ``"sandwich"``: the largest, the
+            smallest and ``sandwich`` random ones, every elastic gene from the first
+            epoch (BigNAS); ``"progressive"``: the same, genes unlocked in OFA's order
+            (progressive shrinking); ``"uniform"``: ``paths`` subnets drawn uniformly,
+            each on the labels (single-path one-shot, SPOS: the rule for spaces whose
+            genes are choices of operation, NAS-Bench-201's); ``"fair"``: FairNAS's
+            strict fairness, as many subnets as a gene has choices, together using
+            each choice of every gene exactly once, each on the labels, one update.
+        paths: With ``schedule="uniform"``, the subnets each step trains.
         calibration_images: Training images a subnet's batch-norm statistics are
             recalibrated on before it is evaluated.
         eval_images: Validation (and test) images each subnet is scored on; 0: all.
@@ -102,7 +109,8 @@ class SupernetConfig:
     train: TrainConfig | None = None
     sandwich: int = 2
     distill: bool = True
-    schedule: Literal["sandwich", "progressive"] = "sandwich"
+    schedule: Literal["sandwich", "progressive", "uniform", "fair"] = "sandwich"
+    paths: int = 1
     calibration_images: int = 256
     eval_images: int = 0
     test_accuracy: bool = True
@@ -121,7 +129,12 @@ class SupernetConfig:
         for name in ("distill", "test_accuracy", "latency"):
             value = getattr(self, name)
             require(isinstance(value, bool), f"SupernetConfig {name}", value, "True or False")
-        for name, least in (("sandwich", 0), ("calibration_images", 1), ("eval_images", 0)):
+        for name, least in (
+            ("sandwich", 0),
+            ("paths", 1),
+            ("calibration_images", 1),
+            ("eval_images", 0),
+        ):
             value = getattr(self, name)
             require(
                 isinstance(value, int) and not isinstance(value, bool) and value >= least,
@@ -139,7 +152,7 @@ class SupernetConfig:
             self.schedule in _SCHEDULES,
             "SupernetConfig schedule",
             self.schedule,
-            "'sandwich' or 'progressive'",
+            "'sandwich', 'progressive', 'uniform' or 'fair'",
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -230,16 +243,42 @@ class Sandwich(nn.Module):
         return self.space.make(genes)  # type: ignore[attr-defined,no-any-return]
 
     def subnets(self) -> list[Architecture]:
-        """This step's subnets besides the largest: the smallest (of the unlocked
-        genes), then ``sandwich`` random ones."""
+        """This step's subnets besides the largest (the sandwich rules): the smallest
+        (of the unlocked genes), then ``sandwich`` random ones."""
         if not self.unlocked:
             return []
         smallest = self.space.make(  # type: ignore[attr-defined]
             {g: self.smallest[g] if g in self.unlocked else self.largest[g] for g in self.largest}
         )
-        seed = int(torch.randint(0, 2**31 - 1, ()).item())
-        rng = np.random.default_rng(seed)
+        rng = self._rng()
         return [smallest, *(self._draw(rng) for _ in range(self.config.sandwich))]
+
+    def step(self) -> list[Architecture]:
+        """The subnets this step trains, in order (see SupernetConfig.schedule)."""
+        rule = self.config.schedule
+        if rule == "uniform":
+            rng = self._rng()
+            return [self._draw(rng) for _ in range(self.config.paths)]
+        if rule == "fair":
+            return self._fair(self._rng())
+        return [self.largest, *self.subnets()]
+
+    def _fair(self, rng: np.random.Generator) -> list[Architecture]:
+        """FairNAS's strict fairness: m subnets (m: the most choices of any gene), the
+        k-th taking each gene's k-th choice of a fresh permutation of its choices."""
+        domains = self.space.domains()  # type: ignore[attr-defined]
+        choices = {g: list(domains[g].values()) for g in self.space.elastic}
+        m = max(len(values) for values in choices.values())
+        orders = {
+            g: [values[i % len(values)] for i in rng.permutation(m)]
+            for g, values in choices.items()
+        }
+        return [self.space.make({g: orders[g][k] for g in orders}) for k in range(m)]  # type: ignore[attr-defined]
+
+    def _rng(self) -> np.random.Generator:
+        """A generator for this step's draws, from torch's global one (seeded by the
+        trainer, checkpointed, the same on every rank)."""
+        return np.random.default_rng(int(torch.randint(0, 2**31 - 1, ()).item()))
 
     def train(self, mode: bool = True) -> Sandwich:
         if mode:
@@ -261,22 +300,26 @@ class Sandwich(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.training:
             return self._largest()(x)  # type: ignore[no-any-return]  # largest (active)
-        self.net.activate(self.largest)  # type: ignore[operator]
-        outputs = [self.net(x)]
-        self.trained = [self.largest]
+        step, outputs = self.step(), []
         try:
-            for arch in self.subnets():
+            for arch in step:
                 self.net.activate(arch)  # type: ignore[operator]
                 outputs.append(self.net(x))
-                self.trained.append(arch)
         finally:
             self.net.activate(self.largest)  # type: ignore[operator]
+        self.trained = step
         return torch.stack(outputs)
 
     def loss(self, outputs: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """The step's loss (the criterion of :func:`autosearch.training.train.train`): the largest
-        subnet's on the labels, plus each other's on the largest's soft predictions
-        (in-place distillation) or on the labels."""
+        """The step's loss (the criterion of :func:`autosearch.training.train.train`).
+        Sandwich rules: the largest subnet's on the labels, plus each other's on the
+        largest's soft predictions (in-place distillation) or on the labels. Uniform and
+        fair: every subnet's on the labels, summed (one update for all of them)."""
+        if self.config.schedule in ("uniform", "fair"):
+            losses = [
+                F.cross_entropy(out, y, label_smoothing=self.label_smoothing) for out in outputs
+            ]
+            return torch.stack(losses).sum()
         largest = outputs[0]
         loss = F.cross_entropy(largest, y, label_smoothing=self.label_smoothing)
         teacher = largest.detach().float().softmax(1)

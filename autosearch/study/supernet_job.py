@@ -374,7 +374,8 @@ class SupernetJob:
             "fingerprint": fp,
             "seed": self.seed,
             "train": dataclasses.asdict(self.settings),
-            "rule": [config.sandwich, config.distill, config.schedule],
+            "rule": [config.sandwich, config.distill, config.schedule]
+            + ([config.paths] if config.schedule == "uniform" else []),
             "weights": config.weights,
         }
         key = hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]

@@ -1,0 +1,318 @@
+"""A NAS-Bench-201 supernet trained on CIFAR-10, ranked against the published accuracies
+(issue 46).
+
+1. data: CIFAR-10's 60,000 JPEGs (``../shared/datasets/cifar10-jpeg.tar.gz``, unpacked
+   once into the cache), read as an image folder with its own test split; at the proxy
+   scale the images are averaged down to 16 x 16.
+2. supernet: ``NB201Space(channels=C, cells=N).supernet()`` trained in a study with the
+   rule asked for (``--rule uniform``: SPOS; ``fair``: FairNAS's strict fairness;
+   ``sandwich``), on the shared trainer, stored and resumed like any study's supernet.
+3. ranking: ``--rank-cells`` cells drawn uniformly with the seed, each scored on the
+   supernet (inherited weights, batch norm recalibrated, ``--rank-images`` validation
+   images) and compared with its published CIFAR-10 accuracy (``cifar10-valid``, 200
+   epochs, ``../shared/benchdata/nb201_cifar10_valid.csv``): Kendall tau, Spearman, tau
+   within the better half, precision of the top 10, and FLOPs alone for comparison.
+4. search: regularized evolution over ``--search`` subnets on the supernet (each a
+   trial of the study), its pick looked up in the table; ``confirm(k)`` trains the
+   front's top k from scratch at the benchmark's scale, and ``best()`` (which prefers
+   confirmed subnets) is the final pick, looked up too.
+
+Prints JSON (``--markdown`` for RESULTS.md), every phase's wall time and the whole in
+minutes on this machine (CPU minutes: wall minutes times the cores used; GPU minutes
+on a GPU). Two scales: ``--scale proxy`` (C = 8, N = 1, 16 x 16: the 2-core CPU, under
+30 minutes) and ``--scale full`` (C = 16, N = 5, 32 x 32: a GPU). ``--smoke`` is the
+smallest setting, on a slice of the images (the test suite runs it).
+
+    python benchmarks/nb201_supernet.py --scale proxy [--rule uniform] [--epochs 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import json
+import platform
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+# This folder holds controllers.py (a benchmark), which would shadow the `controllers`
+# package for any script run from here: take the folder off the path.
+sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from scipy import stats
+
+import autosearch
+from autosearch import SupernetConfig, TrainConfig
+from autosearch.data import load_data
+from autosearch.data._cache import cache_dir
+from autosearch.evaluation.supernet import SubnetEvaluator
+from controllers import RegularizedEvolution
+from search_spaces import NB201Space
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+TARBALL = SHARED / "datasets" / "cifar10-jpeg.tar.gz"
+TABLE = SHARED / "benchdata" / "nb201_cifar10_valid.csv"
+
+SCALES: dict[str, dict[str, Any]] = {
+    # channels, cells, image side, supernet epochs, batch, subnets searched, ranked cells,
+    # images a ranked cell / a searched subnet is scored on, confirmation epochs
+    "proxy": dict(
+        channels=8,
+        cells=1,
+        side=16,
+        epochs=60,
+        batch=256,
+        search=1500,
+        rank_cells=200,
+        rank_images=10000,
+        search_images=2000,
+        confirm=3,
+        confirm_epochs=12,
+    ),
+    "full": dict(
+        channels=16,
+        cells=5,
+        side=32,
+        epochs=100,
+        batch=256,
+        search=3000,
+        rank_cells=300,
+        rank_images=25000,
+        search_images=5000,
+        confirm=3,
+        confirm_epochs=50,
+    ),
+    "smoke": dict(
+        channels=4,
+        cells=1,
+        side=8,
+        epochs=1,
+        batch=128,
+        search=6,
+        rank_cells=12,
+        rank_images=300,
+        search_images=200,
+        confirm=1,
+        confirm_epochs=1,
+        images=3000,
+    ),
+}
+
+
+def cifar10(work: Path) -> Path:
+    """The CIFAR-10 JPEG folder, unpacked from the shared tarball once (into the cache)."""
+    if not TARBALL.is_file():
+        raise SystemExit(f"{TARBALL} is absent: this benchmark needs CIFAR-10's JPEG files")
+    folder = cache_dir() / "datasets" / "cifar10-jpeg"
+    if not (folder / "train").is_dir():
+        folder.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(TARBALL) as archive:
+            archive.extractall(folder, filter="data")
+    return folder
+
+
+def images(folder: Path, side: int, limit: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """CIFAR-10's training images (its own test folder is kept apart from the search),
+    averaged down to ``side`` x ``side``; ``limit`` of them, drawn with a seed, if given."""
+    data = load_data(f"folder:{folder}", seed=0)
+    x = torch.cat([data.train.x, data.val.x])
+    y = torch.cat([data.train.y, data.val.y])
+    if limit:  # a seeded slice of every class (the folder is read class by class)
+        pick = torch.randperm(len(y), generator=torch.Generator().manual_seed(0))[:limit]
+        x, y = x[pick], y[pick]
+    if side != x.shape[-1]:
+        x = F.adaptive_avg_pool2d(x.float(), side).round().to(torch.uint8)
+    return x.numpy(), y.numpy()
+
+
+def published() -> dict[str, dict[str, float]]:
+    with TABLE.open() as f:
+        return {
+            r["arch"]: {"accuracy": float(r["val_accuracy"]), "flops": float(r["flops_M"])}
+            for r in csv.DictReader(f)
+        }
+
+
+def make_study(args: argparse.Namespace, settings: dict[str, Any], arrays: Any, root: Path):
+    space = NB201Space(channels=settings["channels"], cells=settings["cells"]).supernet()
+    augment = {"crop_padding": max(1, settings["side"] // 8), "flip": True}
+    supernet = SupernetConfig(
+        train=TrainConfig(
+            epochs=settings["epochs"],
+            batch_size=settings["batch"],
+            lr=args.lr,
+            weight_decay=5e-4,
+            **augment,
+        ),
+        schedule=args.rule,
+        eval_images=settings["search_images"],
+        test_accuracy=False,
+        latency=False,
+    )
+    return autosearch.create_study(
+        f"nb201-{args.scale}-{args.rule}",
+        controller=RegularizedEvolution(space, population=50, sample=10, seed=args.seed),
+        data=arrays,
+        supernet=supernet,
+        train=TrainConfig(
+            epochs=settings["confirm_epochs"],
+            batch_size=settings["batch"],
+            lr=0.1,
+            weight_decay=5e-4,
+            **augment,
+        ),
+        storage=f"sqlite:///{root}/nb201.db",
+        seed=args.seed,
+        load_if_exists=True,
+    )
+
+
+def rank(study: Any, settings: dict[str, Any], table: dict, seed: int) -> dict[str, Any]:
+    """Kendall tau and the rest, of the supernet's scores of cells drawn uniformly."""
+    space = study.space
+    evaluator = study.supernet_evaluator
+    config = dataclasses.replace(evaluator.config, eval_images=settings["rank_images"])
+    scorer = SubnetEvaluator(evaluator.net, space, study.data, config, seed=study.seed)
+    rng = np.random.default_rng(seed)
+    cells = [space.sample(rng) for _ in range(settings["rank_cells"])]
+    start = time.perf_counter()
+    scores = np.array([scorer.evaluate(arch)[1]["accuracy"] for arch in cells])
+    seconds = time.perf_counter() - start
+    keys = [space.describe(arch) for arch in cells]
+    truth = np.array([table[k]["accuracy"] for k in keys])
+    flops = np.array([table[k]["flops"] for k in keys])
+    better = np.argsort(truth)[len(truth) // 2 :]
+    top = min(10, len(truth))
+    return {
+        "cells": len(cells),
+        "images_a_cell": len(scorer.val),
+        "kendall_tau": float(stats.kendalltau(scores, truth)[0]),
+        "spearman": float(stats.spearmanr(scores, truth)[0]),
+        "kendall_tau_better_half": float(stats.kendalltau(scores[better], truth[better])[0]),
+        f"precision_top{top}": len(set(np.argsort(-scores)[:top]) & set(np.argsort(-truth)[:top]))
+        / top,
+        "flops_kendall_tau": float(stats.kendalltau(flops, truth)[0]),
+        "flops_kendall_tau_better_half": float(stats.kendalltau(flops[better], truth[better])[0]),
+        "best_ranked_published": float(truth[int(np.argmax(scores))]),
+        "scored": [[k, float(a), float(t)] for k, a, t in zip(keys, scores, truth, strict=True)],
+        "best_of_the_cells_published": float(truth.max()),
+        "seconds": seconds,
+    }
+
+
+def search(study: Any, settings: dict[str, Any], table: dict) -> dict[str, Any]:
+    """Regularized evolution on the supernet, then the top k confirmed by training."""
+    start = time.perf_counter()
+    study.optimize(settings["search"], show_progress_bar=False)
+    searched = time.perf_counter() - start
+    records = [
+        r for r in study.records(variants=False) if r.state == "complete" and r.confirms is None
+    ]
+    pick = max(records, key=lambda r: r.metrics["accuracy"])
+    start = time.perf_counter()
+    confirmed = study.confirm(settings["confirm"])
+    confirm_seconds = time.perf_counter() - start
+    final = study.best()
+
+    def looked_up(record: Any) -> dict[str, Any]:
+        key = study.space.describe(record.arch)
+        return {
+            "cell": key,
+            "supernet_or_trained_accuracy": record.metrics["accuracy"],
+            "published_accuracy": table[key]["accuracy"],
+        }
+
+    return {
+        "subnets": len(records),
+        "distinct_cells": len({study.space.describe(r.arch) for r in records}),
+        "seconds": searched,
+        "pick": looked_up(pick),
+        "confirmed": [looked_up(r) for r in confirmed],
+        "confirm_seconds": confirm_seconds,
+        "final": looked_up(final),
+        "best_searched_published": max(
+            table[study.space.describe(r.arch)]["accuracy"] for r in records
+        ),
+    }
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    settings = dict(SCALES["smoke" if args.smoke else args.scale])
+    for name in ("epochs", "search", "rank_cells", "rank_images", "confirm"):
+        if getattr(args, name) is not None:
+            settings[name] = getattr(args, name)
+    table = published()
+    start = time.perf_counter()
+    folder = cifar10(args.work)
+    arrays = images(folder, settings["side"], settings.get("images"))
+    loaded = time.perf_counter() - start
+    study = make_study(args, settings, arrays, args.work)
+    t = time.perf_counter()
+    trained = study.train_supernet(show_progress_bar=False)
+    supernet_seconds = time.perf_counter() - t
+    ranking = rank(study, settings, table, args.seed)
+    found = search(study, settings, table)
+    whole = time.perf_counter() - start
+    cores = torch.get_num_threads()
+    return {
+        "machine": platform.processor() or platform.machine(),
+        "device": str(study.supernet_evaluator.device),
+        "torch": torch.__version__,
+        "threads": cores,
+        "scale": "smoke" if args.smoke else args.scale,
+        "rule": args.rule,
+        "settings": settings,
+        "images": {"train": len(study.data.train), "val": len(study.data.val)},
+        "seconds": {
+            "data": loaded,
+            "supernet": supernet_seconds,
+            "ranking": ranking["seconds"],
+            "search": found["seconds"],
+            "confirm": found["confirm_seconds"],
+            "whole": whole,
+        },
+        "minutes_whole": whole / 60,
+        "supernet_last_epoch": trained.get("history", [{}])[-1],
+        "ranking": ranking,
+        "search": found,
+        "table": {
+            "optimum": max(r["accuracy"] for r in table.values()),
+            "top_1_percent_from": float(np.percentile([r["accuracy"] for r in table.values()], 99)),
+        },
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scale", choices=("proxy", "full"), default="proxy")
+    parser.add_argument("--smoke", action="store_true", help="the smallest setting (tests)")
+    parser.add_argument("--rule", choices=("uniform", "fair", "sandwich"), default="uniform")
+    parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument("--epochs", type=int)
+    parser.add_argument("--search", type=int)
+    parser.add_argument("--rank-cells", type=int)
+    parser.add_argument("--rank-images", type=int)
+    parser.add_argument("--confirm", type=int)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--work", type=Path, help="the study's folder (default: a temporary one)")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        args.work = args.work or Path(tmp)
+        result = run(args)
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
