@@ -18,6 +18,16 @@ Sections (``--only`` picks some):
    and its validation accuracy against batch 256.
 5. study: a ``make run``-like study (random search, ResNet space, 6 trials, 2 epochs)
    on Fashion-MNIST: wall time, trials per hour and the best accuracy.
+6. subnet: one subnet of a Fashion-MNIST supernet (the guide's ResNet sub-space, 28 x 28)
+   evaluated as a search evaluates it (weights inherited, batch norm recalibrated on 256
+   training images, 2,000 validation images): seconds a subnet, the first and the
+   median of the rest (target <= 0.1 s on the GPU).
+7. ws_example: the weight-sharing guide's example (``benchmarks/ws_example.py --device
+   cuda``): subnets a minute of ``optimize(1000)`` with int8 estimates and latency
+   predictions, and where a subnet's time goes (target <= 60 s).
+8. int8: the int8 estimate on the GPU against the real int8 program (lowered and run
+   on the CPU), Fashion-MNIST, 2,400 validation images (``benchmarks/int8_estimate.py
+   --device cuda``; target: a tenth of the real program's time, within 0.3 point).
 
 Where no CUDA GPU exists it prints one line saying so and exits 0 (CI).
 
@@ -408,6 +418,55 @@ def bench_study(data_spec: str) -> dict:
         }
 
 
+def bench_subnet(data, device: str = "cuda", subnets: int = 30) -> dict:
+    """Seconds to evaluate one subnet of a Fashion-MNIST supernet on ``device``."""
+    import numpy as np
+
+    from autosearch import SupernetConfig
+    from autosearch.evaluation.supernet import SubnetEvaluator
+    from search_spaces import ResNetSpace
+
+    space = ResNetSpace(max_stages=3, depths=(1, 2, 3), widths=(8, 16, 24, 32)).supernet(
+        fixed={"stages": 3, "block": "basic"}
+    )
+    torch.manual_seed(0)
+    net = space.build_supernet(input_shape=data.input_shape, num_classes=data.num_classes)
+    config = SupernetConfig(eval_images=2000, calibration_images=256, test_accuracy=False)
+    evaluator = SubnetEvaluator(net, space, data, config, seed=0, device=device)
+    rng = np.random.default_rng(0)
+    seconds, params = [], []
+    for _ in range(subnets):
+        arch = space.sample(rng)
+        start = time.perf_counter()
+        model, _metrics = evaluator.evaluate(arch)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        seconds.append(time.perf_counter() - start)
+        params.append(sum(p.numel() for p in model.parameters()))
+    return {
+        "device": device,
+        "subnets": subnets,
+        "params_median": statistics.median(params),
+        "first_s": seconds[0],
+        "median_s": statistics.median(seconds[1:]),
+        "max_s": max(seconds[1:]),
+        "target": "<= 0.1 s a subnet on the GPU",
+    }
+
+
+def _script_json(name: str, *arguments: str, timeout: int = 900) -> dict:
+    """Run another benchmark of this folder and return the JSON it prints."""
+    done = subprocess.run(
+        [sys.executable, str(HERE / name), *arguments],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if done.returncode:
+        return {"error": f"{name} exited {done.returncode}: {done.stderr.strip()[-500:]}"}
+    return json.loads(done.stdout)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--data", default="fashion-mnist")
@@ -437,6 +496,9 @@ def main() -> None:
         "workers": lambda: bench_workers(args.data, args.workers_trials),
         "batch": lambda: bench_batch(data, args.epochs),
         "study": lambda: bench_study(args.data),
+        "subnet": lambda: bench_subnet(data),
+        "ws_example": lambda: _script_json("ws_example.py", "--device", "cuda"),
+        "int8": lambda: _script_json("int8_estimate.py", "--device", "cuda"),
     }
     out: dict = {
         "device": torch.cuda.get_device_name(),
