@@ -5,25 +5,29 @@
    once into the cache), read as an image folder with its own test split; at the proxy
    scale the images are averaged down to 16 x 16.
 2. supernet: ``NB201Space(channels=C, cells=N).supernet()`` trained in a study with the
-   rule asked for (``--rule uniform``: SPOS; ``fair``: FairNAS's strict fairness;
-   ``sandwich``), on the shared trainer, stored and resumed like any study's supernet.
+   rule asked for (``--rule fair``, the default: FairNAS's strict fairness, which ranked
+   best here; ``uniform``: SPOS; ``sandwich``), on the shared trainer, stored and
+   resumed like any study's supernet.
 3. ranking: ``--rank-cells`` cells drawn uniformly with the seed, each scored on the
    supernet (inherited weights, batch norm recalibrated, ``--rank-images`` validation
    images) and compared with its published CIFAR-10 accuracy (``cifar10-valid``, 200
    epochs, ``../shared/benchdata/nb201_cifar10_valid.csv``): Kendall tau, Spearman, tau
    within the better half, precision of the top 10, and FLOPs alone for comparison.
+   ``--ceiling K`` also trains the first K ranked cells from scratch at the benchmark's
+   scale: how well that scale itself ranks the published accuracies (``--ceiling-from
+   RESULT.json`` does only that, for the cells an earlier run ranked).
 4. search: regularized evolution over ``--search`` subnets on the supernet (each a
    trial of the study), its pick looked up in the table; ``confirm(k)`` trains the
    front's top k from scratch at the benchmark's scale, and ``best()`` (which prefers
    confirmed subnets) is the final pick, looked up too.
 
-Prints JSON (``--markdown`` for RESULTS.md), every phase's wall time and the whole in
+Prints JSON (``--out FILE`` writes it too): every phase's wall time and the whole in
 minutes on this machine (CPU minutes: wall minutes times the cores used; GPU minutes
 on a GPU). Two scales: ``--scale proxy`` (C = 8, N = 1, 16 x 16: the 2-core CPU, under
 30 minutes) and ``--scale full`` (C = 16, N = 5, 32 x 32: a GPU). ``--smoke`` is the
 smallest setting, on a slice of the images (the test suite runs it).
 
-    python benchmarks/nb201_supernet.py --scale proxy [--rule uniform] [--epochs 60]
+    python benchmarks/nb201_supernet.py --scale proxy [--rule fair] [--epochs 40]
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ from autosearch import SupernetConfig, TrainConfig
 from autosearch.data import load_data
 from autosearch.data._cache import cache_dir
 from autosearch.evaluation.supernet import SubnetEvaluator
+from autosearch.training.train import train
 from controllers import RegularizedEvolution
 from search_spaces import NB201Space
 
@@ -68,7 +73,7 @@ SCALES: dict[str, dict[str, Any]] = {
         channels=8,
         cells=1,
         side=16,
-        epochs=60,
+        epochs=40,
         batch=256,
         search=1500,
         rank_cells=200,
@@ -141,6 +146,19 @@ def published() -> dict[str, dict[str, float]]:
         }
 
 
+def standalone(settings: dict[str, Any]) -> TrainConfig:
+    """The recipe of a cell trained from scratch at the benchmark's scale (confirm,
+    the proxy's ceiling)."""
+    return TrainConfig(
+        epochs=settings["confirm_epochs"],
+        batch_size=settings["batch"],
+        lr=0.1,
+        weight_decay=5e-4,
+        crop_padding=max(1, settings["side"] // 8),
+        flip=True,
+    )
+
+
 def make_study(args: argparse.Namespace, settings: dict[str, Any], arrays: Any, root: Path):
     space = NB201Space(channels=settings["channels"], cells=settings["cells"]).supernet()
     augment = {"crop_padding": max(1, settings["side"] // 8), "flip": True}
@@ -162,13 +180,7 @@ def make_study(args: argparse.Namespace, settings: dict[str, Any], arrays: Any, 
         controller=RegularizedEvolution(space, population=50, sample=10, seed=args.seed),
         data=arrays,
         supernet=supernet,
-        train=TrainConfig(
-            epochs=settings["confirm_epochs"],
-            batch_size=settings["batch"],
-            lr=0.1,
-            weight_decay=5e-4,
-            **augment,
-        ),
+        train=standalone(settings),
         storage=f"sqlite:///{root}/nb201.db",
         seed=args.seed,
         load_if_exists=True,
@@ -204,6 +216,38 @@ def rank(study: Any, settings: dict[str, Any], table: dict, seed: int) -> dict[s
         "best_ranked_published": float(truth[int(np.argmax(scores))]),
         "scored": [[k, float(a), float(t)] for k, a, t in zip(keys, scores, truth, strict=True)],
         "best_of_the_cells_published": float(truth.max()),
+        "seconds": seconds,
+    }
+
+
+def ceiling(data: Any, settings: dict[str, Any], scored: list, count: int) -> dict[str, Any]:
+    """What this scale can show at all: the first ``count`` ranked cells (``scored``:
+    [cell, supernet score, published accuracy]) trained from scratch at the benchmark's
+    scale (the confirm recipe), their accuracy against the published one (the most an
+    estimator at this scale could hope to match) and against the supernet's scores."""
+    space = NB201Space(channels=settings["channels"], cells=settings["cells"])
+    scored = scored[:count]
+    trained = []
+    start = time.perf_counter()
+    for key, _score, _truth in scored:
+        torch.manual_seed(0)
+        model = space.build(
+            space.from_string(key), input_shape=data.input_shape, num_classes=data.num_classes
+        )
+        trained.append(train(model, data, standalone(settings), seed=0).val_accuracy)
+        print(f"ceiling: {len(trained)}/{len(scored)} {key} {trained[-1]:.4f}", file=sys.stderr)
+    seconds = time.perf_counter() - start
+    supernet = np.array([score for _, score, _ in scored])
+    truth = np.array([published for _, _, published in scored])
+    alone = np.array(trained)
+    return {
+        "cells": len(scored),
+        "epochs": settings["confirm_epochs"],
+        "standalone_vs_published_kendall_tau": float(stats.kendalltau(alone, truth)[0]),
+        "standalone_vs_published_spearman": float(stats.spearmanr(alone, truth)[0]),
+        "supernet_vs_standalone_kendall_tau": float(stats.kendalltau(supernet, alone)[0]),
+        "supernet_vs_published_kendall_tau_same_cells": float(stats.kendalltau(supernet, truth)[0]),
+        "trained": [[k, float(a)] for (k, _, _), a in zip(scored, alone, strict=True)],
         "seconds": seconds,
     }
 
@@ -249,18 +293,33 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for name in ("epochs", "search", "rank_cells", "rank_images", "confirm"):
         if getattr(args, name) is not None:
             settings[name] = getattr(args, name)
+    earlier = json.loads(args.ceiling_from.read_text()) if args.ceiling_from else None
+    if earlier:
+        settings = earlier["settings"]  # the earlier run's scale, images and recipe
     table = published()
     start = time.perf_counter()
     folder = cifar10(args.work)
     arrays = images(folder, settings["side"], settings.get("images"))
     loaded = time.perf_counter() - start
+    if earlier:  # the ceiling of an earlier run's ranked cells, nothing else
+        data = load_data(arrays, seed=args.seed)  # the study's split (its seed)
+        return {
+            "machine": platform.processor() or platform.machine(),
+            "torch": torch.__version__,
+            "threads": torch.get_num_threads(),
+            "of": str(args.ceiling_from),
+            "settings": settings,
+            "ceiling": ceiling(data, settings, earlier["ranking"]["scored"], args.ceiling),
+        }
     study = make_study(args, settings, arrays, args.work)
     t = time.perf_counter()
     trained = study.train_supernet(show_progress_bar=False)
     supernet_seconds = time.perf_counter() - t
     ranking = rank(study, settings, table, args.seed)
+    bound = ceiling(study.data, settings, ranking["scored"], args.ceiling) if args.ceiling else None
     found = search(study, settings, table)
-    whole = time.perf_counter() - start
+    # the whole benchmark, the ceiling apart (an experiment about the scale, not a search)
+    whole = time.perf_counter() - start - (bound["seconds"] if bound else 0.0)
     cores = torch.get_num_threads()
     return {
         "machine": platform.processor() or platform.machine(),
@@ -278,10 +337,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "search": found["seconds"],
             "confirm": found["confirm_seconds"],
             "whole": whole,
+            "ceiling (apart from the whole)": bound["seconds"] if bound else 0.0,
         },
         "minutes_whole": whole / 60,
+        # compute charged: GPU minutes on a GPU, else CPU minutes (wall times the cores)
+        "compute_minutes": {"gpu": whole / 60}
+        if study.supernet_evaluator.device.type == "cuda"
+        else {"cpu": whole / 60 * cores},
         "supernet_last_epoch": trained.get("history", [{}])[-1],
         "ranking": ranking,
+        "ceiling": bound,
         "search": found,
         "table": {
             "optimum": max(r["accuracy"] for r in table.values()),
@@ -294,13 +359,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", choices=("proxy", "full"), default="proxy")
     parser.add_argument("--smoke", action="store_true", help="the smallest setting (tests)")
-    parser.add_argument("--rule", choices=("uniform", "fair", "sandwich"), default="uniform")
+    parser.add_argument("--rule", choices=("uniform", "fair", "sandwich"), default="fair")
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--epochs", type=int)
     parser.add_argument("--search", type=int)
     parser.add_argument("--rank-cells", type=int)
     parser.add_argument("--rank-images", type=int)
     parser.add_argument("--confirm", type=int)
+    parser.add_argument(
+        "--ceiling",
+        type=int,
+        default=0,
+        help="also train this many of the ranked cells from scratch at this scale",
+    )
+    parser.add_argument(
+        "--ceiling-from",
+        type=Path,
+        help="only the ceiling (--ceiling cells) of the cells an earlier run's JSON ranked",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--work", type=Path, help="the study's folder (default: a temporary one)")
     parser.add_argument("--out", type=Path)

@@ -199,6 +199,8 @@ def test_the_benchmarks_smallest_setting_runs(tmp_path):
             sys.executable,
             str(ROOT / "benchmarks" / "nb201_supernet.py"),
             "--smoke",
+            "--ceiling",
+            "2",
             "--work",
             str(tmp_path),
             "--out",
@@ -216,3 +218,28 @@ def test_the_benchmarks_smallest_setting_runs(tmp_path):
         ranking["cells"] == result["settings"]["rank_cells"] and -1 <= ranking["kendall_tau"] <= 1
     )
     assert result["search"]["pick"]["published_accuracy"] > 0
+    bound = result["ceiling"]
+    assert bound["cells"] == 2 and len(bound["trained"]) == 2
+    assert all(0 <= accuracy <= 1 for _, accuracy in bound["trained"])
+    # the ceiling alone, of the cells that run ranked: the same cells, trained the same way
+    again = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "nb201_supernet.py"),
+            "--ceiling-from",
+            str(tmp_path / "result.json"),
+            "--ceiling",
+            "1",
+            "--work",
+            str(tmp_path),
+            "--out",
+            str(tmp_path / "ceiling.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        env={**os.environ, "AUTOSEARCH_CACHE": str(tmp_path / "cache")},
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    alone = json.loads((tmp_path / "ceiling.json").read_text())["ceiling"]["trained"]
+    assert alone == bound["trained"][:1]
