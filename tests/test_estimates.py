@@ -569,3 +569,84 @@ def test_the_estimates_rounding_is_the_fake_quantization_kernels(values, scale, 
     x = torch.tensor(values, dtype=torch.float32)
     expected = torch.fake_quantize_per_tensor_affine(x, scale, zero, 0, quant_max)
     assert torch.equal(fake_quantize(x, scale, zero, quant_max), expected)
+
+
+class _HalveInPlace(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.mul_(0.5)
+
+
+class _Reused(torch.nn.Module):
+    """A network that hands one tensor to two blocks, changes tensors in place after
+    a hook saw them (inside a block and between blocks), and calls each block twice."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(1, 4, 3, padding=1)
+        self.block = torch.nn.Sequential(torch.nn.Conv2d(4, 4, 1), torch.nn.ReLU())
+        # changes its input in place before its convolution reads it
+        self.other = torch.nn.Sequential(_HalveInPlace(), torch.nn.Conv2d(4, 4, 3, padding=1))
+        self.head = torch.nn.Linear(4, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.conv(x).relu_()
+        y = self.block(x) + self.other(x)
+        x.mul_(0.5)  # in place: not the tensor the hooks saw
+        z = self.block(x) + self.other(y)  # each called again, on another tensor
+        return self.head(z.mean((2, 3)))
+
+
+def _estimate_alone_at_every_hook(model, data, monkeypatch):
+    """The estimate with every hook observing and rounding on its own (nothing shared)."""
+    from autosearch.compress import _fake_quant
+
+    with monkeypatch.context() as patched:
+        patched.setattr(_fake_quant._Seen, "get", lambda self, x: None)
+        return _fake_quant.estimate_int8(model, data, Compression(), seed=0).model
+
+
+@settings(max_examples=12, deadline=None, derandomize=True, database=None)
+@given(
+    space=st.sampled_from(["resnet", "bottleneck", "mobilenet", "densenet", "nb201"]),
+    draw=st.integers(0, 2**16),
+)
+def test_the_estimate_observes_and_rounds_a_shared_tensor_once_with_the_same_result(
+    space, draw, digits
+):
+    """A block's input is its first layer's and its shortcut's too: observed once,
+    rounded once. The estimate's outputs are those of every hook on its own, bit for
+    bit, on subnets of every space."""
+    from autosearch.compress._fake_quant import estimate_int8
+    from search_spaces import DenseNetSpace, MobileNetSpace, NB201Space
+
+    spaces = {
+        "resnet": lambda: ResNetSpace(max_stages=3, blocks=("basic",)),
+        "bottleneck": lambda: ResNetSpace(max_stages=2, blocks=("bottleneck",)),
+        "mobilenet": lambda: MobileNetSpace(),
+        "densenet": lambda: DenseNetSpace(),
+        "nb201": lambda: NB201Space(channels=4, cells=1),
+    }
+    chosen = spaces[space]()
+    torch.manual_seed(draw)
+    arch = chosen.sample(np.random.default_rng(draw))
+    model = chosen.build(arch, input_shape=digits.input_shape, num_classes=10).eval()
+    x = digits.normalize(digits.val.x[:64])
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        alone = _estimate_alone_at_every_hook(model, digits, monkeypatch)
+    shared = estimate_int8(model, digits, Compression(), seed=0).model
+    with torch.no_grad():
+        assert torch.equal(shared(x), alone(x))
+
+
+def test_a_layer_called_twice_or_an_input_changed_in_place_is_estimated_as_alone(
+    digits, monkeypatch
+):
+    from autosearch.compress._fake_quant import estimate_int8
+
+    torch.manual_seed(0)
+    model = _Reused().eval()
+    x = digits.normalize(digits.val.x[:64])
+    alone = _estimate_alone_at_every_hook(model, digits, monkeypatch)
+    shared = estimate_int8(model, digits, Compression(), seed=0).model
+    with torch.no_grad():
+        assert torch.equal(shared(x), alone(x))

@@ -94,6 +94,9 @@ def _epochs(study: autosearch.Study, number: int) -> int:
 
 
 SLOW_TRAIN = TrainConfig(epochs=4, batch_size=16, lr=0.05)
+# A trial killed "two epochs in" must still be running when the kill lands: ten epochs
+# left (seconds on a loaded machine), not two, between seeing it and killing it.
+KILLED_TRAIN = TrainConfig(epochs=12, batch_size=16, lr=0.05)
 
 
 def _worker(storage: str, name: str, n: int, env: dict[str, str]) -> subprocess.Popen:
@@ -125,7 +128,7 @@ def test_a_worker_killed_mid_trial_is_resumed_from_its_checkpoint(
         "chaos",
         controller=RandomSearch(tiny_space, seed=0),
         storage=url,
-        train=SLOW_TRAIN,
+        train=KILLED_TRAIN,
         artifacts=str(tmp_path / "shared-artifacts"),  # where every worker finds checkpoints
     )
     worker = _worker(url, "chaos", 3, beats)
@@ -154,13 +157,13 @@ def test_a_worker_killed_mid_trial_is_resumed_from_its_checkpoint(
     plan = TrialPlan(
         space=again.space,
         arch=resumed.arch,
-        train=SLOW_TRAIN,
+        train=KILLED_TRAIN,
         seed=trial_seed(again.seed, resumed.arch),
     )
     straight = train_candidate(plan, again.data)
     assert straight.metrics["accuracy"] == resumed.metrics["accuracy"]
     assert straight.metrics["test_accuracy"] == resumed.metrics["test_accuracy"]
-    assert len(again.curves()[resumed.trial]) == SLOW_TRAIN.epochs  # the whole curve
+    assert len(again.curves()[resumed.trial]) == KILLED_TRAIN.epochs  # the whole curve
 
 
 @pytest.mark.slow

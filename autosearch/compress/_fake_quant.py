@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import copy
 import warnings
+import weakref
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -70,25 +72,88 @@ def _observer(reduce_range: bool) -> object:
     )
 
 
+class _Seen:
+    """Tensors the hooks of one estimate have already seen, by identity and version
+    (weak references: nothing is kept alive, and a tensor changed in place since is
+    not the one seen)."""
+
+    def __init__(self) -> None:
+        self._items: dict[int, tuple[weakref.ref, int, Any]] = {}
+
+    def get(self, x: torch.Tensor) -> Any:
+        item = self._items.get(id(x))
+        if item is None or item[0]() is not x or item[1] != x._version:
+            return None
+        return item[2]
+
+    def put(self, x: torch.Tensor, value: Any) -> None:
+        if len(self._items) > 4096:  # forget the tensors gone since
+            self._items = {k: v for k, v in self._items.items() if v[0]() is not None}
+        self._items[id(x)] = (weakref.ref(x), x._version, value)
+
+
 class _InputQuant:
     """A forward pre-hook: observes a layer's inputs while calibrating, then rounds
-    them to the observed uint8 grid."""
+    them to the observed uint8 grid.
 
-    def __init__(self, reduce_range: bool) -> None:
+    A block's input is also its first convolution's (and its shortcut's): the hooks of
+    one estimate share what they have ``seen``, so that such a tensor is observed once
+    and, once rounded, not rounded again by a hook of the same grid. The result is the
+    same as observing and rounding it at every hook: a hook whose first input another
+    hook observed as its only input so far follows that hook (the same histogram, the
+    same grid) until either sees another tensor, when it takes a copy of the histogram;
+    rounding onto a grid is idempotent (the values come back exactly)."""
+
+    def __init__(self, reduce_range: bool, seen: _Seen) -> None:
         self.observer = _observer(reduce_range)
         self.scale: float | None = None
         self.zero_point = 0
         self.quant_max = 127 if reduce_range else 255
+        self.seen = seen
+        self.observed = 0  # tensors observed by this hook's own observer
+        self.leader: _InputQuant | None = None  # whose histogram this one shares
+        self.followers: list[_InputQuant] = []
 
     def __call__(self, module: nn.Module, inputs: tuple) -> tuple | None:
         x = inputs[0]
         if self.scale is None:
-            self.observer(x.detach().cpu())  # torchao's observer, as the real path runs it
+            self._observe(x)
             return None
-        return (fake_quantize(x, self.scale, self.zero_point, self.quant_max), *inputs[1:])
+        if self.seen.get(x) == (self.scale, self.zero_point, self.quant_max):
+            return None  # already on this grid
+        out = fake_quantize(x, self.scale, self.zero_point, self.quant_max)
+        self.seen.put(out, (self.scale, self.zero_point, self.quant_max))
+        return (out, *inputs[1:])
+
+    def _observe(self, x: torch.Tensor) -> None:
+        first = self.seen.get(x)
+        if (
+            self.leader is None
+            and not self.observed
+            and isinstance(first, _InputQuant)
+            and first.observed == 1
+        ):
+            self.leader = first  # the same tensor, the leader's only one: the same histogram
+            first.followers.append(self)
+            return
+        if self.leader is not None:  # a second tensor: from here on, a histogram of its own
+            self.leader.followers.remove(self)
+            self.observer, self.observed = copy.deepcopy(self.leader.observer), 1
+            self.leader = None
+        for follower in self.followers:  # they keep the histogram as it is now
+            follower.observer, follower.observed = copy.deepcopy(self.observer), 1
+            follower.leader = None
+        self.followers = []
+        self.observer(x.detach().cpu())  # torchao's observer, as the real path runs it
+        self.observed += 1
+        self.seen.put(x, self)
 
     def freeze(self) -> None:
-        scale, zero_point = self.observer.calculate_qparams()
+        if self.leader is not None and self.leader.scale is not None:
+            self.scale, self.zero_point = self.leader.scale, self.leader.zero_point
+            return
+        source = self.leader or self
+        scale, zero_point = source.observer.calculate_qparams()
         self.scale, self.zero_point = float(scale), int(zero_point)
 
 
@@ -146,13 +211,13 @@ def estimate_int8(
     model = copy.deepcopy(parent).eval()
     device = next(model.parameters(), torch.empty(0)).device
     reduce_range = not has_vnni()
-    hooks = []
+    seen = _Seen()
     quants = []
     for layer in model.modules():
         if isinstance(layer, _LAYERS) or (layer is not model and _holds_layers(layer)):
-            quant = _InputQuant(reduce_range)
+            quant = _InputQuant(reduce_range, seen)
             quants.append(quant)
-            hooks.append(layer.register_forward_pre_hook(quant))
+            layer.register_forward_pre_hook(quant)
     calibration = _calibration(data, compression.calibration_images, seed).to(device)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
