@@ -22,7 +22,9 @@ from autosearch.study._heartbeat import last_beat
 from autosearch.study.records import result_facts
 from controllers import RandomSearch
 
-SLOW_TRAIN = TrainConfig(epochs=4, batch_size=16, lr=0.05)
+# A trial stopped "one epoch in" must still be running when the signal lands: eleven
+# epochs left (seconds on a loaded machine), not three, between seeing it and stopping it.
+INTERRUPTED_TRAIN = TrainConfig(epochs=12, batch_size=16, lr=0.05)
 
 
 def _wait_for(predicate, what: str, bound: float = 1800.0) -> None:
@@ -84,7 +86,7 @@ def test_a_stalled_worker_that_wakes_up_drops_its_taken_over_trial(
         "stall",
         controller=RandomSearch(tiny_space, seed=0),
         storage=url,
-        train=SLOW_TRAIN,
+        train=INTERRUPTED_TRAIN,
         artifacts=str(tmp_path / "artifacts"),
     )
     worker = _worker(url, "stall", 2, beats)

@@ -93,10 +93,9 @@ def _epochs(study: autosearch.Study, number: int) -> int:
     return len(trials[number].intermediate_values) if len(trials) > number else 0
 
 
-SLOW_TRAIN = TrainConfig(epochs=4, batch_size=16, lr=0.05)
-# A trial killed "two epochs in" must still be running when the kill lands: ten epochs
-# left (seconds on a loaded machine), not two, between seeing it and killing it.
-KILLED_TRAIN = TrainConfig(epochs=12, batch_size=16, lr=0.05)
+# A trial stopped "n epochs in" must still be running when the signal lands: ten epochs
+# or more left (seconds on a loaded machine), not two, between seeing it and stopping it.
+INTERRUPTED_TRAIN = TrainConfig(epochs=12, batch_size=16, lr=0.05)
 
 
 def _worker(storage: str, name: str, n: int, env: dict[str, str]) -> subprocess.Popen:
@@ -128,7 +127,7 @@ def test_a_worker_killed_mid_trial_is_resumed_from_its_checkpoint(
         "chaos",
         controller=RandomSearch(tiny_space, seed=0),
         storage=url,
-        train=KILLED_TRAIN,
+        train=INTERRUPTED_TRAIN,
         artifacts=str(tmp_path / "shared-artifacts"),  # where every worker finds checkpoints
     )
     worker = _worker(url, "chaos", 3, beats)
@@ -157,13 +156,13 @@ def test_a_worker_killed_mid_trial_is_resumed_from_its_checkpoint(
     plan = TrialPlan(
         space=again.space,
         arch=resumed.arch,
-        train=KILLED_TRAIN,
+        train=INTERRUPTED_TRAIN,
         seed=trial_seed(again.seed, resumed.arch),
     )
     straight = train_candidate(plan, again.data)
     assert straight.metrics["accuracy"] == resumed.metrics["accuracy"]
     assert straight.metrics["test_accuracy"] == resumed.metrics["test_accuracy"]
-    assert len(again.curves()[resumed.trial]) == KILLED_TRAIN.epochs  # the whole curve
+    assert len(again.curves()[resumed.trial]) == INTERRUPTED_TRAIN.epochs  # the whole curve
 
 
 @pytest.mark.slow
@@ -172,7 +171,7 @@ def test_ctrl_c_finishes_the_epoch_checkpoint_and_the_trial_resumes(tmp_path, ti
 
     url = f"sqlite:///{tmp_path}/int.db"
     study = autosearch.create_study(
-        "int", controller=RandomSearch(tiny_space, seed=0), storage=url, train=SLOW_TRAIN
+        "int", controller=RandomSearch(tiny_space, seed=0), storage=url, train=INTERRUPTED_TRAIN
     )
     worker = _worker(url, "int", 2, {})
     try:
