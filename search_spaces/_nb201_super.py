@@ -50,8 +50,12 @@ class _MixedCell(nn.Module):
     def pairs(self, cell: Any, edges: list[list[str]]) -> Iterator[tuple[nn.Module, nn.Module]]:
         """(layer of the subnet's cell, layer of this one) for each chosen operation
         that has weights."""
-        for theirs, choices, ops in zip(cell.edges, self.edges, edges, strict=True):
-            for target, mixed, op in zip(theirs, choices, ops, strict=True):
+        for theirs, choices, ops in zip(
+            cell.edges, cast(list[nn.ModuleList], self.edges), edges, strict=True
+        ):
+            for target, mixed, op in zip(
+                theirs, cast(list[nn.ModuleDict], choices), ops, strict=True
+            ):
                 if any(True for _ in target.parameters()):
                     yield target, mixed[op]
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import copy
 import warnings
 import weakref
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn as nn
@@ -34,7 +34,7 @@ _LAYERS = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear)
 _HEADER_PER_LAYER = 250
 
 
-def _observer(reduce_range: bool) -> object:
+def _observer(reduce_range: bool) -> Any:
     """torchao's HistogramObserver as the real path configures it, with its range
     search (a loop of up to 10⁵ steps that indexes a tensor at each) run on a list of
     floats: the same steps and result, without a tensor access per step."""
@@ -169,7 +169,7 @@ def fake_quantize(x: torch.Tensor, scale: float, zero_point: int, quant_max: int
 
 
 def _round_weight(layer: nn.Module) -> None:
-    w = layer.weight.data
+    w = cast(torch.Tensor, layer.weight).data
     flat = w.reshape(w.shape[0], -1).abs().amax(dim=1)
     scale = torch.clamp(flat / 127.5, min=2**-12)  # symmetric int8 [-128, 127], as the observer
     zero = torch.zeros(w.shape[0], dtype=torch.int32, device=w.device)

@@ -33,6 +33,7 @@ The file format (JSON, ``format`` ``autosearch-latency/1``)::
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -90,6 +91,9 @@ def host_device() -> str:
         found = re.search(r"^model name\s*:\s*(.+)$", cpuinfo.read_text(), re.MULTILINE)
         name = found.group(1).strip() if found else ""
     return f"cpu:{name or platform.processor() or platform.machine() or 'unknown'}"
+
+
+_no_grad = torch.no_grad
 
 
 def _torch_version() -> str:
@@ -161,7 +165,9 @@ class _Tracer(TorchDispatchMode):
         if self._unit is module:
             self._unit = None
             self.parts.append(
-                Part(key=_module_key(module, inputs, output), run=lambda m=module, a=inputs: m(*a))
+                Part(
+                    key=_module_key(module, inputs, output), run=functools.partial(module, *inputs)
+                )
             )
 
 
@@ -258,7 +264,7 @@ class LatencyTable:
         return f"{self.device} (torch {self.torch}, {self.threads} thread)"
 
     # Predicting ------------------------------------------------------------------------
-    @torch.no_grad()
+    @_no_grad()  # (the class's field `torch` shadows the module for a type checker)
     def predict(self, model: nn.Module, input_shape: Sequence[int], *, batch: int = 1) -> float:
         """Predicted milliseconds per image of a forward pass of ``batch`` images on
         this table's device (the convention of :func:`autosearch.scoring.cost.latency`)."""
