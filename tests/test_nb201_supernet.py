@@ -188,29 +188,25 @@ def test_a_train_and_test_folder_of_other_classes_is_refused(tmp_path, monkeypat
     assert "\n" not in str(info.value)
 
 
+def _benchmark(work, *arguments: str) -> subprocess.CompletedProcess:
+    """benchmarks/nb201_supernet.py run in ``work`` (its study, cache and files there)."""
+    return subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "nb201_supernet.py"), "--work", ".", *arguments],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        env={**os.environ, "AUTOSEARCH_CACHE": str(work / "cache")},
+    )
+
+
 @pytest.mark.slow
 def test_the_benchmarks_smallest_setting_runs(tmp_path):
     """benchmarks/nb201_supernet.py end to end on a slice of CIFAR-10 (skipped, saying
     so, where the dataset is not beside the repository)."""
     if not CIFAR.is_file():
         pytest.skip(f"{CIFAR} is absent: the NAS-Bench-201 benchmark needs CIFAR-10's JPEGs")
-    run = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "nb201_supernet.py"),
-            "--smoke",
-            "--ceiling",
-            "2",
-            "--work",
-            str(tmp_path),
-            "--out",
-            str(tmp_path / "result.json"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        env={**os.environ, "AUTOSEARCH_CACHE": str(tmp_path / "cache")},
-    )
+    run = _benchmark(tmp_path, "--smoke", "--ceiling", "2", "--out", "result.json")
     assert run.returncode == 0, run.stderr[-3000:]
     result = json.loads((tmp_path / "result.json").read_text())
     ranking = result["ranking"]
@@ -222,23 +218,8 @@ def test_the_benchmarks_smallest_setting_runs(tmp_path):
     assert bound["cells"] == 2 and len(bound["trained"]) == 2
     assert all(0 <= accuracy <= 1 for _, accuracy in bound["trained"])
     # the ceiling alone, of the cells that run ranked: the same cells, trained the same way
-    again = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "nb201_supernet.py"),
-            "--ceiling-from",
-            str(tmp_path / "result.json"),
-            "--ceiling",
-            "1",
-            "--work",
-            str(tmp_path),
-            "--out",
-            str(tmp_path / "ceiling.json"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        env={**os.environ, "AUTOSEARCH_CACHE": str(tmp_path / "cache")},
+    again = _benchmark(
+        tmp_path, "--ceiling-from", "result.json", "--ceiling", "1", "--out", "ceiling.json"
     )
     assert again.returncode == 0, again.stderr[-3000:]
     alone = json.loads((tmp_path / "ceiling.json").read_text())["ceiling"]["trained"]
