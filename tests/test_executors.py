@@ -128,7 +128,10 @@ def test_a_table_study_through_ray_stores_what_the_local_pool_stores(ray_cluster
     table = tmp_path / "nb201.csv"
     maker = ROOT / "benchmarks" / "make_nb201_table.py"
     subprocess.run([sys.executable, str(maker), str(table)], check=True, timeout=1800)
-    on_ray = RayExecutor(address=ray_cluster, init={"_node_ip_address": "127.0.0.1"})
+    # "auto": the placement rule's GPU fraction, none on this cluster of CPUs
+    on_ray = RayExecutor(
+        address=ray_cluster, num_gpus="auto", init={"_node_ip_address": "127.0.0.1"}
+    )
     stored = {}
     for label, executor in (("pool", "process"), ("ray", on_ray)):
         study = autosearch.create_study(
@@ -140,6 +143,7 @@ def test_a_table_study_through_ray_stores_what_the_local_pool_stores(ray_cluster
         study.optimize(8, n_workers=2, executor=executor)
         stored[label] = {(r.arch.arch_id, r.accuracy, r.test_accuracy) for r in study.records()}
     assert len(stored["pool"]) == 8 and stored["ray"] == stored["pool"]
+    assert on_ray.gpus_per_worker == 0.0
 
 
 @pytest.mark.service

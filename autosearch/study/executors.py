@@ -14,10 +14,17 @@ through the heartbeat protocol (a bucket or a shared folder holds the checkpoint
 
 Storage and artifacts must be reachable from every worker: a PostgreSQL URL (or a
 file on a shared file system, by absolute path) and an absolute folder or a bucket.
+
+More workers than GPUs share them: autosearch.training.placement's rule (a trial's
+size against a GPU's free memory) says how many fit on one and refuses more; the local
+pool spreads its workers over the GPUs and runs those sharing one under CUDA MPS where
+it can start, and ``RayExecutor(num_gpus="auto")`` asks Ray for the rule's fraction.
+``per_gpu=`` on either overrides the rule.
 """
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import socket
@@ -26,11 +33,15 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import torch
 
+from autosearch._checks import check_fields, flag, real, whole
 from autosearch.errors import ConfigError, PlatformError
+from autosearch.study import _mps
+from autosearch.training import placement
+from autosearch.training.placement import Need
 
 __all__ = ["Executor", "ProcessExecutor", "RayExecutor", "SlurmExecutor", "resolve_executor"]
 
@@ -46,30 +57,65 @@ class Executor(Protocol):
         self, worker: Callable[..., Any], calls: Sequence[Call], poll: Callable[[], None]
     ) -> list[Any]: ...
 
-    def resources(self, n_workers: int) -> tuple[int, bool]:
-        """(CPU threads per worker, whether this side assigns GPUs to workers)."""
+    def resources(self, n_workers: int, need: Callable[[], Need]) -> tuple[int, list[int | None]]:
+        """(CPU threads per worker, each worker's GPU where this side assigns GPUs, else
+        None each). ``need``: what one trial holds on a GPU, for the placement rule."""
         ...
 
 
+@dataclass(frozen=True)
 class ProcessExecutor:
-    """Spawned processes on this machine: CPU threads shared evenly, GPUs in turn."""
+    """Spawned processes on this machine: CPU threads shared evenly, workers spread
+    over the GPUs evenly, as many on one as the placement rule fits (``per_gpu``:
+    that many instead). Workers sharing a GPU run under a CUDA MPS daemon of the run's
+    own where one can start (``mps``: None, where it can; True, or refuse; False,
+    never)."""
+
+    per_gpu: int | None = None
+    mps: bool | None = None
+
+    def __post_init__(self) -> None:
+        check_fields(
+            "ProcessExecutor",
+            self,
+            [
+                ("per_gpu", lambda v: v is None or whole(1)(v), "None or a whole number >= 1"),
+                ("mps", lambda v: v is None or flag(v), "None (where it can start), True or False"),
+            ],
+        )
 
     def map(
         self, worker: Callable[..., Any], calls: Sequence[Call], poll: Callable[[], None]
     ) -> list[Any]:
         context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(len(calls), mp_context=context) as pool:
-            futures = [pool.submit(worker, **call) for call in calls]
+        sharing = self._sharing(calls)
+        with sharing as env, ProcessPoolExecutor(len(calls), mp_context=context) as pool:
+            futures = [pool.submit(worker, **call, env=env) for call in calls]
             pending: set[Future[Any]] = set(futures)
             while pending:
                 _, pending = wait(pending, timeout=_POLL_SECONDS, return_when=FIRST_EXCEPTION)
                 poll()
             return [f.result() for f in futures]
 
-    def resources(self, n_workers: int) -> tuple[int, bool]:
+    def resources(self, n_workers: int, need: Callable[[], Need]) -> tuple[int, list[int | None]]:
         # The threads this process may use (torch's count: the cores, or what
         # OMP_NUM_THREADS or torch.set_num_threads made it), shared evenly.
-        return max(1, torch.get_num_threads() // n_workers), True
+        threads = max(1, torch.get_num_threads() // n_workers)
+        gpus = placement.assign(n_workers, _free_memory(), need, per_gpu_override=self.per_gpu)
+        return threads, gpus
+
+    def _sharing(self, calls: Sequence[Call]) -> contextlib.AbstractContextManager[dict[str, str]]:
+        """The environment of the run's MPS daemon where workers share a GPU (see ``mps``)."""
+        gpus = [c.get("gpu") for c in calls if c.get("gpu") is not None]
+        shared = len(gpus) > len(set(gpus))
+        if self.mps is False or not (shared or self.mps):
+            return contextlib.nullcontext({})
+        return _mps.daemon(required=bool(self.mps))
+
+
+def _free_memory() -> list[int]:
+    """The free memory of each GPU this process sees, in bytes (none on a CPU machine)."""
+    return [torch.cuda.mem_get_info(g)[0] for g in range(torch.cuda.device_count())]
 
 
 @dataclass(frozen=True)
@@ -81,26 +127,55 @@ class RayExecutor:
     ``env_vars``: environment variables the workers get (object-store credentials,
     ``AUTOSEARCH_HEARTBEAT_GRACE``; a Ray node otherwise has its own environment);
     ``init`` is passed on to ``ray.init`` when this process has not joined a cluster
-    yet (``_node_ip_address``, ``runtime_env``, ...)."""
+    yet (``_node_ip_address``, ``runtime_env``, ...).
+
+    ``num_gpus="auto"``: the placement rule's fraction, ``1 / per_gpu``, with
+    ``per_gpu`` given or from a trial's size and the free memory of a GPU of the cluster
+    (read by one task on a GPU node); 0 on a cluster without GPUs."""
 
     address: str | None = None
     num_cpus: float = 1
-    num_gpus: float = 0
+    num_gpus: float | Literal["auto"] = 0
     max_retries: int = 3
     env_vars: dict[str, str] = field(default_factory=dict)
     init: dict[str, Any] = field(default_factory=dict)
+    per_gpu: int | None = None
+    _resolved: dict[str, float] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        auto = self.num_gpus == "auto"
+        check_fields(
+            "RayExecutor",
+            self,
+            [
+                ("num_gpus", lambda v: v == "auto" or real(0)(v), "a number >= 0, or 'auto'"),
+                ("per_gpu", lambda v: v is None or whole(1)(v), "None or a whole number >= 1"),
+            ],
+        )
+        if self.per_gpu is not None and not auto:
+            raise ConfigError(
+                f"per_gpu={self.per_gpu} sets the GPU fraction only with num_gpus='auto'; "
+                f"drop one (num_gpus={self.num_gpus!r} is what each worker asks for)"
+            )
+
+    @property
+    def gpus_per_worker(self) -> float:
+        """What each worker asks Ray for: ``num_gpus``, or the rule's fraction once
+        :meth:`resources` resolved ``"auto"``."""
+        if self.num_gpus != "auto":
+            return float(self.num_gpus)
+        if "num_gpus" not in self._resolved:
+            raise ConfigError("num_gpus='auto' is resolved by resources() before map()")
+        return self._resolved["num_gpus"]
 
     def map(
         self, worker: Callable[..., Any], calls: Sequence[Call], poll: Callable[[], None]
     ) -> list[Any]:
-        ray = _require("ray", "ray")
-        if not ray.is_initialized():
-            _check_head(self.address or os.environ.get("RAY_ADDRESS"))
-            ray.init(address=self.address, **{"log_to_driver": False, **self.init})
+        ray = self._connect()
         self._check_fits(ray)
         task = ray.remote(
             num_cpus=self.num_cpus,
-            num_gpus=self.num_gpus,
+            num_gpus=self.gpus_per_worker,
             max_retries=self.max_retries,
             runtime_env={"env_vars": dict(self.env_vars)} if self.env_vars else None,
         )(worker)
@@ -111,23 +186,40 @@ class RayExecutor:
             poll()
         return list(ray.get(refs))
 
-    def resources(self, n_workers: int) -> tuple[int, bool]:
-        return max(1, int(self.num_cpus)), False  # Ray sets each task's visible GPUs
+    def resources(self, n_workers: int, need: Callable[[], Need]) -> tuple[int, list[int | None]]:
+        if self.num_gpus == "auto":
+            self._resolved["num_gpus"] = self._fraction(self._connect(), need)
+        return max(1, int(self.num_cpus)), [None] * n_workers  # Ray sets each task's GPUs
+
+    def _connect(self) -> Any:
+        ray = _require("ray", "ray")
+        if not ray.is_initialized():
+            _check_head(self.address or os.environ.get("RAY_ADDRESS"))
+            ray.init(address=self.address, **{"log_to_driver": False, **self.init})
+        return ray
+
+    def _fraction(self, ray: Any, need: Callable[[], Need]) -> float:
+        """The placement rule's GPU fraction on this cluster (0 where it has no GPU)."""
+        if ray.cluster_resources().get("GPU", 0) < 1:
+            return 0.0
+        if self.per_gpu is not None:
+            return 1 / self.per_gpu
+        free = ray.get(ray.remote(num_gpus=1, num_cpus=0)(_free_gpu_memory).remote())
+        return 1 / placement.per_gpu(need(), free)
 
     def _check_fits(self, ray: Any) -> None:
         """Refuse workers no node of the cluster can run (Ray would wait for such a node
         forever, silently)."""
         nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
-        if any(
-            n.get("CPU", 0) >= self.num_cpus and n.get("GPU", 0) >= self.num_gpus for n in nodes
-        ):
+        gpus = self.gpus_per_worker
+        if any(n.get("CPU", 0) >= self.num_cpus and n.get("GPU", 0) >= gpus for n in nodes):
             return
         largest = (
             ", ".join(f"{n.get('CPU', 0):g} CPUs and {n.get('GPU', 0):g} GPUs" for n in nodes)
             or "no live node"
         )
         raise ConfigError(
-            f"each worker asks Ray for {self.num_cpus:g} CPUs and {self.num_gpus:g} GPUs, but "
+            f"each worker asks Ray for {self.num_cpus:g} CPUs and {gpus:g} GPUs, but "
             f"no node of the cluster has that (its nodes: {largest}); lower num_cpus / "
             "num_gpus of the RayExecutor, or add a node that has them"
         )
@@ -170,8 +262,15 @@ class SlurmExecutor:
         poll()
         return [job.result() for job in jobs]
 
-    def resources(self, n_workers: int) -> tuple[int, bool]:
-        return self.cpus_per_task, False  # Slurm sets each job's visible GPUs
+    def resources(self, n_workers: int, need: Callable[[], Need]) -> tuple[int, list[int | None]]:
+        return self.cpus_per_task, [None] * n_workers  # Slurm sets each job's visible GPUs
+
+
+def _free_gpu_memory() -> int:
+    """On a Ray GPU node, in a task given one GPU: its free memory, in bytes."""
+    import torch
+
+    return int(torch.cuda.mem_get_info()[0])
 
 
 @dataclass(frozen=True)

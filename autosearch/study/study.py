@@ -44,6 +44,7 @@ from autosearch.study.replay import ControllerReplay
 from autosearch.study.stored import open_stored, study_uid
 from autosearch.study.supernet_job import SupernetJob
 from autosearch.study.trials import StoredTrials
+from autosearch.training.placement import Need
 from autosearch.training.runtime import broadcast_object, world
 
 __all__ = ["Study", "TrialCallback"]
@@ -427,8 +428,18 @@ class Study(DefinitionView):
             worker_main=_worker_main,
             callbacks=callbacks,
             executor=executor,
+            need=self._trial_need,
             **limits,
         )
+
+    def _trial_need(self) -> Need:
+        """What one of this study's trials holds on a GPU, for placing workers that share
+        one (autosearch.training.placement): a trained candidate's, sized on samples of
+        the space; a table study's workers hold a CUDA context only."""
+        data = self.training_data
+        if data is None:
+            return Need(weights=0, activations=0)
+        return workers.trial_need(self.space, self.train_config, data)
 
     def _search_parts(self) -> SearchParts:
         return SearchParts(

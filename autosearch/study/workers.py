@@ -17,12 +17,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from autosearch._script import unguarded_line
 from autosearch.architecture import Architecture
+from autosearch.data import Dataset, Split
 from autosearch.errors import ConfigError
 from autosearch.evaluation.runner import run_trial
+from autosearch.space import SearchSpace
 from autosearch.study import records
 from autosearch.study.dataset import StudyData
 from autosearch.study.executors import Executor, ProcessExecutor, resolve_executor
@@ -31,9 +34,12 @@ from autosearch.study.plans import Planner
 from autosearch.study.records import Record
 from autosearch.study.replay import ControllerReplay, worker_stream
 from autosearch.study.trials import StoredTrials
+from autosearch.training._batch import MAX_GROWTH
+from autosearch.training.placement import Need, step_need
 from autosearch.training.runtime import broadcast_object
+from autosearch.training.train import TrainConfig
 
-__all__ = ["check_main_guard", "follow", "run_pool", "start_worker"]
+__all__ = ["check_main_guard", "follow", "run_pool", "start_worker", "trial_need"]
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +63,7 @@ def run_pool(
     max_failures_in_a_row: int,
     executor: str | Executor = "process",
     total: int | None = None,
+    need: Callable[[], Need] | None = None,
 ) -> list[Record]:
     """Run ``n_trials`` of the study of ``trials`` (at ``storage_url``) in ``n_workers``
     workers that ``executor`` starts (spawned local processes, Ray tasks, Slurm jobs);
@@ -66,15 +73,16 @@ def run_pool(
     ``worker_main(name=, storage=, data=, n_trials=, worker=, run=, trials_before=,
     max_failures_in_a_row=, total=)`` is each worker's entry point (it opens the study, calls
     :func:`start_worker` and runs its trials); ``threads`` and ``gpu`` are set here. A
-    worker the engine starts again (its node died) runs only what its share lacks."""
+    worker the engine starts again (its node died) runs only what its share lacks.
+    ``need``: what one trial holds on a GPU, asked for where workers share GPUs
+    (autosearch.training.placement; default: a CUDA context only)."""
     engine = resolve_executor(executor)
     if storage_url.startswith("sqlite") and ":memory:" in storage_url:
         raise ConfigError("worker processes cannot share an in-memory storage; use a file")
     if isinstance(engine, ProcessExecutor):
         check_main_guard()
     shares = [n_trials // n_workers + (i < n_trials % n_workers) for i in range(n_workers)]
-    threads, assign_gpus = engine.resources(n_workers)
-    gpus = torch.cuda.device_count() if assign_gpus else 0
+    threads, gpus = engine.resources(n_workers, need or (lambda: Need(weights=0, activations=0)))
     run = uuid.uuid4().hex[:12]
     before = len(trials.all())
     common = {"worker_main": worker_main, "name": trials.name, "storage": storage_url}
@@ -86,7 +94,7 @@ def run_pool(
             "run": run,
             "trials_before": before,
             "threads": threads,
-            "gpu": (i % gpus) if gpus else None,
+            "gpu": gpus[i],
             "cwd": os.getcwd(),
             "data": data_source,
             "max_failures_in_a_row": max_failures_in_a_row,
@@ -185,17 +193,50 @@ def _process(
     threads: int,
     gpu: int | None,
     cwd: str | None = None,
+    env: dict[str, str] | None = None,
     **options: Any,
 ) -> list[int]:
     """A worker: the caller's working folder where this machine has it (so relative
     storage and artifact paths mean the same as for the caller: Ray and Slurm start
-    workers elsewhere), its share of the CPU threads and its GPU, then the study's work."""
+    workers elsewhere), its share of the CPU threads, its GPU and the environment its
+    executor gives it (an MPS daemon's pipe), then the study's work. All of it is set
+    before CUDA starts in this process."""
     if cwd is not None and Path(cwd).is_dir():
         os.chdir(cwd)
+    os.environ.update(env or {})
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
     torch.set_num_threads(threads)
     return worker_main(**options)
+
+
+def trial_need(
+    space: SearchSpace, config: TrainConfig, data: Dataset, *, samples: int = 16, seed: int = 0
+) -> Need:
+    """What the largest of ``samples`` candidates of ``space`` (its default and draws
+    with ``seed``) holds on a GPU while it trains with ``config`` on ``data``: the
+    placement rule's size of a trial (autosearch.training.placement). With
+    ``auto_batch_size``, at the largest batch the rule may grow to; ``"auto"``
+    precision counted as fp32 (the larger)."""
+    rng = np.random.default_rng(seed)
+    archs = [space.default(), *(space.sample(rng) for _ in range(samples - 1))]
+    batch = config.batch_size * (MAX_GROWTH if config.auto_batch_size else 1)
+    images = data.train.x.nbytes if isinstance(data.train, Split) else 0  # streamed: none
+    needs = []
+    with torch.random.fork_rng(devices=[]):
+        for arch in archs:
+            model = space.build(arch, input_shape=data.input_shape, num_classes=data.num_classes)
+            needs.append(
+                step_need(
+                    model,
+                    data.input_shape,
+                    batch=batch,
+                    optimizer=config.optimizer,
+                    precision=config.precision,
+                    data_bytes=int(images),
+                )
+            )
+    return Need.largest(needs)
 
 
 def follow(planner: Planner, data: StudyData) -> list[Record]:
