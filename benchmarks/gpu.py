@@ -12,8 +12,12 @@ Sections (``--only`` picks some):
 2. warmup: the first epoch of a new architecture against its steady epoch, three
    architectures, with cuDNN's autotuner (``cudnn.benchmark``) off and on.
 3. workers: trials per hour with 1, 2, 4 and 8 worker processes sharing the GPU (each
-   trial: a ResNet-20-sized candidate, one epoch on 12,000 images), and with 4 under
-   CUDA MPS where its daemon can be started.
+   trial: a ResNet-20-sized candidate, one epoch on 12,000 images), plain and under the
+   CUDA MPS daemon the platform starts (target: >= 2.5x one worker).
+   fused: 1..16 ResNet-20s trained as one fused model (torch.func: stacked weights,
+   vmap), images/s against one in the trainer's fast path.
+   placement: the placement rule's size of a trial against the allocator's peak, and
+   how many the rule puts on this GPU.
 4. batch: ``auto_batch_size``'s choice (the trainer's rule, said in words), its images/s
    and its validation accuracy against batch 256.
 5. study: a ``make run``-like study (random search, ResNet space, 6 trials, 2 epochs)
@@ -313,18 +317,29 @@ print("END", time.time(), flush=True)
 
 
 def bench_workers(data_spec: str, total: int) -> dict:
-    root = str(HERE.parent)
-    out = {}
+    """Trials per hour with 1, 2, 4 and 8 worker processes on the GPU, each way of
+    sharing it: plain processes (the GPU time-sliced between their contexts) and under
+    the CUDA MPS daemon the platform starts for workers that share a GPU
+    (autosearch.study._mps, as ProcessExecutor does)."""
+    from autosearch.study import _mps
 
-    def measure(n: int) -> float:
+    root = str(HERE.parent)
+    out: dict = {}
+
+    def measure(n: int, env: dict[str, str]) -> float:
         with tempfile.TemporaryDirectory() as tmp:
             go = Path(tmp) / "go"
             script = Path(tmp) / "w.py"
             script.write_text(
-                _WORKER.format(root=root, data=data_spec, go=str(go), trials=total // n)
+                _WORKER.format(root=root, data=data_spec, go=str(go), trials=max(1, total // n))
             )
             procs = [
-                subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+                subprocess.Popen(
+                    [sys.executable, str(script)],
+                    stdout=subprocess.PIPE,
+                    text=True,
+                    env={**os.environ, **env},
+                )
                 for _ in range(n)
             ]
             for p in procs:
@@ -337,21 +352,126 @@ def bench_workers(data_spec: str, total: int) -> dict:
             for p in procs:
                 text, _ = p.communicate(timeout=600)
                 ends.append(float(text.split("END")[-1]))
-        return (total // n) * n / (max(ends) - start) * 3600
+        return max(1, total // n) * n / (max(ends) - start) * 3600
 
     for n in (1, 2, 4, 8):
-        out[f"trials_per_hour_{n}"] = measure(n)
+        out[f"trials_per_hour_{n}"] = measure(n, {})
     for n in (2, 4, 8):
         out[f"gain_{n}_vs_1"] = out[f"trials_per_hour_{n}"] / out["trials_per_hour_1"]
-    started = subprocess.run(["nvidia-cuda-mps-control", "-d"], capture_output=True, text=True)
-    if started.returncode == 0:
+    try:
+        with _mps.daemon(required=True) as env:
+            for n in (2, 4, 8):
+                out[f"mps_trials_per_hour_{n}"] = measure(n, env)
+                out[f"mps_gain_{n}_vs_1"] = (
+                    out[f"mps_trials_per_hour_{n}"] / out["trials_per_hour_1"]
+                )
+    except Exception as exc:  # a container that forbids MPS: said, the rest stands
+        out["mps"] = f"could not start: {exc}"[:300]
+    return out
+
+
+def fused_images_per_s(data, k: int, *, device: str = "cuda", steps: int = 30) -> float:
+    """Images a second of ``k`` ResNet-20s trained as one fused model (horizontal fusion,
+    HFTA's idea, with torch.func: the k models' weights stacked, one vmapped forward and
+    backward, each model on a batch of its own, one fused SGD step for all), bf16
+    autocast on a GPU."""
+    import copy
+
+    from torch.func import functional_call, grad_and_value, stack_module_state, vmap
+
+    models = [_resnet20(data, seed=s).to(device).train() for s in range(k)]
+    params, buffers = stack_module_state(models)
+    base = copy.deepcopy(models[0]).to("meta")
+    kind = torch.device(device).type
+
+    def loss(p, b, x, y):
+        with torch.autocast(kind, dtype=torch.bfloat16, enabled=kind == "cuda"):
+            out = functional_call(base, (p, b), (x,))
+        return F.cross_entropy(out.float(), y)
+
+    step = vmap(grad_and_value(loss), in_dims=(0, 0, 0, 0), randomness="different")
+    weights = list(params.values())
+    sgd = torch.optim.SGD(weights, lr=0.05, momentum=0.9, nesterov=True)
+    n = k * BATCH
+    x = data.normalize(data.train.x[:n].to(device)).reshape(k, BATCH, *data.input_shape)
+    y = data.train.y[:n].to(device).reshape(k, BATCH)
+
+    def once() -> None:
+        grads, _ = step(params, buffers, x, y)
+        for w, name in zip(weights, params, strict=True):
+            w.grad = grads[name]
+        sgd.step()
+
+    for _ in range(3):
+        once()
+    if kind == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(steps):
+        once()
+    if kind == "cuda":
+        torch.cuda.synchronize()
+    return n * steps / (time.perf_counter() - start)
+
+
+def bench_fused(data) -> dict:
+    """Several candidates of one shape on a GPU as one fused model: images a second of
+    1, 2, 4, 8 and 16 ResNet-20s fused, against one ResNet-20 in the trainer (bf16,
+    channels_last, CUDA graphs: the single-trial fast path), on the same GPU."""
+    from autosearch.data import Split
+
+    small = dataclasses.replace(data, train=Split(x=data.train.x[:12000], y=data.train.y[:12000]))
+    config = _config(
+        epochs=3, batch_size=BATCH, lr=0.1, device="cuda", precision="bf16", channels_last=True
+    )
+    out: dict = {"trainer_images_per_s": _run(_resnet20(small), small, config)["images_per_s"]}
+    for k in (1, 2, 4, 8, 16):
         try:
-            out["mps_trials_per_hour_4"] = measure(4)
-            out["mps_gain_4_vs_1"] = out["mps_trials_per_hour_4"] / out["trials_per_hour_1"]
-        finally:
-            subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", text=True)
-    else:
-        out["mps"] = f"could not start: {(started.stderr or started.stdout).strip()[:200]}"
+            rate = fused_images_per_s(data, k)
+        except Exception as exc:
+            out[f"fused_{k}"] = f"{type(exc).__name__}: {exc}"[:300]
+            break
+        out[f"fused_{k}_images_per_s"] = rate
+        out[f"fused_{k}_vs_trainer"] = rate / out["trainer_images_per_s"]
+    return out
+
+
+def bench_placement(data) -> dict:
+    """The placement rule's size of a trial against what the GPU's allocator saw: a
+    ResNet-20 and two wider candidates, bf16 at batch 256, one training epoch each in a
+    fresh process would be exact; here the peak allocated within this process, reset
+    before each (the CUDA context is not counted by either)."""
+    from autosearch.training.placement import per_gpu, step_need
+
+    out: dict = {}
+    free = torch.cuda.mem_get_info()[0]
+    for width in (16, 32, 64):
+        from search_spaces import ResNetSpace
+
+        space = ResNetSpace(max_stages=3)
+        genes = {**space.reference("resnet20").genes}
+        for s in (1, 2, 3):
+            genes[f"stage{s}.width"] = width * 2 ** (s - 1)
+        arch = space.make(genes)
+        model = space.build(arch, input_shape=data.input_shape, num_classes=data.num_classes)
+        need = step_need(model, data.input_shape, batch=BATCH, precision="bf16")
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        config = _config(
+            epochs=1, batch_size=BATCH, lr=0.1, device="cuda", precision="bf16", channels_last=True
+        )
+        from autosearch.data import Split
+
+        small = dataclasses.replace(data, train=Split(x=data.train.x[:4096], y=data.train.y[:4096]))
+        _run(model, small, config)
+        peak = torch.cuda.max_memory_allocated() - base
+        out[f"width_{width}"] = {
+            "predicted_gib": (need.weights + need.activations) / 2**30,
+            "peak_allocated_gib": peak / 2**30,
+            "per_gpu": per_gpu(need, free),
+        }
+    out["free_gib"] = free / 2**30
     return out
 
 
@@ -494,6 +614,8 @@ def main() -> None:
         "trainer": lambda: bench_trainer(data, args.epochs, args.baseline, args.data),
         "warmup": lambda: bench_warmup(data),
         "workers": lambda: bench_workers(args.data, args.workers_trials),
+        "fused": lambda: bench_fused(data),
+        "placement": lambda: bench_placement(data),
         "batch": lambda: bench_batch(data, args.epochs),
         "study": lambda: bench_study(args.data),
         "subnet": lambda: bench_subnet(data),

@@ -201,3 +201,44 @@ def test_subnets_are_evaluated_on_the_gpu_as_on_the_cpu(digits):
     estimate = estimate_int8(model, digits, Compression(), seed=0)  # estimated where it runs
     assert next(estimate.model.parameters()).is_cuda
     assert 0 < evaluate(estimate.model, on_gpu.val, digits)[0] <= 1
+
+
+@cuda
+def test_the_placement_rule_holds_what_a_trial_allocates_on_the_gpu(digits):
+    """Everything the allocator held while a candidate trained (weights, optimizer,
+    activations, resident images, cuDNN's workspaces) fits in the rule's size of it."""
+    from autosearch.training.placement import step_need
+
+    space = ResNetSpace(max_stages=3)
+    model = space.build(space.default(), input_shape=digits.input_shape, num_classes=10)
+    need = step_need(
+        model, digits.input_shape, batch=64, precision="bf16", data_bytes=digits.train.x.nbytes
+    )
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    train(model, digits, TrainConfig(epochs=1, batch_size=64, device="cuda", precision="bf16"))
+    peak = torch.cuda.max_memory_allocated() - base
+    assert 0 < peak <= need.total, (peak, need.describe())
+
+
+@cuda
+def test_a_worker_runs_cuda_under_the_platforms_mps_daemon_or_without_it():
+    """Where MPS starts, a worker given its environment runs CUDA as its client; where
+    it cannot, the environment is empty and CUDA runs as before."""
+    import os
+    import subprocess
+    import sys
+
+    from autosearch.study import _mps
+
+    probe = "import torch; print(torch.ones(4, device='cuda').sum().item())"
+    with _mps.daemon() as env:
+        done = subprocess.run(
+            [sys.executable, "-c", probe],
+            env={**os.environ, **env},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    assert done.returncode == 0 and done.stdout.strip() == "4.0", done.stderr
