@@ -35,7 +35,15 @@ from autosearch.evaluation.supernet import SupernetConfig
 from autosearch.evaluation.tabular import Table
 from autosearch.registry import register_controller, register_space
 from autosearch.space import Categorical, IntRange, NetworkSpec, SearchSpace
-from autosearch.study import RayExecutor, Record, SlurmExecutor, Study, create_study, load_study
+from autosearch.study import (
+    ProcessExecutor,
+    RayExecutor,
+    Record,
+    SlurmExecutor,
+    Study,
+    create_study,
+    load_study,
+)
 from autosearch.studyfile import StudySpec
 from autosearch.training.train import TrainConfig
 
@@ -54,6 +62,7 @@ __all__ = [
     "NetworkSpec",
     "Outcome",
     "PlatformError",
+    "ProcessExecutor",
     "RayExecutor",
     "Record",
     "SearchSpace",

@@ -90,6 +90,11 @@ CASES = {
         ["run", F, "--ray-address", "127.0.0.1:1"],
         "use it with --executor ray",
     ),
+    "run: no workers a GPU": (["run", F, "--per-gpu", "0"], "--per-gpu: expected an integer >= 1"),
+    "run: workers a GPU on Slurm": (
+        ["run", F, "--executor", "slurm", "--per-gpu", "2"],
+        "each job gets the GPUs of its task (drop --per-gpu)",
+    ),
     "run: no processes": (
         ["run", F, "--nproc-per-node", "0"],
         "--nproc-per-node: expected an integer >= 1",

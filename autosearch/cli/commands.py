@@ -31,6 +31,7 @@ from autosearch.registry import controllers, spaces
 from autosearch.report import write_report
 from autosearch.scoring import objective
 from autosearch.study import (
+    ProcessExecutor,
     RayExecutor,
     Study,
     Table,
@@ -39,6 +40,7 @@ from autosearch.study import (
     load_study,
 )
 from autosearch.study._heartbeat import worker_id
+from autosearch.study.executors import Executor
 from autosearch.study.workers import start_worker
 from autosearch.studyfile import load_spec
 from autosearch.training.runtime import init_distributed, leave_distributed, world
@@ -152,13 +154,24 @@ def _nothing_complete(study: Study, done: int, report: Path) -> int:
     return 1
 
 
-def _executor(args: argparse.Namespace | None) -> str | RayExecutor:
-    """``--executor``, with ``--ray-address`` for Ray."""
+def _executor(args: argparse.Namespace | None) -> str | Executor:
+    """``--executor``, with ``--ray-address`` for Ray and ``--per-gpu`` for the placement
+    of workers on GPUs (Ray: the placement rule's GPU fraction, ``num_gpus="auto"``)."""
     name = getattr(args, "executor", None) or "process"
+    per_gpu = getattr(args, "per_gpu", None)
     if getattr(args, "ray_address", None) and name != "ray":
         raise ConfigError("--ray-address names a Ray cluster: use it with --executor ray")
     if name == "ray":
-        return RayExecutor(address=getattr(args, "ray_address", None))
+        return RayExecutor(
+            address=getattr(args, "ray_address", None), num_gpus="auto", per_gpu=per_gpu
+        )
+    if name == "process":
+        return ProcessExecutor(per_gpu=per_gpu)
+    if per_gpu is not None:
+        raise ConfigError(
+            f"--per-gpu places workers on GPUs of this machine or a Ray cluster; with "
+            f"--executor {name} each job gets the GPUs of its task (drop --per-gpu)"
+        )
     return str(name)
 
 

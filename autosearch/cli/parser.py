@@ -130,6 +130,12 @@ def _add_run(sub: Subparsers) -> None:
         "--ray-address", help="the Ray cluster (with --executor ray; default RAY_ADDRESS)"
     )
     run.add_argument(
+        "--per-gpu",
+        type=_integer(1),
+        help="workers sharing one GPU, instead of the placement rule's count (a trial's size "
+        "against the GPU's free memory); with --executor process or ray",
+    )
+    run.add_argument(
         "--nproc-per-node",
         type=_integer(1),
         default=1,

@@ -38,12 +38,13 @@ from __future__ import annotations
 
 from autosearch.evaluation.tabular import Table
 from autosearch.study.definition import StudyDefinition, trial_seed
-from autosearch.study.executors import RayExecutor, SlurmExecutor
+from autosearch.study.executors import ProcessExecutor, RayExecutor, SlurmExecutor
 from autosearch.study.opening import create_study, default_storage, load_study
 from autosearch.study.records import Record
 from autosearch.study.study import Study
 
 __all__ = [
+    "ProcessExecutor",
     "RayExecutor",
     "Record",
     "SlurmExecutor",
