@@ -53,6 +53,20 @@ def test_a_prediction_is_the_sum_of_its_parts_and_repeats_from_the_table(tiny_sp
     assert any("float32[32," in key for key in table.entries)
 
 
+def test_a_model_elsewhere_is_predicted_where_it_is_as_on_the_cpu(tiny_space):
+    """A part's key holds shapes and dtypes, not the device: a model on another device
+    (the meta device here, a supernet's subnet on the GPU in a search) is traced where
+    it is, with no copy to the CPU, and predicted as its CPU twin is."""
+    table = LatencyTable(device="cpu:test", torch=torch.__version__.split("+")[0])
+    model = tiny_space.build(tiny_space.default(), input_shape=(1, 8, 8), num_classes=10)
+    on_cpu = {batch: table.predict(model, (1, 8, 8), batch=batch) for batch in (1, 32)}
+    entries = dict(table.entries)
+    elsewhere = model.to("meta")  # a meta tensor cannot be copied back: no copy is made
+    for batch, expected in on_cpu.items():
+        assert table.predict(elsewhere, (1, 8, 8), batch=batch) == expected
+    assert table.entries == entries
+
+
 def test_predicting_a_model_in_training_mode_changes_nothing_of_it(tiny_space):
     table = LatencyTable(device="cpu:test", torch=torch.__version__.split("+")[0])
     model = tiny_space.build(tiny_space.default(), input_shape=(1, 8, 8), num_classes=10)

@@ -242,3 +242,17 @@ def test_a_worker_runs_cuda_under_the_platforms_mps_daemon_or_without_it():
             timeout=300,
         )
     assert done.returncode == 0 and done.stdout.strip() == "4.0", done.stderr
+
+
+@cuda
+def test_a_subnet_on_the_gpu_is_predicted_as_its_cpu_copy(tiny_space):
+    """The latency table traces a model on the GPU where it is (no copy a subnet) and
+    predicts what it predicts for the same network on the CPU."""
+    from autosearch.scoring.latency import LatencyTable
+
+    table = LatencyTable(device="cpu:test", torch=torch.__version__.split("+")[0])
+    model = tiny_space.build(tiny_space.default(), input_shape=(1, 8, 8), num_classes=10)
+    expected = {batch: table.predict(model, (1, 8, 8), batch=batch) for batch in (1, 32)}
+    on_gpu = model.to("cuda")
+    for batch, value in expected.items():
+        assert table.predict(on_gpu, (1, 8, 8), batch=batch) == value

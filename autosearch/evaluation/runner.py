@@ -246,9 +246,9 @@ def profile(
     if latency is None:
         return measured
     runs = derived.model
-    if next(runs.parameters(), torch.empty(0)).device.type != "cpu":
-        runs = copy.deepcopy(runs).cpu()  # latency is reported on one CPU thread
     if latency == "measured":
+        if next(runs.parameters(), torch.empty(0)).device.type != "cpu":
+            runs = copy.deepcopy(runs).cpu()  # latency is timed on one CPU thread
         return {
             **measured,
             "latency": time_latency(runs, shape, batch=1),

@@ -33,6 +33,7 @@ The file format (JSON, ``format`` ``autosearch-latency/1``)::
 
 from __future__ import annotations
 
+import copy
 import functools
 import hashlib
 import json
@@ -171,6 +172,10 @@ class _Tracer(TorchDispatchMode):
             )
 
 
+def _device(model: nn.Module) -> torch.device:
+    return next(model.parameters(), torch.empty(0)).device
+
+
 def _leaf_counts(model: nn.Module) -> dict[int, int]:
     """Leaf modules under each module of ``model`` (a leaf counts itself)."""
     counts: dict[int, int] = {}
@@ -187,13 +192,15 @@ def _leaf_counts(model: nn.Module) -> dict[int, int]:
 def parts(
     model: nn.Module, input_shape: Sequence[int], *, batch: int = 1
 ) -> tuple[list[Part], int]:
-    """The parts of one inference forward pass of ``batch`` images (on the CPU, in eval
-    mode; the model's mode is restored), and how many container modules were called."""
+    """The parts of one inference forward pass of ``batch`` images (on the model's
+    device, in eval mode; the model's mode is restored), and how many container modules
+    were called. A part's key holds shapes and dtypes, not the device."""
     tracer = _Tracer(model)
     was_training = model.training
     model.eval()
     # Random images from a generator of its own: tracing leaves torch's global stream as it was.
     x = torch.randn(batch, *input_shape, generator=torch.Generator().manual_seed(0))
+    x = x.to(_device(model))
     pre = nn.modules.module.register_module_forward_pre_hook(tracer.before)
     post = nn.modules.module.register_module_forward_hook(tracer.after)
     try:
@@ -267,11 +274,10 @@ class LatencyTable:
     @_no_grad()  # (the class's field `torch` shadows the module for a type checker)
     def predict(self, model: nn.Module, input_shape: Sequence[int], *, batch: int = 1) -> float:
         """Predicted milliseconds per image of a forward pass of ``batch`` images on
-        this table's device (the convention of :func:`autosearch.scoring.cost.latency`)."""
-        if next(model.parameters(), torch.empty(0)).device.type != "cpu":
-            raise LatencyTableError(
-                "latency is predicted for CPU models; move the model to the CPU"
-            )
+        this table's device (the convention of :func:`autosearch.scoring.cost.latency`).
+        A model on another device (a supernet's subnet on the GPU) is traced where it is,
+        with no copy; where the table lacks a part it finds, a CPU copy is traced
+        again and the parts are timed on the CPU."""
         was_training = model.training
         model.eval()  # the parts are replayed in inference mode too: no statistics move
         try:
@@ -280,6 +286,11 @@ class LatencyTable:
                 missing = {p.key for p in found if p.key not in self.entries}
                 if MODULE_CALL not in self.entries:
                     missing.add(MODULE_CALL)
+                if missing and _device(model).type != "cpu":
+                    found, containers = parts(copy.deepcopy(model).cpu(), input_shape, batch=batch)
+                    missing = {p.key for p in found if p.key not in self.entries}
+                    if MODULE_CALL not in self.entries:
+                        missing.add(MODULE_CALL)
                 if missing:
                     self._measure(found, missing)
                 total = containers * self.entries[MODULE_CALL]
