@@ -36,6 +36,7 @@ import argparse
 import csv
 import dataclasses
 import json
+import os
 import platform
 import sys
 import tarfile
@@ -62,7 +63,9 @@ from autosearch.training.train import train
 from controllers import RegularizedEvolution
 from search_spaces import NB201Space
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
+# The shared folder beside the checkout; AUTOSEARCH_SHARED names another (a lent GPU's copy
+# of the tree has none: benchmarks/gpu_session.sh carries what it needs in .gpu/shared).
+SHARED = Path(os.environ.get("AUTOSEARCH_SHARED") or Path(__file__).resolve().parents[2] / "shared")
 TARBALL = SHARED / "datasets" / "cifar10-jpeg.tar.gz"
 TABLE = SHARED / "benchdata" / "nb201_cifar10_valid.csv"
 

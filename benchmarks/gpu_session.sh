@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# A lent GPU session's measurements (issues 45 and 46), prepared here and run there in two
+# calls of the device tool (15 minutes of device time in all, 10 a call):
+#
+#   here:   bash benchmarks/gpu_session.sh prepare
+#           (wheels the GPU image lacks, for its Python 3.12; CIFAR-10's JPEG tarball and
+#           the NAS-Bench-201 table; all into .gpu/, which git ignores)
+#   there:  run(command="bash benchmarks/gpu_session.sh measure", carry=[".gpu"], timeout_s=560)
+#           run(command="bash benchmarks/gpu_session.sh nb201 420", carry=[".gpu"], timeout_s=560)
+#
+# measure: tests/test_gpu.py, then benchmarks/gpu.py's sections of issue 45 (placement, subnet,
+#   fused, workers, ws_example, int8), each section's JSON written to $OUT/gpu.json as it ends.
+# nb201 SECONDS: the full-size NAS-Bench-201 supernet benchmark (C = 16, N = 5, 32 x 32), its
+#   study folder resumed from .gpu/nb201-work.tar.gz where an earlier session left one; stopped
+#   with SIGINT after SECONDS (the epoch's checkpoint finishes), its folder packed into
+#   $OUT/nb201-work.tar.gz: copy that to .gpu/ to go on in the next session.
+set -u
+here=$(cd "$(dirname "$0")/.." && pwd)
+cd "$here"
+gpu=.gpu
+mode=${1:?usage: gpu_session.sh prepare | measure | nb201 SECONDS}
+
+if [ "$mode" = prepare ]; then
+    mkdir -p "$gpu/wheels" "$gpu/shared/datasets" "$gpu/shared/benchdata"
+    py=${PYTHON:-.venv/bin/python}
+    # What the GPU image (Python 3.12, torch 2.11) lacks, at the versions this checkout uses.
+    for name in optuna sqlalchemy alembic colorlog mako torchao torch-pruning plotly narwhals \
+        pillow typing-extensions greenlet; do
+        version=$("$py" -m pip show "$name" 2>/dev/null | sed -n 's/^Version: //p')
+        "$py" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+            --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 \
+            -d "$gpu/wheels" "$name${version:+==$version}" || echo "no wheel: $name"
+    done
+    cp ../shared/datasets/cifar10-jpeg.tar.gz "$gpu/shared/datasets/"
+    cp ../shared/benchdata/nb201_cifar10_valid.csv "$gpu/shared/benchdata/"
+    du -sh "$gpu"
+    exit 0
+fi
+
+out=${OUT:?the device tool sets OUT}
+export PYTHONUNBUFFERED=1 AUTOSEARCH_SHARED="$here/$gpu/shared"
+{
+    nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv
+    python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.get_device_name())'
+} >"$out/device.txt" 2>&1
+python3 -m pip install -q --no-index --no-deps "$gpu"/wheels/*.whl >>"$out/device.txt" 2>&1
+python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >>"$out/device.txt" 2>&1
+
+case "$mode" in
+measure)
+    timeout -k 10 150 python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py \
+        >"$out/test_gpu.txt" 2>&1
+    timeout -k 10 -s INT 360 python3 benchmarks/gpu.py --workers-trials 8 \
+        --only placement subnet fused workers ws_example int8 --out "$out/gpu.json" \
+        >"$out/gpu.log" 2>&1
+    tail -3 "$out/test_gpu.txt"
+    cat "$out/gpu.json"
+    ;;
+nb201)
+    seconds=${2:-420}
+    work=$(mktemp -d)
+    if [ -f "$gpu/nb201-work.tar.gz" ]; then
+        tar -C "$work" -xzf "$gpu/nb201-work.tar.gz"
+        echo "resumed from $gpu/nb201-work.tar.gz" >>"$out/device.txt"
+    fi
+    timeout -k 30 -s INT "$seconds" python3 benchmarks/nb201_supernet.py --scale full \
+        --work "$work" --out "$out/nb201-full.json" >"$out/nb201.log" 2>&1
+    echo "exit $?" >>"$out/nb201.log"
+    tar -C "$work" --exclude='./datasets' -czf "$out/nb201-work.tar.gz" .
+    tail -5 "$out/nb201.log"
+    ;;
+*)
+    echo "unknown mode $mode: prepare | measure | nb201 SECONDS" >&2
+    exit 2
+    ;;
+esac
