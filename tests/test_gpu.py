@@ -256,3 +256,21 @@ def test_a_subnet_on_the_gpu_is_predicted_as_its_cpu_copy(tiny_space):
     on_gpu = model.to("cuda")
     for batch, value in expected.items():
         assert table.predict(on_gpu, (1, 8, 8), batch=batch) == value
+
+
+@cuda
+def test_a_pools_parent_reads_free_memory_without_holding_a_context():
+    """Placing workers reads each GPU's free memory; a parent without a CUDA context
+    does it in a short-lived process, and holds none for the run afterwards."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import torch; from autosearch.study.executors import _free_memory; "
+        "free = _free_memory(); assert not torch.cuda.is_initialized(); "
+        "assert len(free) == torch.cuda.device_count() and min(free) > 0; print('ok')"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=300
+    )
+    assert done.stdout.strip() == "ok", done.stderr

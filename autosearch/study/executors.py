@@ -25,9 +25,12 @@ it can start, and ``RayExecutor(num_gpus="auto")`` asks Ray for the rule's fract
 from __future__ import annotations
 
 import contextlib
+import json
 import multiprocessing
 import os
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
@@ -113,9 +116,29 @@ class ProcessExecutor:
         return _mps.daemon(required=bool(self.mps))
 
 
+_FREE_PROBE = (
+    "import json, torch; "
+    "print(json.dumps([torch.cuda.mem_get_info(g)[0] for g in range(torch.cuda.device_count())]))"
+)
+
+
 def _free_memory() -> list[int]:
-    """The free memory of each GPU this process sees, in bytes (none on a CPU machine)."""
-    return [torch.cuda.mem_get_info(g)[0] for g in range(torch.cuda.device_count())]
+    """The free memory of each GPU this process sees, in bytes (none on a CPU machine).
+    Reading it takes a CUDA context on every GPU, which a pool's parent would then hold
+    for the whole run (about 0.5 GiB of each): where this process has none yet, a
+    short-lived process reads it."""
+    gpus = torch.cuda.device_count()
+    if gpus == 0:
+        return []
+    if torch.cuda.is_initialized():
+        return [torch.cuda.mem_get_info(g)[0] for g in range(gpus)]
+    read = subprocess.run(
+        [sys.executable, "-c", _FREE_PROBE], capture_output=True, text=True, timeout=300
+    )
+    if read.returncode != 0:
+        said = (read.stderr.strip().splitlines() or ["no message"])[-1]
+        raise PlatformError(f"could not read the GPUs' free memory: {said}")
+    return [int(free) for free in json.loads(read.stdout)]
 
 
 @dataclass(frozen=True)
