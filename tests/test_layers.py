@@ -33,6 +33,7 @@ RANKS = {
     "evaluation.tabular": 5,
     "training.early_stopping": 5,
     "training.runtime": 5,
+    "training.placement": 5,  # how many trials share a GPU: a trial's size against free memory
     "scoring.latency": 6,  # latency predicted from a lookup table of measured layers
     "training._batch": 6,  # auto_batch_size: the largest batch that fits, within a rule
     "training._optim": 5,  # the optimizers and learning-rate schedules a TrainConfig names
@@ -186,6 +187,7 @@ STUDY_RANKS = {
     "_storage": -1,  # storage URLs to Optuna storages, with errors that say what works
     "_heartbeat": -1,  # trial heartbeats on any Optuna storage, timed on the watcher's clock
     "_provenance": -1,  # what ran a trial (versions, machine), compared by rerun
+    "_mps": -1,  # a CUDA MPS daemon for workers that share a GPU (stdlib only)
     "_s3": 0,
     "executors": 0,
     "interrupts": 0,  # Ctrl-C and SIGTERM: stop after the epoch's checkpoint

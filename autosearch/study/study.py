@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Iterable
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,6 @@ from autosearch.study.replay import ControllerReplay
 from autosearch.study.stored import open_stored, study_uid
 from autosearch.study.supernet_job import SupernetJob
 from autosearch.study.trials import StoredTrials
-from autosearch.training.placement import Need
 from autosearch.training.runtime import broadcast_object, world
 
 __all__ = ["Study", "TrialCallback"]
@@ -428,18 +427,9 @@ class Study(DefinitionView):
             worker_main=_worker_main,
             callbacks=callbacks,
             executor=executor,
-            need=self._trial_need,
+            need=partial(workers.trial_need, self.space, self.train_config, self.training_data),
             **limits,
         )
-
-    def _trial_need(self) -> Need:
-        """What one of this study's trials holds on a GPU, for placing workers that share
-        one (autosearch.training.placement): a trained candidate's, sized on samples of
-        the space; a table study's workers hold a CUDA context only."""
-        data = self.training_data
-        if data is None:
-            return Need(weights=0, activations=0)
-        return workers.trial_need(self.space, self.train_config, data)
 
     def _search_parts(self) -> SearchParts:
         return SearchParts(

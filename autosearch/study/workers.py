@@ -211,13 +211,21 @@ def _process(
 
 
 def trial_need(
-    space: SearchSpace, config: TrainConfig, data: Dataset, *, samples: int = 16, seed: int = 0
+    space: SearchSpace,
+    config: TrainConfig,
+    data: Dataset | None,
+    *,
+    samples: int = 16,
+    seed: int = 0,
 ) -> Need:
     """What the largest of ``samples`` candidates of ``space`` (its default and draws
     with ``seed``) holds on a GPU while it trains with ``config`` on ``data``: the
     placement rule's size of a trial (autosearch.training.placement). With
     ``auto_batch_size``, at the largest batch the rule may grow to; ``"auto"``
-    precision counted as fp32 (the larger)."""
+    precision counted as fp32 (the larger). Without ``data`` (a table study's trials
+    train nothing), a CUDA context only."""
+    if data is None:
+        return Need(weights=0, activations=0)
     rng = np.random.default_rng(seed)
     archs = [space.default(), *(space.sample(rng) for _ in range(samples - 1))]
     batch = config.batch_size * (MAX_GROWTH if config.auto_batch_size else 1)
