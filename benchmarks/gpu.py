@@ -437,41 +437,45 @@ def bench_fused(data) -> dict:
 
 
 def bench_placement(data) -> dict:
-    """The placement rule's size of a trial against what the GPU's allocator saw: a
-    ResNet-20 and two wider candidates, bf16 at batch 256, one training epoch each in a
-    fresh process would be exact; here the peak allocated within this process, reset
-    before each (the CUDA context is not counted by either)."""
+    """The placement rule's size of a trial against what the GPU's allocator held while
+    it trained: ResNet-20 and two wider candidates (bf16, channels_last, batch 256, two
+    epochs on 4,096 images), the allocator's peak counted from before each (the CUDA
+    context is in neither), and how many of each the rule puts on this GPU."""
+    from autosearch.data import Split
     from autosearch.training.placement import per_gpu, step_need
+    from search_spaces import ResNetSpace
 
-    out: dict = {}
+    space = ResNetSpace(max_stages=3)
+    small = dataclasses.replace(data, train=Split(x=data.train.x[:4096], y=data.train.y[:4096]))
+    config = _config(
+        epochs=2, batch_size=BATCH, lr=0.1, device="cuda", precision="bf16", channels_last=True
+    )
     free = torch.cuda.mem_get_info()[0]
+    out: dict = {"free_gib": free / 2**30}
     for width in (16, 32, 64):
-        from search_spaces import ResNetSpace
-
-        space = ResNetSpace(max_stages=3)
         genes = {**space.reference("resnet20").genes}
         for s in (1, 2, 3):
             genes[f"stage{s}.width"] = width * 2 ** (s - 1)
-        arch = space.make(genes)
-        model = space.build(arch, input_shape=data.input_shape, num_classes=data.num_classes)
-        need = step_need(model, data.input_shape, batch=BATCH, precision="bf16")
+        model = space.build(
+            space.make(genes), input_shape=data.input_shape, num_classes=data.num_classes
+        )
+        need = step_need(
+            model,
+            data.input_shape,
+            batch=BATCH,
+            precision="bf16",
+            data_bytes=int(small.train.x.nbytes),
+        )
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
-        config = _config(
-            epochs=1, batch_size=BATCH, lr=0.1, device="cuda", precision="bf16", channels_last=True
-        )
-        from autosearch.data import Split
-
-        small = dataclasses.replace(data, train=Split(x=data.train.x[:4096], y=data.train.y[:4096]))
         _run(model, small, config)
         peak = torch.cuda.max_memory_allocated() - base
         out[f"width_{width}"] = {
-            "predicted_gib": (need.weights + need.activations) / 2**30,
+            "predicted_gib": (need.total - need.context) / 2**30,
             "peak_allocated_gib": peak / 2**30,
             "per_gpu": per_gpu(need, free),
         }
-    out["free_gib"] = free / 2**30
     return out
 
 
