@@ -5,11 +5,14 @@
 #   here:   bash benchmarks/gpu_session.sh prepare
 #           (wheels the GPU image lacks, for its Python 3.12; CIFAR-10's JPEG tarball and
 #           the NAS-Bench-201 table; all into .gpu/, which git ignores)
-#   there:  run(command="bash benchmarks/gpu_session.sh measure", carry=[".gpu"], timeout_s=560)
-#           run(command="bash benchmarks/gpu_session.sh nb201 420", carry=[".gpu"], timeout_s=560)
+#   there:  run(command="bash benchmarks/gpu_session.sh measure", carry=[".gpu"], timeout_s=450)
+#           run(command="bash benchmarks/gpu_session.sh nb201 240", carry=[".gpu"], timeout_s=300)
+#           (about 13 of the 15 device-minutes with the machine's start; what a call's timeout
+#           cuts is lost only from the section it cut: each section's JSON is written as it ends)
 #
-# measure: tests/test_gpu.py, then benchmarks/gpu.py's sections of issue 45 (placement, subnet,
-#   fused, workers, ws_example, int8), each section's JSON written to $OUT/gpu.json as it ends.
+# measure: tests/test_gpu.py, then benchmarks/gpu.py's sections of issue 45, the targets first
+#   (placement, subnet, ws_example, workers, fused, int8), each section's JSON written to
+#   $OUT/gpu.json as it ends.
 # nb201 SECONDS: the full-size NAS-Bench-201 supernet benchmark (C = 16, N = 5, 32 x 32), its
 #   study folder resumed from .gpu/nb201-work.tar.gz where an earlier session left one; stopped
 #   with SIGINT after SECONDS (the epoch's checkpoint finishes), its folder packed into
@@ -48,10 +51,10 @@ python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >>"$out
 
 case "$mode" in
 measure)
-    timeout -k 10 150 python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py \
+    timeout -k 10 100 python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py \
         >"$out/test_gpu.txt" 2>&1
-    timeout -k 10 -s INT 360 python3 benchmarks/gpu.py --workers-trials 8 \
-        --only placement subnet fused workers ws_example int8 --out "$out/gpu.json" \
+    timeout -k 10 -s INT 320 python3 benchmarks/gpu.py --workers-trials 8 \
+        --only placement subnet ws_example workers fused int8 --out "$out/gpu.json" \
         >"$out/gpu.log" 2>&1
     tail -3 "$out/test_gpu.txt"
     cat "$out/gpu.json"
