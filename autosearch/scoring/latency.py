@@ -283,14 +283,10 @@ class LatencyTable:
         try:
             with cpu_threads(self.threads):
                 found, containers = parts(model, input_shape, batch=batch)
-                missing = {p.key for p in found if p.key not in self.entries}
-                if MODULE_CALL not in self.entries:
-                    missing.add(MODULE_CALL)
+                missing = self._missing(found)
                 if missing and _device(model).type != "cpu":
                     found, containers = parts(copy.deepcopy(model).cpu(), input_shape, batch=batch)
-                    missing = {p.key for p in found if p.key not in self.entries}
-                    if MODULE_CALL not in self.entries:
-                        missing.add(MODULE_CALL)
+                    missing = self._missing(found)
                 if missing:
                     self._measure(found, missing)
                 total = containers * self.entries[MODULE_CALL]
@@ -303,6 +299,13 @@ class LatencyTable:
             except LatencyTableError as exc:  # the table serves this process all the same
                 logger.warning("%s; this machine's table is kept in memory only", exc)
         return total / batch
+
+    def _missing(self, found: list[Part]) -> set[str]:
+        """The keys of ``found`` (and the module call's) this table lacks."""
+        missing = {p.key for p in found if p.key not in self.entries}
+        if MODULE_CALL not in self.entries:
+            missing.add(MODULE_CALL)
+        return missing
 
     def _measure(self, found: list[Part], missing: set[str]) -> None:
         """Time the parts the table lacks where they run: the traced network's parts are

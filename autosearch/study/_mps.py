@@ -40,10 +40,7 @@ def daemon(*, required: bool = False, control: str = CONTROL) -> Iterator[dict[s
         return
     why = _start_problem(control)
     if why is not None:
-        if required:
-            raise ConfigError(f"CUDA MPS asked for, but {why}; use mps=None or False")
-        logger.info("workers share their GPU without CUDA MPS: %s", why)
-        yield {}
+        yield _without(why, required)
         return
     with tempfile.TemporaryDirectory(prefix="autosearch-mps-") as folder:
         env = {_PIPE: os.path.join(folder, "pipe"), _LOG: os.path.join(folder, "log")}
@@ -55,10 +52,7 @@ def daemon(*, required: bool = False, control: str = CONTROL) -> Iterator[dict[s
         if started.returncode != 0:
             said = (started.stderr or started.stdout).strip().splitlines()
             why = f"{control} -d exited {started.returncode}: {said[-1] if said else 'no message'}"
-            if required:
-                raise ConfigError(f"CUDA MPS asked for, but {why}; use mps=None or False")
-            logger.info("workers share their GPU without CUDA MPS: %s", why)
-            yield {}
+            yield _without(why, required)
             return
         logger.info("CUDA MPS started for the workers sharing a GPU (pipe %s)", env[_PIPE])
         try:
@@ -74,6 +68,14 @@ def daemon(*, required: bool = False, control: str = CONTROL) -> Iterator[dict[s
             )
             if stopped.returncode != 0:
                 logger.warning("CUDA MPS did not stop cleanly: %s", stopped.stderr.strip())
+
+
+def _without(why: str, required: bool) -> dict[str, str]:
+    """No daemon: refused where MPS was ``required``, else said in one line."""
+    if required:
+        raise ConfigError(f"CUDA MPS asked for, but {why}; use mps=None or False")
+    logger.info("workers share their GPU without CUDA MPS: %s", why)
+    return {}
 
 
 def _start_problem(control: str) -> str | None:
