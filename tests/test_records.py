@@ -9,6 +9,7 @@ from optuna.trial import TrialState, create_trial
 import autosearch
 from autosearch import Compression
 from autosearch.study import records
+from autosearch.study._rdb import RDBStorage
 from controllers import RandomSearch
 
 
@@ -23,18 +24,26 @@ def test_a_trials_results_are_one_write_and_alike_for_every_variant(
         train=tiny_train,
         storage=f"sqlite:///{tmp_path}/one.db",
     )
-    written: list[str] = []
+    written: list[tuple[int, list[str]]] = []  # (trial id, keys) of each write
     real = study.storage.set_trial_user_attr
+    real_finish = RDBStorage.finish_trial
 
     def spy(trial_id, key, value):
-        written.append((trial_id, key))
+        written.append((trial_id, [key]))
         return real(trial_id, key, value)
 
+    def spy_finish(self, trial_id, *, user_attrs, **rest):
+        written.append((trial_id, list(user_attrs)))
+        return real_finish(self, trial_id, user_attrs=user_attrs, **rest)
+
     monkeypatch.setattr(study.storage, "set_trial_user_attr", spy)
+    monkeypatch.setattr(RDBStorage, "finish_trial", spy_finish)
     (record,) = study.optimize(1)
     trial_id = study.optuna_trial(0)._trial_id  # not its job claims (measuring the front)
-    written = [key for written_to, key in written if written_to == trial_id]
-    assert written == ["result", "values_from"]  # all measured in one write; then a label
+    writes = [keys for written_to, keys in written if written_to == trial_id]
+    # All measured in one attribute, with the label of the point that gives the trial's
+    # values, in the one transaction that ends it.
+    assert writes == [["result", "values_from"]]
     attrs = study.optuna_study.trials[0].user_attrs
     assert "accuracy" not in attrs and attrs["result"]["best"] in ("base", "prune-channels@0.5")
     assert attrs["values_from"] == attrs["result"]["best"]  # what Optuna's tools show

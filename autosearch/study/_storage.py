@@ -20,12 +20,21 @@ from urllib.parse import quote
 import optuna
 from optuna.storages import BaseStorage
 from optuna.storages.journal import JournalFileBackend
+from optuna.trial import TrialState
 
 from autosearch._files import NotReadable, check_regular
 from autosearch.errors import StorageError, UnknownNameError
 from autosearch.study._paths import plain_name
+from autosearch.study._rdb import RDBStorage
 
-__all__ = ["URL_FORMS", "default_storage", "local_path", "open_storage", "trial_number"]
+__all__ = [
+    "URL_FORMS",
+    "default_storage",
+    "end_trial",
+    "local_path",
+    "open_storage",
+    "trial_number",
+]
 
 URL_FORMS = "sqlite:///path/study.db, journal:path/study.log or postgresql://user@host/db"
 
@@ -183,7 +192,7 @@ def _rdb(url: str, *, create: bool, attempts: int = 8, shown: str | None = None)
     reached, a wrong password) is said at once, with the driver's own words."""
     for attempt in range(attempts):
         try:
-            storage = optuna.storages.RDBStorage(
+            storage = RDBStorage(
                 url, engine_kwargs=_engine_kwargs(url), skip_table_creation=not create
             )
             if not create:
@@ -285,6 +294,24 @@ def trial_number(storage: BaseStorage, trial_id: int) -> int:
     database again: read the cache where there is one."""
     cached = getattr(storage, "_trial_id_to_study_id_and_number", {}).get(trial_id)
     return int(cached[1]) if cached else storage.get_trial_number_from_id(trial_id)
+
+
+def end_trial(
+    storage: BaseStorage,
+    trial_id: int,
+    user_attrs: dict[str, Any],
+    state: TrialState,
+    values: list[float] | None = None,
+) -> None:
+    """Set a running trial's ``user_attrs`` and end it: in one transaction on a database
+    (all stored or none; autosearch.study._rdb), else one write each, the state last."""
+    backend = getattr(storage, "_backend", storage)  # behind Optuna's cache
+    if isinstance(backend, RDBStorage):
+        backend.finish_trial(trial_id, user_attrs=user_attrs, state=state, values=values)
+        return
+    for key, value in user_attrs.items():
+        storage.set_trial_user_attr(trial_id, key, value)
+    storage.set_trial_state_values(trial_id, state, values)
 
 
 _SCHEMES: dict[str, Callable[[str, bool, bool], BaseStorage]] = {

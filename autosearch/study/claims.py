@@ -27,7 +27,7 @@ from autosearch.errors import ConfigError, StudyError
 from autosearch.space import SearchSpace
 from autosearch.study import records
 from autosearch.study._heartbeat import WORKER, Watch, beating, first_stamp
-from autosearch.study._storage import trial_number
+from autosearch.study._storage import end_trial, trial_number
 from autosearch.study.records import (
     CONFIRMS,
     FAIL_REASON,
@@ -246,10 +246,8 @@ class Claims:
         """Mark a running trial replaced, and whether its architecture still needs
         training (``resume``)."""
         try:
-            self.storage.set_trial_user_attr(trial_id, RESUME, resume)
-            self.storage.set_trial_user_attr(trial_id, FAIL_REASON, reason)
-            self.storage.set_trial_user_attr(trial_id, SUPERSEDED, reason)
-            self.storage.set_trial_state_values(trial_id, TrialState.FAIL)
+            attrs = {RESUME: resume, FAIL_REASON: reason, SUPERSEDED: reason}
+            end_trial(self.storage, trial_id, attrs, TrialState.FAIL)
         except optuna.exceptions.UpdateFinishedTrialError:  # another worker got there first
             logger.debug("trial id %d was already finished", trial_id)
 
@@ -282,18 +280,16 @@ class Claims:
     ) -> None:
         """End our trial with its ``result`` (one attribute): complete with the
         objective ``values`` of its ``best`` point, or stopped early (``best`` None)."""
-        self.storage.set_trial_user_attr(trial_id, RESULT, result)
         if best is None:
-            self.storage.set_trial_state_values(trial_id, TrialState.PRUNED)
+            end_trial(self.storage, trial_id, {RESULT: result}, TrialState.PRUNED)
             return
         # The trial's values are its best point's: say which, where Optuna's tools look.
-        self.storage.set_trial_user_attr(trial_id, VALUES_FROM, best)
-        self.storage.set_trial_state_values(trial_id, TrialState.COMPLETE, values)
+        attrs = {RESULT: result, VALUES_FROM: best}
+        end_trial(self.storage, trial_id, attrs, TrialState.COMPLETE, values)
 
     def fail(self, trial_id: int, reason: str) -> None:
         """End a trial as failed with its reason."""
-        self.storage.set_trial_user_attr(trial_id, FAIL_REASON, reason)
-        self.storage.set_trial_state_values(trial_id, TrialState.FAIL)
+        end_trial(self.storage, trial_id, {FAIL_REASON: reason}, TrialState.FAIL)
 
     def _trials(self) -> list[FrozenTrial]:
         return self.storage.get_all_trials(self.study_id, deepcopy=False)

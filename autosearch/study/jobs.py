@@ -30,7 +30,7 @@ from optuna.trial import FrozenTrial, TrialState, create_trial
 
 from autosearch.errors import StudyError
 from autosearch.study._heartbeat import WORKER, Watch, first_stamp, worker_id
-from autosearch.study._storage import trial_number
+from autosearch.study._storage import end_trial, trial_number
 
 __all__ = ["COMPANION", "Done", "Held", "JobClaim", "Jobs", "companion_name", "is_companion"]
 
@@ -211,10 +211,8 @@ class Jobs:
         """End the job with ``result``; False when the claim was taken over first (the
         storage finishes a trial once: then the worker that took over owns the job)."""
         try:
-            self.storage.set_trial_user_attr(
-                claim.trial_id, _RESULT, json.loads(json.dumps(result))
-            )
-            self.storage.set_trial_state_values(claim.trial_id, TrialState.COMPLETE, [value])
+            attrs = {_RESULT: json.loads(json.dumps(result))}
+            end_trial(self.storage, claim.trial_id, attrs, TrialState.COMPLETE, [value])
             return self.storage.get_trial(claim.trial_id).state == TrialState.COMPLETE
         except (UpdateFinishedTrialError, KeyError):  # given up, or its claim deleted
             return False
@@ -226,8 +224,7 @@ class Jobs:
 
     def _end(self, trial_id: int, reason: str) -> None:
         try:
-            self.storage.set_trial_user_attr(trial_id, _GAVE_UP, reason)
-            self.storage.set_trial_state_values(trial_id, TrialState.FAIL)
+            end_trial(self.storage, trial_id, {_GAVE_UP: reason}, TrialState.FAIL)
         except (UpdateFinishedTrialError, KeyError):  # another worker got there first
             logger.debug("job claim id %d was already finished", trial_id)
 

@@ -244,14 +244,16 @@ class SearchLoop:
         self.parts.replay.tell(claim.number, claim.arch, outcome)
 
     def _store(self, claim: Claim, result: TrialResult) -> Outcome:
-        """Write the trial's result (one attribute), then its state and objective values;
-        only then is the work of its attempts no longer needed."""
+        """Write the trial's result (one attribute), its state and objective values
+        (at once where the storage is a database); only then is the work of its attempts
+        no longer needed. A trial no longer ours raises UpdateFinishedTrialError there
+        (TakenOver before its weights are uploaded)."""
         parts = self.parts
-        lost = parts.claims.taken_over(claim.trial_id)
-        if lost is not None:
-            raise TakenOver(lost)
         weights = None
         if result.model is not None:
+            lost = parts.claims.taken_over(claim.trial_id)
+            if lost is not None:
+                raise TakenOver(lost)
             weights = parts.artifacts.save_weights(
                 parts.claims.storage, claim.trial_id, result.model
             )

@@ -1,0 +1,285 @@
+"""A trial created and ended in few statements (autosearch.study._rdb) stores what
+Optuna's own path stores, row for row, refuses what Optuna refuses, and ends a trial
+all at once or not at all."""
+
+from __future__ import annotations
+
+import datetime
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
+from optuna.exceptions import UpdateFinishedTrialError
+from optuna.storages import RDBStorage as OptunaRDB
+from optuna.study import StudyDirection
+from optuna.trial import FrozenTrial, TrialState, create_trial
+
+from autosearch.study._rdb import RDBStorage
+from autosearch.study._storage import end_trial, open_storage
+
+NAMES = st.text("abcdefgh_", min_size=1, max_size=6)
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(10**6), 10**6) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(NAMES, inner, max_size=3),
+    max_leaves=6,
+)
+
+
+@st.composite
+def params(draw: Any) -> tuple[dict[str, Any], dict[str, BaseDistribution]]:
+    values: dict[str, Any] = {}
+    dists: dict[str, BaseDistribution] = {}
+    for name in draw(st.lists(NAMES, unique=True, max_size=5)):
+        kind = draw(st.sampled_from(["categorical", "int", "float"]))
+        if kind == "categorical":
+            choices = draw(st.lists(st.text(max_size=4), min_size=1, max_size=4, unique=True))
+            dists[name] = CategoricalDistribution(choices)
+            values[name] = draw(st.sampled_from(choices))
+        elif kind == "int":
+            dists[name] = IntDistribution(0, 10)
+            values[name] = draw(st.integers(0, 10))
+        else:
+            dists[name] = FloatDistribution(-1.0, 1.0)
+            values[name] = draw(st.floats(-1.0, 1.0))
+    return values, dists
+
+
+@st.composite
+def templates(draw: Any) -> FrozenTrial:
+    values, dists = draw(params())
+    return create_trial(
+        state=TrialState.RUNNING,
+        params=values,
+        distributions=dists,
+        user_attrs=draw(st.dictionaries(NAMES, JSON, max_size=6)),
+        system_attrs=draw(st.dictionaries(NAMES, JSON, max_size=2)),
+    )
+
+
+def _pair(tmp: Path) -> tuple[RDBStorage, OptunaRDB, int, int]:
+    ours = RDBStorage(f"sqlite:///{tmp}/ours.db")
+    theirs = OptunaRDB(f"sqlite:///{tmp}/theirs.db")
+    directions = [StudyDirection.MAXIMIZE]
+    return ours, theirs, ours.create_new_study(directions), theirs.create_new_study(directions)
+
+
+def _same(a: FrozenTrial, b: FrozenTrial) -> None:
+    for field in (
+        "number",
+        "state",
+        "params",
+        "distributions",
+        "user_attrs",
+        "system_attrs",
+        "values",
+        "intermediate_values",
+        "datetime_start",
+    ):
+        assert getattr(a, field) == getattr(b, field), field
+    assert (a.datetime_complete is None) == (b.datetime_complete is None)
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.lists(templates(), min_size=1, max_size=4))
+def test_created_trials_store_what_optunas_path_stores(tmp_path_factory, drawn):
+    ours, theirs, a, b = _pair(tmp_path_factory.mktemp("rows"))
+    for template in drawn:
+        try:
+            expected = theirs.get_trial(theirs.create_new_trial(b, template_trial=template))
+        except ValueError:  # a name drawn again with another distribution: refused by both
+            with pytest.raises(ValueError):
+                ours.create_new_trial(a, template_trial=template)
+            continue
+        _same(ours.get_trial(ours.create_new_trial(a, template_trial=template)), expected)
+    stored, expected_all = ours.get_all_trials(a), theirs.get_all_trials(b)
+    for x, y in zip(stored, expected_all, strict=True):
+        _same(x, y)
+
+
+def test_a_refused_first_trial_leaves_no_distribution_behind(tmp_path):
+    """The first distribution of a name is remembered only once it is stored: a first
+    trial that fails to store does not make its distribution the study's."""
+    ours = RDBStorage(f"sqlite:///{tmp_path}/s.db")
+    study = ours.create_new_study([StudyDirection.MAXIMIZE])
+    ints = {"depth": IntDistribution(1, 3)}
+    bad = create_trial(
+        state=TrialState.RUNNING,
+        params={"depth": 2},
+        distributions=ints,
+        user_attrs={"x": "y" * 10},
+    )
+    bad.user_attrs["x"] = object()  # not JSON: the whole creation rolls back
+    with pytest.raises(TypeError):
+        ours.create_new_trial(study, template_trial=bad)
+    assert ours.get_all_trials(study) == []
+    other = {"depth": CategoricalDistribution(["a", "b"])}
+    made = ours.create_new_trial(
+        study,
+        template_trial=create_trial(
+            state=TrialState.RUNNING, params={"depth": "a"}, distributions=other
+        ),
+    )
+    assert ours.get_trial(made).params == {"depth": "a"}
+    with pytest.raises(ValueError, match="Cannot set different distribution"):
+        ours.create_new_trial(
+            study,
+            template_trial=create_trial(
+                state=TrialState.RUNNING, params={"depth": 2}, distributions=ints
+            ),
+        )
+
+
+def test_templates_it_does_not_cover_take_optunas_path(tmp_path):
+    ours, theirs, a, b = _pair(tmp_path)
+    template = create_trial(
+        state=TrialState.COMPLETE,
+        value=0.5,
+        params={"w": 3},
+        distributions={"w": IntDistribution(0, 8)},
+        intermediate_values={0: 0.1, 1: 0.3},
+        user_attrs={"k": [1, 2]},
+    )
+    _same(
+        ours.get_trial(ours.create_new_trial(a, template_trial=template)),
+        theirs.get_trial(theirs.create_new_trial(b, template_trial=template)),
+    )
+
+
+@settings(
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    attrs=st.dictionaries(NAMES, JSON, min_size=1, max_size=4),
+    earlier=st.dictionaries(NAMES, JSON, max_size=3),
+    state=st.sampled_from([TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL]),
+    values=st.one_of(st.none(), st.lists(st.floats(-1e6, 1e6), min_size=1, max_size=2)),
+)
+def test_ending_a_trial_stores_what_optunas_writes_store(
+    tmp_path_factory, attrs, earlier, state, values
+):
+    """One transaction stores what an attribute at a time, then the state, stores (an
+    attribute set earlier is overwritten, as Optuna's upsert does)."""
+    ours, theirs, a, b = _pair(tmp_path_factory.mktemp("end"))
+    if values is not None and state != TrialState.COMPLETE:
+        values = None  # Optuna stores values only with a complete trial's state
+    directions = [StudyDirection.MAXIMIZE] * len(values or [0])
+    a = ours.create_new_study(directions)
+    b = theirs.create_new_study(directions)
+    template = create_trial(state=TrialState.RUNNING, user_attrs=earlier)
+    x = ours.create_new_trial(a, template_trial=template)
+    y = theirs.create_new_trial(b, template_trial=template)
+    ours.finish_trial(x, user_attrs=attrs, state=state, values=values)
+    for key, value in attrs.items():
+        theirs.set_trial_user_attr(y, key, value)
+    theirs.set_trial_state_values(y, state, values)
+    _same(ours.get_trial(x), theirs.get_trial(y))
+
+
+def test_ending_is_all_or_nothing(tmp_path):
+    storage = open_storage(f"sqlite:///{tmp_path}/s.db")
+    study = storage.create_new_study([StudyDirection.MAXIMIZE])
+    trial = storage.create_new_trial(study, template_trial=create_trial(state=TrialState.RUNNING))
+    with pytest.raises(TypeError):  # the second attribute cannot be stored: neither is
+        end_trial(storage, trial, {"result": 1, "bad": object()}, TrialState.COMPLETE, [1.0])
+    kept = storage.get_trial(trial)
+    assert kept.state == TrialState.RUNNING and kept.user_attrs == {}
+    end_trial(storage, trial, {"result": 2}, TrialState.COMPLETE, [0.5])
+    with pytest.raises(UpdateFinishedTrialError):  # ended once: a second end changes nothing
+        end_trial(storage, trial, {"result": 3}, TrialState.FAIL)
+    done = storage.get_trial(trial)
+    assert (done.state, done.values, done.user_attrs) == (TrialState.COMPLETE, [0.5], {"result": 2})
+    with pytest.raises(ValueError, match="not an end"):
+        storage._backend.finish_trial(trial, user_attrs={}, state=TrialState.RUNNING)
+
+
+def test_journal_storage_ends_a_trial_one_write_at_a_time(tmp_path):
+    storage = open_storage(f"journal:{tmp_path}/s.log")
+    study = storage.create_new_study([StudyDirection.MAXIMIZE])
+    trial = storage.create_new_trial(study, template_trial=create_trial(state=TrialState.RUNNING))
+    end_trial(storage, trial, {"result": {"a": 1}}, TrialState.COMPLETE, [0.25])
+    done = storage.get_trial(trial)
+    assert (done.state, done.values, done.user_attrs) == (
+        TrialState.COMPLETE,
+        [0.25],
+        {"result": {"a": 1}},
+    )
+
+
+def test_concurrent_creators_number_trials_uniquely(tmp_path):
+    """Trial numbers stay unique and gapless with creators in threads of their own
+    (Optuna's lock on the study's row is kept)."""
+    url = f"sqlite:///{tmp_path}/s.db"
+    study = open_storage(url).create_new_study([StudyDirection.MAXIMIZE], "s")
+    dists = {"g": IntDistribution(0, 9)}
+    errors: list[BaseException] = []
+
+    def work(seed: int) -> None:
+        storage = open_storage(url)
+        try:
+            for i in range(15):
+                template = create_trial(
+                    state=TrialState.RUNNING,
+                    params={"g": (seed + i) % 10},
+                    distributions=dists,
+                    user_attrs={"worker": seed},
+                    system_attrs={"beat": float(i)},
+                )
+                storage.create_new_trial(study, template_trial=template)
+        except BaseException as exc:  # reported below, in the test's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=600)
+    assert not errors and not any(t.is_alive() for t in threads)
+    trials = open_storage(url).get_all_trials(study)
+    assert sorted(t.number for t in trials) == list(range(60))
+    assert all(len(t.params) == 1 and len(t.system_attrs) == 1 for t in trials)
+
+
+@pytest.mark.service
+def test_postgresql_stores_what_optunas_path_stores(postgres_url):
+    ours = open_storage(postgres_url)
+    theirs = OptunaRDB(postgres_url)
+    a = ours.create_new_study([StudyDirection.MAXIMIZE], "ours")
+    b = theirs.create_new_study([StudyDirection.MAXIMIZE], "theirs")
+    start = datetime.datetime(2026, 11, 26, 12, 0, 0)
+    for i in range(3):
+        template = create_trial(
+            state=TrialState.RUNNING,
+            params={"depth": i, "op": "conv"},
+            distributions={
+                "depth": IntDistribution(0, 4),
+                "op": CategoricalDistribution(["conv", "skip"]),
+            },
+            user_attrs={"arch": {"depth": i}, "seed": i},
+            system_attrs={"beat": 1.5},
+        )
+        template.datetime_start = start
+        x = ours.create_new_trial(a, template_trial=template)
+        y = theirs.create_new_trial(b, template_trial=template)
+        end_trial(ours, x, {"result": {"acc": 0.5}}, TrialState.COMPLETE, [0.5])
+        theirs.set_trial_user_attr(y, "result", {"acc": 0.5})
+        theirs.set_trial_state_values(y, TrialState.COMPLETE, [0.5])
+        _same(ours.get_trial(x), theirs.get_trial(y))
+    bad = create_trial(
+        state=TrialState.RUNNING,
+        params={"depth": 0.5},
+        distributions={"depth": FloatDistribution(0, 1)},
+    )
+    with pytest.raises(ValueError):
+        ours.create_new_trial(a, template_trial=bad)
+    assert len(ours.get_all_trials(a)) == 3
