@@ -89,7 +89,7 @@ def _same(a: FrozenTrial, b: FrozenTrial) -> None:
 
 
 @settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(st.lists(templates(), min_size=1, max_size=4))
 def test_created_trials_store_what_optunas_path_stores(tmp_path_factory, drawn):
@@ -157,7 +157,7 @@ def test_templates_it_does_not_cover_take_optunas_path(tmp_path):
 
 
 @settings(
-    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
     attrs=st.dictionaries(NAMES, JSON, min_size=1, max_size=4),
