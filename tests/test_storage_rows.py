@@ -138,6 +138,16 @@ def test_a_refused_first_trial_leaves_no_distribution_behind(tmp_path):
                 state=TrialState.RUNNING, params={"depth": 2}, distributions=ints
             ),
         )
+    # A study deleted: a new one (SQLite may give it the same id) binds nothing of it.
+    ours.delete_study(study)
+    again = ours.create_new_study([StudyDirection.MAXIMIZE])
+    made = ours.create_new_trial(
+        again,
+        template_trial=create_trial(
+            state=TrialState.RUNNING, params={"depth": 2}, distributions=ints
+        ),
+    )
+    assert ours.get_trial(made).params == {"depth": 2}
 
 
 def test_templates_it_does_not_cover_take_optunas_path(tmp_path):

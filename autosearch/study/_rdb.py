@@ -50,6 +50,11 @@ class RDBStorage(optuna.storages.RDBStorage):
         # (study id, param name) -> the distribution of that name's first stored value
         self._first: dict[tuple[int, str], BaseDistribution] = {}
 
+    def delete_study(self, study_id: int) -> None:
+        super().delete_study(study_id)
+        # A later study may be given the same id: what this one stored no longer binds.
+        self._first = {key: d for key, d in self._first.items() if key[0] != study_id}
+
     def _get_prepared_new_trial(
         self, study_id: int, template_trial: FrozenTrial | None, session: Session
     ) -> models.TrialModel:
