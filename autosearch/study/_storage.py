@@ -282,8 +282,7 @@ def close_storage(storage: BaseStorage) -> None:
     """Close ``storage``'s database connections now (a command that failed does not
     keep a SQLite file open, with its write-ahead log and shared-memory files beside it,
     until the garbage collector runs)."""
-    backend = getattr(storage, "_backend", storage)  # behind Optuna's cache
-    engine = getattr(backend, "engine", None)
+    engine = getattr(_backend(storage), "engine", None)
     if engine is not None:
         engine.dispose()
 
@@ -296,6 +295,11 @@ def trial_number(storage: BaseStorage, trial_id: int) -> int:
     return int(cached[1]) if cached else storage.get_trial_number_from_id(trial_id)
 
 
+def _backend(storage: BaseStorage) -> BaseStorage:
+    """The storage behind Optuna's cache (the storage itself where there is none)."""
+    return getattr(storage, "_backend", storage)
+
+
 def end_trial(
     storage: BaseStorage,
     trial_id: int,
@@ -305,7 +309,7 @@ def end_trial(
 ) -> None:
     """Set a running trial's ``user_attrs`` and end it: in one transaction on a database
     (all stored or none; autosearch.study._rdb), else one write each, the state last."""
-    backend = getattr(storage, "_backend", storage)  # behind Optuna's cache
+    backend = _backend(storage)
     if isinstance(backend, RDBStorage):
         backend.finish_trial(trial_id, user_attrs=user_attrs, state=state, values=values)
         return
