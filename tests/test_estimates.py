@@ -3,6 +3,7 @@ accuracy by fake quantization, and the front measured for real (issue 32)."""
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import subprocess
@@ -797,3 +798,103 @@ def test_a_layer_called_twice_or_an_input_changed_in_place_is_estimated_as_alone
     shared = estimate_int8(model, digits, Compression(), seed=0).model
     with torch.no_grad():
         assert torch.equal(shared(x), alone(x))
+
+
+class _Tied(torch.nn.Module):
+    """One block in two places, one weight in two layers, a buffer and a plain list."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = torch.nn.Conv2d(1, 4, 3, padding=1)
+        self.block = torch.nn.Sequential(torch.nn.Conv2d(4, 4, 1), torch.nn.BatchNorm2d(4))
+        self.again = self.block
+        self.twin = torch.nn.Conv2d(4, 4, 1)
+        self.twin.weight = self.block[0].weight
+        self.head = torch.nn.Linear(4, 10)
+        self.register_buffer("offset", torch.ones(1))
+        self.names = ["stem", "block"]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.again(self.block(self.stem(x)).relu()) + self.twin(x.new_zeros(1, 4, 1, 1))
+        return self.head(x.mean((2, 3))) + self.offset
+
+
+def _same_copy(original, ours, theirs) -> None:
+    """``ours`` is what ``copy.deepcopy`` made (``theirs``): the same modules, classes,
+    attributes, tensors and sharing, and nothing shared with ``original``."""
+    assert [(n, type(m)) for n, m in ours.named_modules(remove_duplicate=False)] == [
+        (n, type(m)) for n, m in theirs.named_modules(remove_duplicate=False)
+    ]
+    ids = lambda model: {id(t) for t in [*model.parameters(), *model.buffers()]}  # noqa: E731
+    assert not ids(ours) & ids(original)
+    assert len(ids(ours)) == len(ids(theirs))  # tied tensors stay tied, no more, no fewer
+    assert len({id(m) for m in ours.modules()}) == len({id(m) for m in theirs.modules()})
+    ours_state, theirs_state = ours.state_dict(keep_vars=True), theirs.state_dict(keep_vars=True)
+    assert ours_state.keys() == theirs_state.keys()
+    for key, value in ours_state.items():
+        assert type(value) is type(theirs_state[key]) and torch.equal(value, theirs_state[key])
+        assert value.requires_grad == theirs_state[key].requires_grad
+        assert value.data_ptr() != original.state_dict(keep_vars=True)[key].data_ptr()
+    for (name, mine), (_, its) in zip(ours.named_modules(), theirs.named_modules(), strict=True):
+        plain = lambda m: {  # noqa: E731
+            k: v for k, v in vars(m).items() if k not in ("_parameters", "_buffers", "_modules")
+        }
+        assert plain(mine) == plain(its), name
+
+
+@settings(max_examples=10, deadline=None, derandomize=True, database=None)
+@given(
+    space=st.sampled_from(["resnet", "bottleneck", "mobilenet", "densenet", "nb201"]),
+    draw=st.integers(0, 2**16),
+)
+def test_the_estimates_copy_of_a_network_is_deepcopys(space, draw, digits):
+    """The estimate copies its parent directly (each module a new object with its own
+    tensors and containers) rather than through ``copy.deepcopy``: the same copy, the
+    same estimate bit for bit, and the parent untouched, on subnets of every space."""
+    from autosearch.compress import _fake_quant
+    from search_spaces import DenseNetSpace, MobileNetSpace, NB201Space
+
+    spaces = {
+        "resnet": lambda: ResNetSpace(max_stages=3, blocks=("basic",)),
+        "bottleneck": lambda: ResNetSpace(max_stages=2, blocks=("bottleneck",)),
+        "mobilenet": lambda: MobileNetSpace(),
+        "densenet": lambda: DenseNetSpace(),
+        "nb201": lambda: NB201Space(channels=4, cells=1),
+    }
+    chosen = spaces[space]()
+    torch.manual_seed(draw)
+    model = chosen.build(
+        chosen.sample(np.random.default_rng(draw)), input_shape=digits.input_shape, num_classes=10
+    )
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    _same_copy(model, _fake_quant._copy(model), copy.deepcopy(model))
+    x = digits.normalize(digits.val.x[:64])
+    ours = _fake_quant.estimate_int8(model.eval(), digits, Compression(), seed=0)
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setattr(_fake_quant, "_copy", copy.deepcopy)
+        theirs = _fake_quant.estimate_int8(model, digits, Compression(), seed=0)
+    with torch.no_grad():
+        assert torch.equal(ours.model(x), theirs.model(x))
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+    assert not model._forward_pre_hooks and all(not m._forward_pre_hooks for m in model.modules())
+
+
+def test_a_copy_keeps_shared_modules_and_tied_weights_shared_and_changes_nothing_of_the_original():
+    from autosearch.compress._fake_quant import _copy
+
+    torch.manual_seed(0)
+    model = _Tied()
+    ours = _copy(model)
+    _same_copy(model, ours, copy.deepcopy(model))
+    assert ours.again is ours.block and ours.twin.weight is ours.block[0].weight
+    x = torch.randn(2, 1, 8, 8)
+    with torch.no_grad():
+        expected = model(x)
+        ours.eval()
+        ours.register_forward_pre_hook(lambda m, inputs: (inputs[0] * 2,))
+        ours.block[0].weight.mul_(3)
+        ours.names.append("head")
+        ours(x)
+        assert model.training and not model._forward_pre_hooks
+        assert model.names == ["stem", "block"]
+        assert torch.equal(model(x), expected)  # its weights and batch-norm statistics as they were

@@ -17,6 +17,7 @@ requantization, pooling's shared ranges) is why this is an estimate;
 from __future__ import annotations
 
 import copy
+import functools
 import warnings
 import weakref
 from typing import Any, cast
@@ -38,6 +39,13 @@ def _observer(reduce_range: bool) -> Any:
     """torchao's HistogramObserver as the real path configures it, with its range
     search (a loop of up to 10⁵ steps that indexes a tensor at each) run on a list of
     floats: the same steps and result, without a tensor access per step."""
+    return _observer_class()(
+        dtype=torch.uint8, quant_min=0, quant_max=127 if reduce_range else 255, eps=2**-12
+    )
+
+
+@functools.cache
+def _observer_class() -> type:
     from torchao.quantization.pt2e.observer import HistogramObserver
 
     class Observer(HistogramObserver):
@@ -67,9 +75,7 @@ def _observer(reduce_range: bool) -> Any:
                 norm_min, start_bin, end_bin = norm, next_start, next_end
             return self.min_val + bin_width * start_bin, self.min_val + bin_width * (end_bin + 1)
 
-    return Observer(
-        dtype=torch.uint8, quant_min=0, quant_max=127 if reduce_range else 255, eps=2**-12
-    )
+    return Observer
 
 
 class _Seen:
@@ -105,7 +111,8 @@ class _InputQuant:
     rounding onto a grid is idempotent (the values come back exactly)."""
 
     def __init__(self, reduce_range: bool, seen: _Seen) -> None:
-        self.observer = _observer(reduce_range)
+        self.reduce_range = reduce_range
+        self._observer: Any = None  # made when first needed: most hooks follow another
         self.scale: float | None = None
         self.zero_point = 0
         self.quant_max = 127 if reduce_range else 255
@@ -113,6 +120,16 @@ class _InputQuant:
         self.observed = 0  # tensors observed by this hook's own observer
         self.leader: _InputQuant | None = None  # whose histogram this one shares
         self.followers: list[_InputQuant] = []
+
+    @property
+    def observer(self) -> Any:
+        if self._observer is None:
+            self._observer = _observer(self.reduce_range)
+        return self._observer
+
+    @observer.setter
+    def observer(self, value: Any) -> None:
+        self._observer = value
 
     def __call__(self, module: nn.Module, inputs: tuple) -> tuple | None:
         x = inputs[0]
@@ -193,6 +210,43 @@ def int8_bytes(model: nn.Module) -> int:
     return total
 
 
+def _copy(root: nn.Module) -> nn.Module:
+    """``copy.deepcopy(root)`` for a tree of modules, made directly: each module a new
+    object of its class with its own parameters and buffers (copies, on their device),
+    its own child modules and its own containers (hooks, names), other attributes as
+    they are (an estimate changes none of them). Shared modules and tensors stay shared
+    within the copy. About twenty times faster than ``deepcopy`` on a small ResNet, which
+    walks every attribute of every module."""
+    memo: dict[int, Any] = {}
+
+    def tensor(t: torch.Tensor | None) -> torch.Tensor | None:
+        if t is None:
+            return None
+        if id(t) not in memo:
+            data = t.detach().clone()
+            if isinstance(t, nn.Parameter):
+                data = nn.Parameter(data, requires_grad=t.requires_grad)
+            memo[id(t)] = data
+        return cast(torch.Tensor, memo[id(t)])
+
+    def module(m: nn.Module) -> nn.Module:
+        if id(m) in memo:
+            return cast(nn.Module, memo[id(m)])
+        new = m.__class__.__new__(m.__class__)
+        memo[id(m)] = new
+        state = {
+            key: value.copy() if isinstance(value, dict | list | set) else value
+            for key, value in vars(m).items()
+        }
+        state["_parameters"] = {k: tensor(v) for k, v in m._parameters.items()}
+        state["_buffers"] = {k: tensor(v) for k, v in m._buffers.items()}
+        state["_modules"] = {k: None if c is None else module(c) for k, c in m._modules.items()}
+        object.__setattr__(new, "__dict__", state)
+        return new
+
+    return module(root)
+
+
 def _holds_layers(module: nn.Module) -> bool:
     """A block or stage: a container with convolutions or linear layers inside. Its
     input is rounded once for every branch that reads it (the convolution and the
@@ -208,7 +262,7 @@ def estimate_int8(
 ) -> Derived:
     """The int8 variant simulated on ``parent``'s float weights (left unchanged), on
     the device ``parent`` is on (a subnet evaluated on a GPU is estimated there)."""
-    model = copy.deepcopy(parent).eval()
+    model = _copy(parent).eval()
     device = next(model.parameters(), torch.empty(0)).device
     reduce_range = not has_vnni()
     seen = _Seen()
