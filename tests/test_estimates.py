@@ -842,15 +842,15 @@ def _same_copy(original, ours, theirs) -> None:
         assert plain(mine) == plain(its), name
 
 
-@settings(max_examples=10, deadline=None, derandomize=True, database=None)
+@settings(max_examples=15, deadline=None, derandomize=True, database=None)
 @given(
     space=st.sampled_from(["resnet", "bottleneck", "mobilenet", "densenet", "nb201"]),
     draw=st.integers(0, 2**16),
 )
 def test_the_estimates_copy_of_a_network_is_deepcopys(space, draw, digits):
     """The estimate copies its parent directly (each module a new object with its own
-    tensors and containers) rather than through ``copy.deepcopy``: the same copy, the
-    same estimate bit for bit, and the parent untouched, on subnets of every space."""
+    tensors and containers) rather than through ``copy.deepcopy``: the same copy, on
+    subnets of every space."""
     from autosearch.compress import _fake_quant
     from search_spaces import DenseNetSpace, MobileNetSpace, NB201Space
 
@@ -866,17 +866,27 @@ def test_the_estimates_copy_of_a_network_is_deepcopys(space, draw, digits):
     model = chosen.build(
         chosen.sample(np.random.default_rng(draw)), input_shape=digits.input_shape, num_classes=10
     )
-    before = {k: v.clone() for k, v in model.state_dict().items()}
     _same_copy(model, _fake_quant._copy(model), copy.deepcopy(model))
+
+
+def test_the_estimate_on_its_copy_is_the_estimate_on_deepcopys_and_leaves_the_parent(digits):
+    from autosearch.compress import _fake_quant
+
+    space = ResNetSpace(max_stages=3, blocks=("basic",))
+    torch.manual_seed(0)
+    model = space.build(
+        space.sample(np.random.default_rng(0)), input_shape=digits.input_shape, num_classes=10
+    ).eval()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
     x = digits.normalize(digits.val.x[:64])
-    ours = _fake_quant.estimate_int8(model.eval(), digits, Compression(), seed=0)
+    ours = _fake_quant.estimate_int8(model, digits, Compression(), seed=0)
     with pytest.MonkeyPatch.context() as patched:
         patched.setattr(_fake_quant, "_copy", copy.deepcopy)
         theirs = _fake_quant.estimate_int8(model, digits, Compression(), seed=0)
     with torch.no_grad():
         assert torch.equal(ours.model(x), theirs.model(x))
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
-    assert not model._forward_pre_hooks and all(not m._forward_pre_hooks for m in model.modules())
+    assert all(not m._forward_pre_hooks for m in model.modules())
 
 
 def test_a_copy_keeps_shared_modules_and_tied_weights_shared_and_changes_nothing_of_the_original():
