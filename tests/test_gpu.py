@@ -200,7 +200,13 @@ def test_subnets_are_evaluated_on_the_gpu_as_on_the_cpu(digits):
     assert abs(scored["accuracy"] - expected["accuracy"]) <= 2 / len(digits.val)
     estimate = estimate_int8(model, digits, Compression(), seed=0)  # estimated where it runs
     assert next(estimate.model.parameters()).is_cuda
-    assert 0 < evaluate(estimate.model, on_gpu.val, digits)[0] <= 1
+    # observed on the GPU (the histograms taken there), the ranges searched on the CPU:
+    # the estimate scores as the same estimate made on the CPU (TF32 convolutions aside)
+    on_the_cpu = estimate_int8(model.cpu(), digits, Compression(), seed=0)
+    assert abs(
+        evaluate(estimate.model, on_gpu.val, digits)[0]
+        - evaluate(on_the_cpu.model, on_cpu.val, digits)[0]
+    ) <= 2 / len(digits.val)
 
 
 @cuda

@@ -161,7 +161,11 @@ class _InputQuant:
             follower.observer, follower.observed = copy.deepcopy(self.observer), 1
             follower.leader = None
         self.followers = []
-        self.observer(x.detach().cpu())  # torchao's observer, as the real path runs it
+        # torchao's observer where the tensor is: on a GPU its range and histogram are
+        # taken there (torch.histc bins as on the CPU), not the activations copied back
+        if self._observer is None and x.device.type != "cpu":
+            self._observer = _observer(self.reduce_range).to(x.device)
+        self.observer(x.detach())
         self.observed += 1
         self.seen.put(x, self)
 
@@ -170,7 +174,9 @@ class _InputQuant:
             self.scale, self.zero_point = self.leader.scale, self.leader.zero_point
             return
         source = self.leader or self
-        scale, zero_point = source.observer.calculate_qparams()
+        # the range search on the CPU, as the real path runs it (its histogram, 2,048
+        # counts, copied back from a GPU)
+        scale, zero_point = source.observer.cpu().calculate_qparams()
         self.scale, self.zero_point = float(scale), int(zero_point)
 
 
