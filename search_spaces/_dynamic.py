@@ -134,14 +134,20 @@ class DynamicLinear(nn.Linear):
         return state
 
 
-def copy_slices(pairs: list[tuple[nn.Module, nn.Module]]) -> None:
+def copy_slices(pairs: list[tuple[nn.Module, nn.Module]]) -> set[int]:
     """Copy each supernet layer's slices into its ordinary counterpart, in place (a
-    supernet layer that is an ordinary one, of the same shapes, is copied whole)."""
+    supernet layer that is an ordinary one, of the same shapes, is copied whole).
+    Returns the ids of the tensors written."""
+    written: set[int] = set()
     with torch.no_grad():
         for target, source in pairs:
             sliced = getattr(source, "sliced", None)
             if sliced is None:
                 target.load_state_dict(source.state_dict())
+                written.update(map(id, target.state_dict(keep_vars=True).values()))
                 continue
             for name, value in sliced(target).items():
-                getattr(target, name).copy_(value)
+                tensor = getattr(target, name)
+                tensor.copy_(value)
+                written.add(id(tensor))
+    return written

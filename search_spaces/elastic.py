@@ -221,10 +221,26 @@ class ElasticNetwork(nn.Module):
         return self.net(x)
 
     def subnet(self, arch: Architecture) -> nn.Module:
-        """``arch``'s ordinary network (the wrapped space's) with the supernet's weights."""
+        """``arch``'s ordinary network (the wrapped space's) with the supernet's weights,
+        on the supernet's device. It is built without weights of its own (on the meta
+        device, then allocated where the supernet is): every tensor of it is then
+        written from the supernet, which is checked."""
         kwargs = self._kwargs(arch)
-        model = self.space.build(arch, input_shape=self.input_shape, num_classes=self.num_classes)
-        copy_slices(list(self.pairs(model, kwargs)))
+        with torch.device("meta"):
+            model = self.space.build(
+                arch, input_shape=self.input_shape, num_classes=self.num_classes
+            )
+        device = next(self.net.parameters()).device
+        model = model.to_empty(device=device)
+        written = copy_slices(list(self.pairs(model, kwargs)))
+        tensors = [*model.named_parameters(), *model.named_buffers()]
+        missing = [name for name, tensor in tensors if id(tensor) not in written]
+        if missing:
+            raise RuntimeError(
+                f"the supernet of space {self.space.name!r} gives subnet {arch.arch_id} no "
+                f"values for {', '.join(missing)}: its pairs() must name every layer "
+                "with weights (a bug in the space)"
+            )
         return model
 
     def pairs(self, model: nn.Module, kwargs: Mapping[str, Any]) -> Iterator[Any]:

@@ -563,3 +563,42 @@ def test_confirm_without_a_supernet_is_refused():
 
     with pytest.raises(autosearch.ConfigError, match="has no supernet"):
         StudySpec(name="x", controller=RegularizedEvolution(ResNetSpace(), seed=0), confirm=2)
+
+
+def _nb201_supernet_space() -> ElasticSpace:
+    from search_spaces import NB201Space
+
+    return NB201Space(channels=4, cells=1).supernet()
+
+
+@pytest.mark.parametrize("kind", [*SPACES, "nb201"])
+def test_a_subnet_is_made_where_the_supernet_is_with_every_tensor_from_it(kind):
+    """Issue 45: a subnet is built without weights of its own and allocated on the
+    supernet's device (a supernet on a GPU gives subnets on that GPU; the meta device
+    stands in for it here); every tensor is then the supernet's, exactly what the
+    subnet built with fresh weights and the slices copied in holds."""
+    from search_spaces._dynamic import copy_slices
+
+    space = _nb201_supernet_space() if kind == "nb201" else SPACES[kind]()
+    shape = SHAPES.get(kind, (3, 16, 16))
+    net = space.build_supernet(input_shape=shape, num_classes=7)
+    _perturbed(net)
+    rng = np.random.default_rng(1)
+    for arch in [space.largest(), space.smallest(), *(space.sample(rng) for _ in range(3))]:
+        subnet = net.subnet(arch)
+        fresh = space.space.build(space.full(arch), input_shape=shape, num_classes=7)
+        copy_slices(list(net.pairs(fresh, net._kwargs(arch))))
+        ours, expected = subnet.state_dict(), fresh.state_dict()
+        assert ours.keys() == expected.keys()
+        assert all(torch.equal(ours[k], expected[k]) for k in expected), arch
+    on_meta = net.to("meta").subnet(space.smallest())
+    assert {t.device.type for t in [*on_meta.parameters(), *on_meta.buffers()]} == {"meta"}
+
+
+def test_a_supernet_that_gives_a_subnet_no_values_for_a_layer_is_named(monkeypatch):
+    space = SPACES["resnet basic pad"]()
+    net = space.build_supernet(input_shape=(3, 16, 16), num_classes=7)
+    pairs = net.pairs
+    monkeypatch.setattr(net, "pairs", lambda model, kwargs: list(pairs(model, kwargs))[:-1])
+    with pytest.raises(RuntimeError, match=r"no values for .*head.*pairs\(\) must name every"):
+        net.subnet(space.smallest())
