@@ -11,6 +11,7 @@ a subnet's network is the wrapped space's ordinary network.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -222,16 +223,16 @@ class ElasticNetwork(nn.Module):
 
     def subnet(self, arch: Architecture) -> nn.Module:
         """``arch``'s ordinary network (the wrapped space's) with the supernet's weights,
-        on the supernet's device. It is built without weights of its own (on the meta
-        device, then allocated where the supernet is): every tensor of it is then
-        written from the supernet, which is checked."""
+        built on the supernet's device; every tensor of it is written from the supernet,
+        which is checked. (Built on the meta device and allocated after, skipping the
+        initial weights, it took longer: 8.9 ms against 3.3 for a small ResNet on a CPU,
+        torch's device context running every initialisation through Python.)"""
         kwargs = self._kwargs(arch)
-        with torch.device("meta"):
+        device = next(self.net.parameters()).device
+        with contextlib.nullcontext() if device.type == "cpu" else device:
             model = self.space.build(
                 arch, input_shape=self.input_shape, num_classes=self.num_classes
             )
-        device = next(self.net.parameters()).device
-        model = model.to_empty(device=device)
         written = copy_slices(list(self.pairs(model, kwargs)))
         tensors = [*model.named_parameters(), *model.named_buffers()]
         missing = [name for name, tensor in tensors if id(tensor) not in written]

@@ -573,10 +573,10 @@ def _nb201_supernet_space() -> ElasticSpace:
 
 @pytest.mark.parametrize("kind", [*SPACES, "nb201"])
 def test_a_subnet_is_made_where_the_supernet_is_with_every_tensor_from_it(kind):
-    """Issue 45: a subnet is built without weights of its own and allocated on the
-    supernet's device (a supernet on a GPU gives subnets on that GPU; the meta device
-    stands in for it here); every tensor is then the supernet's, exactly what the
-    subnet built with fresh weights and the slices copied in holds."""
+    """Issue 45: a subnet is built on the supernet's device (a supernet on a GPU gives
+    subnets on that GPU; the meta device stands in for it here); every tensor is the
+    supernet's, exactly what the subnet built on the CPU with the slices copied in
+    holds."""
     from search_spaces._dynamic import copy_slices
 
     space = _nb201_supernet_space() if kind == "nb201" else SPACES[kind]()
