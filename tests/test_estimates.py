@@ -744,6 +744,22 @@ class _Reused(torch.nn.Module):
         return self.head(z.mean((2, 3)))
 
 
+def _subnet_space(name: str):
+    """A space of each kind, its networks small (a few hundred thousand weights at most:
+    the spaces' defaults reach tens of millions, seconds an estimate on digits)."""
+    from search_spaces import DenseNetSpace, MobileNetSpace, NB201Space
+
+    return {
+        "resnet": lambda: ResNetSpace(max_stages=3, blocks=("basic",), widths=(8, 16, 32)),
+        "bottleneck": lambda: ResNetSpace(max_stages=2, blocks=("bottleneck",), widths=(8, 16)),
+        "mobilenet": lambda: MobileNetSpace(
+            max_stages=3, widths=(16, 24, 32), head_widths=(640,), width_mults=(0.5, 1.0)
+        ),
+        "densenet": lambda: DenseNetSpace(max_blocks=3, layers=(2, 4, 6), growths=(12, 16)),
+        "nb201": lambda: NB201Space(channels=4, cells=1),
+    }[name]()
+
+
 def _estimate_alone_at_every_hook(model, data, monkeypatch):
     """The estimate with every hook observing and rounding on its own (nothing shared)."""
     from autosearch.compress import _fake_quant
@@ -765,16 +781,8 @@ def test_the_estimate_observes_and_rounds_a_shared_tensor_once_with_the_same_res
     rounded once. The estimate's outputs are those of every hook on its own, bit for
     bit, on subnets of every space."""
     from autosearch.compress._fake_quant import estimate_int8
-    from search_spaces import DenseNetSpace, MobileNetSpace, NB201Space
 
-    spaces = {
-        "resnet": lambda: ResNetSpace(max_stages=3, blocks=("basic",)),
-        "bottleneck": lambda: ResNetSpace(max_stages=2, blocks=("bottleneck",)),
-        "mobilenet": lambda: MobileNetSpace(),
-        "densenet": lambda: DenseNetSpace(),
-        "nb201": lambda: NB201Space(channels=4, cells=1),
-    }
-    chosen = spaces[space]()
+    chosen = _subnet_space(space)
     torch.manual_seed(draw)
     arch = chosen.sample(np.random.default_rng(draw))
     model = chosen.build(arch, input_shape=digits.input_shape, num_classes=10).eval()
@@ -852,16 +860,8 @@ def test_the_estimates_copy_of_a_network_is_deepcopys(space, draw, digits):
     tensors and containers) rather than through ``copy.deepcopy``: the same copy, on
     subnets of every space."""
     from autosearch.compress import _fake_quant
-    from search_spaces import DenseNetSpace, MobileNetSpace, NB201Space
 
-    spaces = {
-        "resnet": lambda: ResNetSpace(max_stages=3, blocks=("basic",)),
-        "bottleneck": lambda: ResNetSpace(max_stages=2, blocks=("bottleneck",)),
-        "mobilenet": lambda: MobileNetSpace(),
-        "densenet": lambda: DenseNetSpace(),
-        "nb201": lambda: NB201Space(channels=4, cells=1),
-    }
-    chosen = spaces[space]()
+    chosen = _subnet_space(space)
     torch.manual_seed(draw)
     model = chosen.build(
         chosen.sample(np.random.default_rng(draw)), input_shape=digits.input_shape, num_classes=10
@@ -872,7 +872,7 @@ def test_the_estimates_copy_of_a_network_is_deepcopys(space, draw, digits):
 def test_the_estimate_on_its_copy_is_the_estimate_on_deepcopys_and_leaves_the_parent(digits):
     from autosearch.compress import _fake_quant
 
-    space = ResNetSpace(max_stages=3, blocks=("basic",))
+    space = _subnet_space("resnet")
     torch.manual_seed(0)
     model = space.build(
         space.sample(np.random.default_rng(0)), input_shape=digits.input_shape, num_classes=10
