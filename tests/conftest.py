@@ -5,6 +5,7 @@ import socket
 import uuid
 from pathlib import Path
 
+import _hermetic
 import pytest
 
 from autosearch import TrainConfig
@@ -12,16 +13,21 @@ from autosearch.data import Dataset, load_data
 from controllers import RandomSearch
 from search_spaces import ResNetSpace
 
+_RUN: dict[str, Path | str] = {}
+
 
 def pytest_configure(config):
-    """Latency tables filled by tests (on a loaded machine) stay out of the user's
-    cache, where a real search would predict with them."""
+    """Each test process runs in folders of its own, without the user's settings
+    (tests/_hermetic.py); latency tables filled by tests (on a loaded machine) stay out
+    of any cache a real search would predict with."""
     import os
     import tempfile
 
-    os.environ.setdefault(
-        "AUTOSEARCH_LATENCY_TABLES", tempfile.mkdtemp(prefix="autosearch-latency-tests-")
-    )
+    root = Path(tempfile.mkdtemp(prefix="autosearch-tests-"))
+    _hermetic.isolate(root)
+    _RUN.update(root=root, tag=_hermetic.new_tag())
+    os.environ[_hermetic.TAG] = str(_RUN["tag"])
+    os.environ["AUTOSEARCH_LATENCY_TABLES"] = str(root / "latency-tables")
     if os.environ.get("PYTEST_XDIST_WORKER"):
         # Two test processes share the 2 cores (make test: -n 2): one thread each, in
         # them and in every process they start, or they thrash; and the same count on
@@ -30,6 +36,29 @@ def pytest_configure(config):
 
         os.environ["OMP_NUM_THREADS"] = "1"
         torch.set_num_threads(1)
+
+
+def pytest_unconfigure(config):
+    """Whatever the run's fixtures started and left is stopped; its folders removed."""
+    import shutil
+
+    if "tag" in _RUN:
+        _hermetic.stop_tagged(str(_RUN["tag"]), helpers=True)
+        shutil.rmtree(_RUN["root"], ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _no_process_left_behind(monkeypatch):
+    """What a test starts carries its tag; whatever still runs when it ends (passed,
+    failed or timed out) is stopped, and named in a warning."""
+    import warnings
+
+    tag = _hermetic.new_tag()
+    monkeypatch.setenv(_hermetic.TAG, tag)
+    yield
+    left = _hermetic.stop_tagged(tag)
+    if left:
+        warnings.warn(f"stopped processes the test left behind: {left}", stacklevel=1)
 
 
 @pytest.fixture(scope="session")

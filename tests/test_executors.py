@@ -10,9 +10,11 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
+import _hermetic
 import pytest
 from optuna.trial import TrialState
 
@@ -57,29 +59,39 @@ def test_a_slurm_job_array_runs_the_workers(tmp_path, tiny_space):
     assert len(list((tmp_path / "jobs").glob("*_result.pkl"))) == 2  # submitit's own record
 
 
-def _ray(*args: str) -> None:
-    ray = Path(sys.executable).with_name("ray")
-    subprocess.run([str(ray), *args], check=True, capture_output=True, timeout=1800)
-
-
 @pytest.fixture(scope="module")
 def ray_cluster():
-    """A head and a second node on 127.0.0.1, one CPU each; stopped afterwards."""
+    """A head and a second node on 127.0.0.1, one CPU each, in a temp folder of their
+    own (RAY_TMPDIR; short: Ray's sockets live there), their processes tagged so that
+    exactly they are stopped afterwards (never `ray stop`, which stops every Ray
+    cluster of the machine, a user's too)."""
     pytest.importorskip("ray", reason="the Ray executor is an extra: autosearch[ray]")
+    tag = _hermetic.new_tag()
+    temp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
+    env = {**os.environ, _hermetic.TAG: tag, "RAY_TMPDIR": temp}
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     address = f"127.0.0.1:{port}"
     common = ["--node-ip-address", "127.0.0.1", "--num-cpus", "1", "--disable-usage-stats"]
+    ray_cli = str(Path(sys.executable).with_name("ray"))
+
+    def ray(*args: str) -> None:
+        subprocess.run([ray_cli, *args], check=True, capture_output=True, env=env, timeout=1800)
+
+    saved = os.environ.get("RAY_TMPDIR")
+    os.environ["RAY_TMPDIR"] = temp  # the driver (this process) finds the session there
     try:
-        _ray("start", "--head", "--port", str(port), "--include-dashboard", "false", *common)
-        _ray("start", "--address", address, *common)
+        ray("start", "--head", "--port", str(port), "--include-dashboard", "false", *common)
+        ray("start", "--address", address, *common)
         yield address
     finally:
-        import ray
+        import ray as ray_module
 
-        ray.shutdown()
-        _ray("stop", "--force")
+        ray_module.shutdown()
+        _hermetic.stop_tagged(tag)
+        os.environ.pop("RAY_TMPDIR") if saved is None else os.environ.update(RAY_TMPDIR=saved)
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 def _wait_for(predicate, what: str, bound: float = 1800.0) -> None:
@@ -154,32 +166,37 @@ def test_a_ray_cluster_of_two_nodes_survives_a_killed_worker(
 
     from controllers import RandomSearch
 
+    """A worker killed one epoch into whichever trial it holds: Ray runs it again, and
+    its trial is taken up at once from its checkpoint (its process is gone: no heartbeat
+    grace a loaded machine could exceed decides it; the default 60 s stays)."""
     name, _ = bucket
-    beats = {"AUTOSEARCH_HEARTBEAT_INTERVAL": "0.3", "AUTOSEARCH_HEARTBEAT_GRACE": "3"}
     aws = {k: os.environ[k] for k in os.environ if k.startswith("AWS_")}
     study = autosearch.create_study(
         "ray",
         controller=RandomSearch(tiny_space, seed=0),
         storage=postgres_url,
         artifacts=f"s3://{name}/ray",
-        train=TrainConfig(epochs=4, batch_size=16, lr=0.05),
+        train=TrainConfig(epochs=8, batch_size=16, lr=0.05),  # seconds left after one epoch
     )
     executor = RayExecutor(
         address=ray_cluster,
         num_cpus=1,
         max_retries=3,
-        env_vars={**aws, **beats},
+        env_vars=aws,
         init={"_node_ip_address": "127.0.0.1"},
     )
     killed: dict[str, int] = {}
 
-    def kill_one_worker() -> None:  # the first trial one epoch in: SIGKILL its process
-        def started() -> bool:
-            trials = study.optuna_study.get_trials(deepcopy=False)
-            return bool(trials) and len(trials[0].intermediate_values) >= 1
+    def running_one_epoch_in() -> list:
+        return [
+            t
+            for t in study.optuna_study.get_trials(deepcopy=False)
+            if t.state == TrialState.RUNNING and len(t.intermediate_values) >= 1
+        ]
 
-        _wait_for(started, "trial 0 one epoch in")
-        first = study.optuna_study.get_trials(deepcopy=False)[0]
+    def kill_one_worker() -> None:  # a trial one epoch in, whichever: SIGKILL its process
+        _wait_for(running_one_epoch_in, "a running trial one epoch in")
+        first = running_one_epoch_in()[0]
         pid = int(first.user_attrs["worker"].rsplit(":", 1)[1])
         killed.update(number=first.number, pid=pid)
         os.kill(pid, signal.SIGKILL)
@@ -200,3 +217,62 @@ def test_a_ray_cluster_of_two_nodes_survives_a_killed_worker(
     hosts = {t.user_attrs["worker"] for t in trials}
     assert len(hosts) >= 3  # two workers, and the one Ray started again
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+_TOKEN_STUDY = """from autosearch import StudySpec, TrainConfig
+from controllers import RandomSearch
+from search_spaces import ResNetSpace
+
+study = StudySpec(
+    name="token",
+    controller=RandomSearch(ResNetSpace(max_stages=2, depths=(1,), widths=(4,)), seed=0),
+    train=TrainConfig(epochs=1, batch_size=128, lr=0.1),
+    storage="sqlite:///token.db",
+    n_trials=2,
+)
+"""
+
+
+def test_a_ray_head_that_asks_for_a_token_is_named_in_one_line(tmp_path):
+    """A user's ~/.ray/auth_token makes `ray start --head` ask every driver for a token,
+    which Ray's driver does not send unless RAY_AUTH_MODE=token: one line that says so
+    and what to do, not Ray's traceback; nothing stored runs."""
+    pytest.importorskip("ray", reason="the Ray executor is an extra: autosearch[ray]")
+    home = tmp_path / "home"
+    (home / ".ray").mkdir(parents=True)
+    (home / ".ray" / "auth_token").write_text("a" * 64)
+    tag, temp = _hermetic.new_tag(), tempfile.mkdtemp(prefix="ray-", dir="/tmp")
+    env = {**os.environ, "HOME": str(home), _hermetic.TAG: tag, "RAY_TMPDIR": temp}
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    head = [str(Path(sys.executable).with_name("ray")), "start", "--head", "--port", str(port)]
+    local = ["--node-ip-address", "127.0.0.1", "--num-cpus", "1", "--disable-usage-stats"]
+    (tmp_path / "s.py").write_text(_TOKEN_STUDY)
+    try:
+        subprocess.run(
+            [*head, "--include-dashboard", "false", *local],
+            check=True,
+            capture_output=True,
+            env=env,
+            timeout=1800,
+        )
+        cli = [str(Path(sys.executable).with_name("autosearch")), "run", "s.py", "--workers"]
+        run = subprocess.run(
+            [*cli, "2", "--executor", "ray", "--ray-address", f"127.0.0.1:{port}"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=1800,
+        )
+    finally:
+        _hermetic.stop_tagged(tag)
+        shutil.rmtree(temp, ignore_errors=True)
+    assert run.returncode == 2, run.stderr[-3000:]
+    (line,) = run.stderr.strip().splitlines()  # one line, and only that
+    assert "Traceback" not in run.stderr, run.stderr[-3000:]
+    assert f"the Ray cluster at 127.0.0.1:{port} refused this process: it asks for a token" in line
+    assert "Set RAY_AUTH_MODE=token here" in line
+    study = autosearch.load_study("token", storage=f"sqlite:///{tmp_path}/token.db")
+    assert study.optuna_study.get_trials() == []

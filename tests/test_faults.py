@@ -197,9 +197,6 @@ def test_a_kill_after_training_keeps_the_training_and_the_variants_derived(
 ):
     import autosearch.evaluation.runner
 
-    beats = {"AUTOSEARCH_HEARTBEAT_INTERVAL": "0.2", "AUTOSEARCH_HEARTBEAT_GRACE": "1.5"}
-    for key, value in beats.items():
-        monkeypatch.setenv(key, value)
     monkeypatch.chdir(tmp_path)
     url = f"sqlite:///{tmp_path}/k.db"
     study = autosearch.create_study(
@@ -211,7 +208,7 @@ def test_a_kill_after_training_keeps_the_training_and_the_variants_derived(
         compression=Compression(finetune_epochs=1),
         artifacts=str(tmp_path / "artifacts"),
     )
-    worker = _worker(url, "k", 1, beats)
+    worker = _worker(url, "k", 1, {})
     derived = tmp_path / "artifacts" / "checkpoints"
     try:  # kill it once one variant is derived: training is over, int8 is under way
         _wait_for(lambda: any(derived.rglob("prune-l1@0.5.json")), "the first variant derived")
@@ -220,10 +217,6 @@ def test_a_kill_after_training_keeps_the_training_and_the_variants_derived(
     finally:
         worker.kill()
     assert _trials(study)[0].state == TrialState.RUNNING  # killed before COMPLETE
-    _wait_for(
-        lambda: time.time() - last_beat(_trials(study)[0]) > study.heartbeat_grace,
-        "the killed worker's trial silent past the grace period",
-    )
     again_derived: list[tuple[str, bool]] = []
     real = autosearch.evaluation.runner.derive
 

@@ -80,14 +80,6 @@ def _wait_for(predicate, what: str, bound: float = 1800.0) -> None:
         time.sleep(0.05)
 
 
-def _silent_past_grace(study: autosearch.Study, number: int) -> bool:
-    """Trial ``number``'s heartbeat is older than the study's grace period."""
-    from autosearch.study._heartbeat import last_beat
-
-    trial = study.optuna_study.get_trials(deepcopy=False)[number]
-    return time.time() - last_beat(trial) > study.heartbeat_grace
-
-
 def _epochs(study: autosearch.Study, number: int) -> int:
     trials = study.optuna_study.get_trials(deepcopy=False)
     return len(trials[number].intermediate_values) if len(trials) > number else 0
@@ -116,11 +108,10 @@ def _worker(storage: str, name: str, n: int, env: dict[str, str]) -> subprocess.
 def test_a_worker_killed_mid_trial_is_resumed_from_its_checkpoint(
     kind, tmp_path, request, tiny_space, monkeypatch
 ):
+    """The killed worker's trial is taken up at once: its process is gone (a grace a
+    loaded machine could exceed plays no part; the default 60 s stays)."""
     from controllers import RandomSearch
 
-    beats = {"AUTOSEARCH_HEARTBEAT_INTERVAL": "0.2", "AUTOSEARCH_HEARTBEAT_GRACE": "1.5"}
-    for key, value in beats.items():
-        monkeypatch.setenv(key, value)
     monkeypatch.chdir(tmp_path)
     url = _url(kind, tmp_path, request)
     study = autosearch.create_study(
@@ -130,7 +121,7 @@ def test_a_worker_killed_mid_trial_is_resumed_from_its_checkpoint(
         train=INTERRUPTED_TRAIN,
         artifacts=str(tmp_path / "shared-artifacts"),  # where every worker finds checkpoints
     )
-    worker = _worker(url, "chaos", 3, beats)
+    worker = _worker(url, "chaos", 3, {})
     try:  # let it finish trial 0, then kill it two epochs into trial 1
         _wait_for(lambda: _epochs(study, 1) >= 2, "trial 1 two epochs in")
         worker.send_signal(signal.SIGKILL)
@@ -141,7 +132,6 @@ def test_a_worker_killed_mid_trial_is_resumed_from_its_checkpoint(
     assert killed.state == TrialState.RUNNING  # as a dead worker leaves it
     attempt = study.artifacts_dir / "checkpoints" / killed.user_attrs["arch_id"] / "1"
     assert (attempt / "train.pt").is_file()
-    _wait_for(lambda: _silent_past_grace(study, 1), "trial 1 silent past the grace period")
 
     again = autosearch.load_study("chaos", storage=url)
     again.optimize(1)
@@ -151,7 +141,8 @@ def test_a_worker_killed_mid_trial_is_resumed_from_its_checkpoint(
     attrs = again.optuna_study.get_trials()[resumed.trial].user_attrs
     assert attrs["resumes"] == 1 and attrs["result"]["resumed_from_epoch"] >= 2
     dead = again.optuna_study.get_trials()[1]
-    assert dead.state == TrialState.FAIL and "died (no heartbeat" in dead.user_attrs["superseded"]
+    assert dead.state == TrialState.FAIL
+    assert "died (its process is gone)" in dead.user_attrs["superseded"]
     # The resumed trial ends exactly where an uninterrupted run does (CPU, fixed seed).
     plan = TrialPlan(
         space=again.space,

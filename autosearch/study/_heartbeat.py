@@ -5,10 +5,18 @@ attribute, which every storage (SQLite, journal file, PostgreSQL) keeps. While a
 runs, a daemon thread stamps it every ``interval`` seconds; a trial whose stamp is
 older than ``grace`` seconds belongs to a worker that died (killed, crashed, or its
 machine gone), and another worker resumes it from its checkpoint.
+
+A worker on the same machine need not wait for the grace: each claim also records its
+process (the kernel's boot, the pid namespace, the pid and the process's start time),
+and a watcher on that machine that finds the process gone (or its pid taken by another
+process) knows the worker died. Elsewhere, or where /proc cannot tell, only the grace
+decides; a worker that is alive but slow (a loaded machine) is never declared dead by
+its process, only by a silence longer than the grace.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -17,15 +25,27 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial
 
-__all__ = ["HEARTBEAT", "WORKER", "Watch", "beating", "first_stamp", "last_beat", "worker_id"]
+__all__ = [
+    "HEARTBEAT",
+    "PROCESS",
+    "WORKER",
+    "Watch",
+    "beating",
+    "first_stamp",
+    "last_beat",
+    "process_gone",
+    "worker_id",
+]
 
 HEARTBEAT = "autosearch:heartbeat"
 WORKER = "autosearch:worker"
+PROCESS = "autosearch:process"  # boot id / pid namespace / pid / start time
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +63,8 @@ def beating(
     ``stamped``: the trial was created with its first stamp (:func:`first_stamp`)."""
     if not stamped:
         storage.set_trial_system_attr(trial_id, WORKER, worker_id())
+        if (process := this_process()) is not None:
+            storage.set_trial_system_attr(trial_id, PROCESS, process)
         storage.set_trial_system_attr(trial_id, HEARTBEAT, time.time())
     stop = threading.Event()
 
@@ -63,9 +85,59 @@ def beating(
 
 
 def first_stamp() -> dict[str, Any]:
-    """The system attribute of a trial's first heartbeat (a trial created with it names
-    its worker in its ``worker`` user attribute)."""
-    return {HEARTBEAT: time.time()}
+    """The system attributes of a trial's first heartbeat and of the process that holds
+    it (a trial created with them names its worker in its ``worker`` user attribute)."""
+    process = this_process()
+    return {HEARTBEAT: time.time(), **({PROCESS: process} if process is not None else {})}
+
+
+def this_process() -> str | None:
+    """This process, as a watcher on the same machine can check it: the kernel's boot
+    id, the pid namespace, the pid and its start time (so that a pid used again by
+    another process is not taken for this one); None where /proc does not say."""
+    pid = os.getpid()
+    try:
+        start = _stat(pid)[1]
+        return f"{_machine()}/{pid}/{start}"
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def process_gone(trial: FrozenTrial) -> bool:
+    """Whether the process that holds ``trial`` is known to have ended: it ran on this
+    machine (same boot, same pid namespace) and its pid is gone, a zombie, or another
+    process's. False whenever that cannot be told (another machine, no /proc)."""
+    recorded = trial.system_attrs.get(PROCESS)
+    if not isinstance(recorded, str):
+        return False
+    machine, pid, start = (*recorded.rsplit("/", 2), "", "")[:3]
+    try:
+        if not pid.isdigit() or machine != _machine():
+            return False
+    except OSError:
+        return False
+    try:
+        state, started = _stat(int(pid))
+    except FileNotFoundError:
+        return True
+    except (OSError, ValueError, IndexError):
+        return False
+    return started != start or state in ("Z", "X", "x")
+
+
+@functools.cache
+def _machine() -> str:
+    """This kernel boot and pid namespace (processes of another container, or of
+    another boot of the machine, cannot be checked by pid)."""
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    return f"{boot}/{os.readlink('/proc/self/ns/pid')}"
+
+
+def _stat(pid: int) -> tuple[str, str]:
+    """A process's state letter and start time (clock ticks since boot), from
+    /proc/PID/stat (its name, in parentheses, may hold spaces and parentheses)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return fields[0], fields[19]
 
 
 def last_beat(trial: FrozenTrial) -> float:
@@ -93,3 +165,11 @@ class Watch:
         if seen is None or seen[0] != stamp:
             self._seen[trial._trial_id] = seen = (stamp, now)
         return max(time.time() - last_beat(trial), now - seen[1])
+
+    def dead(self, trial: FrozenTrial, grace: float) -> str | None:
+        """Why ``trial``'s worker counts as dead (its process is gone, or it has been
+        silent longer than ``grace`` seconds), or None while it may be alive."""
+        silent = self.silent(trial)
+        if process_gone(trial):
+            return "its process is gone"
+        return f"no heartbeat for {silent:.0f} s" if silent > grace else None

@@ -212,19 +212,18 @@ class Claims:
         for t in trials:
             if t.state != TrialState.RUNNING or SUPERSEDED in t.user_attrs:
                 continue
-            silent = self.watch.silent(t)
-            if silent > self.grace:
+            why = self.watch.dead(t, self.grace)
+            if why is not None:
                 worker = t.system_attrs.get(WORKER) or t.user_attrs.get("worker", "unknown")
                 logger.warning(
-                    "trial %d: worker %s silent for %.0f s; it resumes from its checkpoint",
+                    "trial %d: worker %s died (%s); it resumes from its checkpoint",
                     t.number,
                     worker,
-                    silent,
+                    why,
                 )
                 self.supersede(
                     t._trial_id,
-                    f"its worker {worker} died (no heartbeat for {silent:.0f} s); "
-                    "it resumes from its checkpoint",
+                    f"its worker {worker} died ({why}); it resumes from its checkpoint",
                 )
                 reaped = True
         return reaped

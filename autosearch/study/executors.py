@@ -32,7 +32,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -217,8 +217,15 @@ class RayExecutor:
     def _connect(self) -> Any:
         ray = _require("ray", "ray")
         if not ray.is_initialized():
-            _check_head(self.address or os.environ.get("RAY_ADDRESS"))
-            ray.init(address=self.address, **{"log_to_driver": False, **self.init})
+            address = self.address or os.environ.get("RAY_ADDRESS")
+            _check_head(address)
+            _check_token(address)
+            try:
+                ray.init(address=self.address, **{"log_to_driver": False, **self.init})
+            except Exception as exc:
+                if not _token_refused(exc):
+                    raise
+                raise PlatformError(_token_advice(address or "the local cluster")) from None
         return ray
 
     def _fraction(self, ray: Any, need: Callable[[], Need]) -> float:
@@ -346,6 +353,58 @@ def _check_head(address: str | None) -> None:
             f"no Ray head answers at {address} ({exc.strerror or exc}); start one with "
             "`ray start --head`, or check --ray-address / RAY_ADDRESS"
         ) from None
+
+
+def _check_token(address: str | None) -> None:
+    """A head at ``host:port`` that asks for a token this process would not send is
+    named at once (``ray.init`` retries for 20 s before it says so, in a traceback).
+    Asked with Ray's own GCS client; where that cannot be asked, ``ray.init`` tells."""
+    if not address or "://" in address or address in ("auto", "local"):
+        return
+    try:
+        from ray._raylet import GcsClient
+
+        with _quiet_stderr():  # Ray's C++ client logs the refusal there too
+            GcsClient(address=address)
+    except Exception as exc:
+        if _token_refused(exc):
+            raise PlatformError(_token_advice(address)) from None
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """File descriptor 2 to /dev/null for the block (what native code writes there)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _token_refused(exc: BaseException | None) -> bool:
+    """Whether connecting failed because the cluster asks for a token this process
+    did not send (Ray's AuthenticationError, somewhere in the chain of causes)."""
+    for _ in range(10):
+        if exc is None:
+            return False
+        if type(exc).__name__ == "AuthenticationError" or "InvalidAuthToken" in str(exc):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def _token_advice(address: str) -> str:
+    mode = os.environ.get("RAY_AUTH_MODE", "unset")
+    return (
+        f"the Ray cluster at {address} refused this process: it asks for a token "
+        f"(RAY_AUTH_MODE is {mode} here; a head started where a ~/.ray/auth_token exists "
+        "asks for one). Set RAY_AUTH_MODE=token here with the cluster's token in "
+        "~/.ray/auth_token or RAY_AUTH_TOKEN, or start the head with RAY_AUTH_MODE=disabled"
+    )
 
 
 def _require(module: str, extra: str) -> Any:

@@ -183,16 +183,16 @@ class Jobs:
 
     def _dead(self, claim: FrozenTrial) -> bool:
         """Give up ``claim`` if its worker stopped beating; whether it did."""
-        silent = self.watch.silent(claim)
-        if silent <= self.grace:
+        why = self.watch.dead(claim, self.grace)
+        if why is None:
             return False
         logger.warning(
-            "job %s: worker %s silent for %.0f s; taking it over from its checkpoint",
+            "job %s: worker %s died (%s); taking it over from its checkpoint",
             claim.user_attrs.get(_JOB),
             _worker(claim),
-            silent,
+            why,
         )
-        self._end(claim._trial_id, f"its worker {_worker(claim)} died (silent {silent:.0f} s)")
+        self._end(claim._trial_id, f"its worker {_worker(claim)} died ({why})")
         return True
 
     # Holding -------------------------------------------------------------------------------

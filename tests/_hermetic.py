@@ -1,0 +1,165 @@
+"""What keeps the suite hermetic: its own home, temp and cache folders, none of the
+user's settings, and no process left behind by a test, whatever became of it.
+
+- :func:`isolate` (at the start of every test process): ``HOME``, the XDG folders and
+  ``TMPDIR`` point into a folder of the run's own, and the environment variables that
+  autosearch or the services the tests start would read from a user's shell are
+  cleared (``USER_SETTINGS``): a ``~/.ray/auth_token``, ``~/.aws/config``,
+  ``RAY_ADDRESS`` or ``AUTOSEARCH_HEARTBEAT_GRACE`` of the user's changes nothing here.
+- Every process a test starts carries ``AUTOSEARCH_TEST_TAG`` in its environment (set
+  per test, inherited by whatever it starts: torchrun's ranks, Ray's daemons and
+  workers, ``autosearch worker`` processes). When the test ends, processes still
+  carrying its tag are stopped (:func:`stop_tagged`): a failed or timed-out test leaves
+  no gcs_server, raylet or rank behind. A fixture that outlives one test (a Ray cluster
+  for a module) tags its processes with a tag of its own and stops them itself.
+
+Linux only (``/proc``); elsewhere nothing is stopped.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+TAG = "AUTOSEARCH_TEST_TAG"
+
+# Settings a user's shell may hold that autosearch, or what the tests start, reads.
+USER_SETTINGS = (
+    "AUTOSEARCH_",  # autosearch's own (heartbeat, cache, data memory, loader workers, ...)
+    "RAY_",  # RAY_ADDRESS, RAY_AUTH_MODE, RAY_AUTH_TOKEN(_PATH), RAY_TMPDIR, ...
+    "AWS_",  # boto3: profile, endpoint, config and credentials files
+    "BOTO_",
+    "PG",  # libpq / psycopg: PGHOST, PGPASSWORD, PGSSLMODE, PGSERVICEFILE, ...
+    "OPTUNA_",
+    "MLFLOW_",
+    "CUDA_MPS_",  # an MPS daemon of the user's
+    "TORCHELASTIC_",
+    "TORCHINDUCTOR_",
+    "TORCH_LOGS",
+)
+TORCHRUN = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+)
+# CI's switches, not a user's settings.
+KEPT = ("AUTOSEARCH_REQUIRE_BROWSER", "AUTOSEARCH_REQUIRE_DOCS")
+
+
+def isolate(root: Path) -> dict[str, str]:
+    """Point home, temp and cache folders into ``root`` and clear the user's settings;
+    what was cleared (name: value), for the record."""
+    cleared = {}
+    for name in list(os.environ):
+        if name in KEPT:
+            continue
+        if name.startswith(USER_SETTINGS) or name in TORCHRUN:
+            cleared[name] = os.environ.pop(name)
+    folders = {
+        "HOME": root / "home",
+        "XDG_CONFIG_HOME": root / "home" / ".config",
+        "XDG_CACHE_HOME": root / "home" / ".cache",
+        "XDG_DATA_HOME": root / "home" / ".local" / "share",
+        "TMPDIR": root / "tmp",
+    }
+    for name, folder in folders.items():
+        folder.mkdir(parents=True, exist_ok=True)
+        os.environ[name] = str(folder)
+    tempfile.tempdir = None  # gettempdir() reads TMPDIR again
+    return cleared
+
+
+def new_tag() -> str:
+    return uuid.uuid4().hex
+
+
+def tagged(tag: str) -> list[int]:
+    """Processes (other than this one) whose environment carries ``TAG=tag``."""
+    needle = f"{TAG}={tag}".encode()
+    found = []
+    for entry in Path("/proc").iterdir() if Path("/proc/self/environ").exists() else ():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        if needle in environ.split(b"\0"):
+            found.append(int(entry.name))
+    return found
+
+
+# Helpers a test process keeps for its whole life (started by whichever test first
+# needed them): multiprocessing's fork server and resource tracker, torch.compile's
+# worker pool. Not leftovers of a test.
+_PROCESS_HELPERS = (
+    b"multiprocessing.forkserver",
+    b"multiprocessing.resource_tracker",
+    b"torch._inductor.compile_worker",
+)
+
+
+def _describe(pid: int) -> str:
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").strip()
+    except OSError:
+        return f"{pid}"
+    return f"{pid} {cmd.decode(errors='replace')[:120]}"
+
+
+def _is_helper(pid: int) -> bool:
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return any(h in cmd for h in _PROCESS_HELPERS) and _parent(pid) == os.getpid()
+
+
+def _parent(pid: int) -> int:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        return int(stat[1])
+    except (OSError, ValueError, IndexError):
+        return -1
+
+
+def stop_tagged(tag: str, *, helpers: bool = False, grace: float = 5.0) -> list[str]:
+    """Stop every process carrying ``tag`` (SIGTERM, then SIGKILL after ``grace``
+    seconds); what was stopped. ``helpers``: this process's own helpers too."""
+    pids = [p for p in tagged(tag) if helpers or not _is_helper(p)]
+    stopped = [_describe(p) for p in pids]
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace
+        while pids and time.monotonic() < deadline:
+            pids = [p for p in pids if _alive(p)]
+            time.sleep(0.05)
+        if not pids:
+            break
+    return stopped
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return False
+    if state == "Z":  # a zombie child of ours: reap it
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        return False
+    return True
