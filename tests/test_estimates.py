@@ -513,6 +513,44 @@ def test_a_point_that_cannot_be_measured_says_so_and_is_not_tried_again(searched
     assert tried == [point.trial]
 
 
+@pytest.mark.slow
+def test_figures_gone_or_damaged_after_their_job_are_measured_again(searched, capsys):
+    """A Done measuring job was taken as proof that the point's figures were stored: once
+    they were gone (the row deleted) or damaged, measure_front(), status and run showed
+    the estimates for ever. A job is done only while its figures are readable."""
+    import sqlite3
+
+    from autosearch.cli import main
+    from autosearch.study.overlays import PREFIX
+
+    study = searched["study"]
+    point = next(r for r in study.measure_front() if r.metrics.get("measured") == 1)
+    key = f"{PREFIX}{point.trial}:{point.variant}"
+    db = searched["root"] / "est.db"
+    for damage in ("delete", "{}", "[1, 2]", "delete"):
+        if damage == "delete":
+            with sqlite3.connect(db) as sql:
+                gone = sql.execute("DELETE FROM study_user_attributes WHERE key = ?", (key,))
+                assert gone.rowcount == 1
+        else:
+            study.storage.set_study_user_attr(study._study_id, key, damage)
+        assert is_estimated(study.record(point.trial, point.variant))
+        again = autosearch.load_study("est", storage=study.storage_url)
+        again.measure_front()
+        measured = again.record(point.trial, point.variant)
+        assert measured.metrics["measured"] == 1 and not is_estimated(measured), damage
+        assert measured.metrics["accuracy"] == point.metrics["accuracy"]
+    jobs = again.measurer.jobs.names(finished=True)
+    assert len([n for n in jobs if n.startswith(f"measure:{point.trial}:{point.variant}:")]) >= 4
+    with sqlite3.connect(db) as sql:  # gone once more: status says the front is estimated
+        sql.execute("DELETE FROM study_user_attributes WHERE key = ?", (key,))
+    capsys.readouterr()
+    assert main(["status", "--study", "est", "--storage", study.storage_url]) == 0
+    assert "1 point(s) of the front show estimates, not measurements" in capsys.readouterr().out
+    again.measure_front()
+    assert not is_estimated(again.record(point.trial, point.variant))
+
+
 # Overlays are data (issue 43: M6-M10) ------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.parametrize(

@@ -123,9 +123,10 @@ def _run_to_budget(
         return 128 + signal.Signals[interrupted].value  # as a shell reports the signal
     if not study.count("complete"):
         return _nothing_complete(study, done, report)
+    front = study.measure_front()  # also where nothing ran now: figures lost are measured again
     best = study.best()
     print("\nPareto front (validation accuracy against FLOPs = 2 x MACs per image):")
-    print(table(study.pareto()))
+    print(table(front))
     test = best.metrics.get("test_accuracy")
     print(
         f"\nbest: trial {best.trial}, {best.description}: val {best.metrics['accuracy']:.4f}"

@@ -14,7 +14,7 @@ from autosearch.errors import StudyError
 from autosearch.report import write_report
 from autosearch.scoring.metrics import metric
 from autosearch.study import Record, Study, default_storage, load_study
-from autosearch.study.overlays import figures
+from autosearch.study.overlays import figures, is_estimated
 from autosearch.studyfile import load_spec
 
 __all__ = ["cmd_export", "cmd_report", "cmd_rerun", "cmd_status", "open_stored", "table"]
@@ -90,10 +90,17 @@ def cmd_status(args: argparse.Namespace) -> int:
     for reason in study.unreadable.values():
         print(f"left out, unreadable: {reason}")
     if counts["complete"]:
+        front = study.pareto()
         print(
             "\nPareto front over every (architecture, variant) (FLOPs = 2 x MACs per "
-            "image; latency: ms per image, batch 1, one CPU thread):\n" + table(study.pareto())
+            "image; latency: ms per image, batch 1, one CPU thread):\n" + table(front)
         )
+        estimated = sum(is_estimated(r) for r in front)
+        if estimated:
+            print(
+                f"{estimated} point(s) of the front show estimates, not measurements: "
+                "`autosearch run` on the study file (or study.measure_front()) measures them"
+            )
     confirmed = study.confirmations()
     if confirmed:
         print(

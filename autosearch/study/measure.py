@@ -10,7 +10,6 @@ figures stored beside the trial (study/overlays.py).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import time
@@ -25,7 +24,7 @@ from autosearch.evaluation.runner import derive_variant, evaluation_splits, prof
 from autosearch.scoring.cost import Cost
 from autosearch.study._heartbeat import beating
 from autosearch.study.jobs import Done, Held, Jobs
-from autosearch.study.overlays import ESTIMATES, PREFIX, is_estimated, overlay
+from autosearch.study.overlays import ESTIMATES, PREFIX, is_estimated, overlay, parse_overlay
 from autosearch.study.rebuild import Rebuilder
 from autosearch.study.records import Record
 from autosearch.study.results import front
@@ -34,6 +33,9 @@ from autosearch.training.train import evaluate
 __all__ = ["FrontMeasurer"]
 
 logger = logging.getLogger(__name__)
+
+_ROUNDS = 3  # measurements of one point in a row whose figures did not stay stored
+_MARKS = ("measured", "measure_failed")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,24 +76,44 @@ class FrontMeasurer:
     def measure(self, points: Sequence[Record]) -> None:
         """Measure ``points`` for real and store their figures: each point a job of the
         study (autosearch.study.jobs), so that of workers measuring the same front at
-        once one measures a point and the others wait for its figures."""
+        once one measures a point and the others wait for its figures. A job is done
+        only while its figures are there and readable: figures gone or damaged since
+        make the next round's job, measured again."""
         for record in points:
             key = f"{PREFIX}{record.trial}:{record.variant}"
-            found = self.jobs.acquire(self._job(key), wait=_pause)
-            if isinstance(found, Done):
-                continue  # another worker measured it: its figures are stored
-            with beating(self.storage, found.trial_id, self.interval, stamped=True):
-                measured = self._measure_one(record)
-                self.storage.set_study_user_attr(self.study_id, key, json.dumps(measured))
-            self.jobs.finish(found, {"figures": key})
+            for _ in range(_ROUNDS):
+                if self._readable(key):
+                    break  # measured (by another worker, meanwhile)
+                found = self.jobs.acquire(self._job(key), wait=_pause)
+                if isinstance(found, Done):
+                    continue  # its figures are read (again) on the next pass
+                with beating(self.storage, found.trial_id, self.interval, stamped=True):
+                    measured = self._measure_one(record)
+                    self.storage.set_study_user_attr(self.study_id, key, json.dumps(measured))
+                self.jobs.finish(found, {"figures": key})
+            else:
+                logger.warning(
+                    "trial %d (%s): its measured figures do not stay stored",
+                    record.trial,
+                    record.variant,
+                )
+
+    def _readable(self, key: str) -> bool:
+        """Whether the figures at ``key`` are stored, readable and say what they are
+        (measured, or that measuring failed)."""
+        stored = self.storage.get_study_user_attrs(self.study_id).get(key)
+        try:
+            return any(mark in parse_overlay(stored) for mark in _MARKS)
+        except ValueError:
+            return False
 
     def _job(self, key: str) -> str:
-        """The job of measuring the point stored at ``key``, as it stands: once its
-        figures are stored they are read; figures found damaged later (left out when
-        read) make another job, measured again."""
-        stored = self.storage.get_study_user_attrs(self.study_id).get(key)
-        digest = hashlib.sha256(json.dumps(stored).encode()).hexdigest()[:12]
-        return f"measure:{key.removeprefix(PREFIX)}:{digest}"
+        """The job of measuring the point stored at ``key`` in this round: one more
+        than the jobs of that point already done (their figures, if any, were found
+        gone or damaged)."""
+        prefix = f"measure:{key.removeprefix(PREFIX)}:"
+        rounds = sum(name.startswith(prefix) for name in self.jobs.names(finished=True))
+        return f"{prefix}{rounds}"
 
     def _measure_one(self, record: Record) -> dict[str, float]:
         try:
