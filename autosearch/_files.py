@@ -20,7 +20,7 @@ import os
 import stat
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 from safetensors.torch import save
@@ -28,6 +28,7 @@ from safetensors.torch import save
 __all__ = [
     "NotReadable",
     "check_regular",
+    "open_regular",
     "read_bounded",
     "read_json",
     "save_tensors",
@@ -79,24 +80,37 @@ def check_regular(path: str | os.PathLike[str]) -> os.stat_result:
     return found
 
 
-def read_bounded(path: str | os.PathLike[str], *, limit: int) -> bytes:
-    """The bytes of the regular file ``path``, at most ``limit`` of them.
+def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
+    """The regular file ``path``, open for reading (the caller closes it).
 
     Opened without blocking and checked on the open file itself, so a path swapped for
     a FIFO between a check and the open cannot block the caller.
 
     Raises:
-        NotReadable: as :func:`check_regular`, or it holds more than ``limit`` bytes.
+        NotReadable: as :func:`check_regular`.
     """
     check_regular(path)
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as exc:
         raise NotReadable(path, f"cannot be read ({exc.strerror or exc})") from None
-    with os.fdopen(fd, "rb") as f:
+    f = os.fdopen(fd, "rb")
+    found = os.fstat(f.fileno())
+    if not stat.S_ISREG(found.st_mode):
+        f.close()
+        raise NotReadable(path, f"is {_kind(found.st_mode)}, not a regular file")
+    return f
+
+
+def read_bounded(path: str | os.PathLike[str], *, limit: int) -> bytes:
+    """The bytes of the regular file ``path``, at most ``limit`` of them (opened as
+    :func:`open_regular` does).
+
+    Raises:
+        NotReadable: as :func:`check_regular`, or it holds more than ``limit`` bytes.
+    """
+    with open_regular(path) as f:
         found = os.fstat(f.fileno())
-        if not stat.S_ISREG(found.st_mode):
-            raise NotReadable(path, f"is {_kind(found.st_mode)}, not a regular file")
         if found.st_size > limit:
             raise NotReadable(path, f"holds {found.st_size:,} bytes, more than {_size(limit)}")
         data = f.read(limit + 1)

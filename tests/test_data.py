@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import gzip
+import os
 import pickle
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -201,6 +203,59 @@ def test_image_folder_with_unreadable_and_misshapen_files(tmp_path):
     assert sum(data.report.kept.values()) == 24
     problems = " ".join(data.report.unreadable)
     assert "unreadable" in problems and "broken.png" in problems and "big.png" in problems
+
+
+def _png_header(width: int, height: int) -> bytes:
+    """A PNG that claims ``width`` x ``height`` pixels and holds none (a decompression
+    bomb's header: read, it would be decoded into gigabytes)."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        crc = zlib.crc32(kind + data)
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", crc)
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", b"") + chunk(b"IEND", b"")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_hostile_files_in_an_image_folder_are_listed_and_grey_ones_converted(
+    tmp_path, stream, monkeypatch
+):
+    """A FIFO named x.jpg hung the streamed scan inside PIL.Image.open; a 15,000 x 15,000
+    image was a DecompressionBombError traceback; greyscale JPEGs in an RGB folder were
+    dropped as "wrong shape". Now: only regular files are opened (the rest listed as
+    unreadable), an image's size is checked from its header before decoding, and images
+    of the other channel count are converted to the folder's."""
+    from PIL import Image
+
+    monkeypatch.setenv("AUTOSEARCH_CACHE", str(tmp_path / "cache"))
+    _load_named.cache_clear()
+    root = tmp_path / "images"
+    rng = np.random.default_rng(0)
+    for cls in ("cat", "dog"):
+        (root / cls).mkdir(parents=True)
+        for i in range(10):
+            Image.fromarray(rng.integers(0, 256, (10, 10, 3), dtype=np.uint8)).save(
+                root / cls / f"{i}.png"
+            )
+        grey = rng.integers(0, 256, (10, 10), dtype=np.uint8)
+        Image.fromarray(grey).save(root / cls / "grey.jpg", quality=95)
+    os.mkfifo(root / "cat" / "x.jpg")
+    os.symlink("/dev/zero", root / "dog" / "zero.png")
+    (root / "dog" / "bomb.png").write_bytes(_png_header(15_000, 15_000))
+    (root / "cat" / "large.png").write_bytes(_png_header(10_000, 10_000))
+    data = load_data(f"folder:{root}", stream=stream)
+    assert data.input_shape == (3, 10, 10) and sum(data.report.kept.values()) == 22
+    problems = data.report.unreadable
+    said = {Path(line.split(": ", 1)[1].split(" ")[0]).name: line for line in problems}
+    assert set(said) == {"x.jpg", "zero.png", "bomb.png", "large.png"}, problems
+    assert "is a FIFO (named pipe), not a regular file" in said["x.jpg"]
+    assert "is a character device, not a regular file" in said["zero.png"]
+    assert "10000 x 10000 pixels, more than Pillow's limit of" in said["large.png"]
+    assert "exceeds limit" in said["bomb.png"] and "resize it" in said["bomb.png"]
+    assert all("\n" not in line for line in problems)
 
 
 def test_a_study_from_arrays_needs_them_again(tmp_path, tiny_space):

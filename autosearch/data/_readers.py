@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import gzip
 import io
+import logging
 import pickle
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,12 +18,23 @@ from typing import ClassVar
 
 import numpy as np
 
-from autosearch._files import NotReadable, read_bounded
+from autosearch._files import NotReadable, open_regular, read_bounded
 from autosearch.errors import DataError
 
 _MAX_FILE = 4 << 30  # bytes read of one data file (a compressed IDX, a CIFAR batch)
 
-__all__ = ["DEFAULT_PATHS", "READERS", "Raw", "decode_image", "folder_files", "most_common_shape"]
+__all__ = [
+    "DEFAULT_PATHS",
+    "READERS",
+    "Raw",
+    "common_shape",
+    "decode_image",
+    "folder_files",
+    "log_converted",
+    "most_common_shape",
+]
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_PATHS = {"fashion-mnist": "/usr/share/datasets/fashion-mnist"}
 
@@ -182,8 +195,14 @@ def _cifar(path: str | None, name: str) -> Raw:
 _IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
 
 
-def decode_image(file: Path) -> np.ndarray:
-    """One image file as uint8 ``(C, H, W)``: grey stays one channel, the rest become RGB.
+_MODES = {1: "L", 3: "RGB"}
+
+
+def decode_image(file: Path, *, channels: int | None = None) -> np.ndarray:
+    """One image file as uint8 ``(C, H, W)``: grey stays one channel, the rest become
+    RGB; or, with ``channels``, converted to that many (grey repeated into RGB, RGB to
+    grey by Pillow's luma). Only a regular file is opened (a FIFO named ``x.jpg`` would
+    block the reader), and its size is checked from its header before it is decoded.
 
     Raises:
         DataError: the file is not a readable image (the reason in the message).
@@ -193,12 +212,36 @@ def decode_image(file: Path) -> np.ndarray:
     except ImportError:
         raise DataError("image folders need Pillow: pip install Pillow") from None
     try:
-        with Image.open(file) as img:
-            img.load()
-            array = np.asarray(img.convert("L" if img.mode in ("1", "L", "I;16") else "RGB"))
+        with open_regular(file) as f, warnings.catch_warnings():
+            # Pillow warns past its pixel limit: such an image is refused here instead.
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(f) as img:
+                _check_pixels(file, img.width, img.height, Image.MAX_IMAGE_PIXELS)
+                img.load()
+                native = 1 if img.mode in ("1", "L", "I;16") else 3
+                array = np.asarray(img.convert(_MODES[channels or native]))
+    except NotReadable as exc:
+        raise DataError(f"unreadable: {file} {exc.reason}") from None
+    except Image.DecompressionBombError as exc:  # past twice the limit: refused in open()
+        raise DataError(f"unreadable: {file} ({exc}); resize it") from None
     except (OSError, UnidentifiedImageError, ValueError) as exc:
         raise DataError(f"unreadable: {file} ({type(exc).__name__})") from None
     return array[None] if array.ndim == 2 else array.transpose(2, 0, 1)
+
+
+def _check_pixels(file: Path, width: int, height: int, limit: int | None) -> None:
+    if limit and width * height > limit:
+        raise DataError(
+            f"unreadable: {file} is {width} x {height} pixels, more than Pillow's limit of "
+            f"{limit:,} (PIL.Image.MAX_IMAGE_PIXELS): not decoded; resize it"
+        )
+
+
+def common_shape(shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
+    """The folder's image shape: the most common channel count and the most common
+    height and width (an image of the other channel count is converted to it)."""
+    channels = most_common_shape([s[:1] for s in shapes])
+    return (*channels, *most_common_shape([s[1:] for s in shapes]))
 
 
 def folder_files(root: Path) -> tuple[list[str], list[tuple[Path, int]]]:
@@ -237,8 +280,9 @@ def split_folders(root: Path) -> tuple[Path, Path] | None:
 
 def _decode_folder(root: Path) -> tuple[list[str], np.ndarray, np.ndarray, list[str]]:
     """A folder of class sub-folders decoded: class names, images, labels, problems.
-    Unreadable files and images whose shape differs from the most common one are left
-    out and reported."""
+    Images of the other channel count (greyscale JPEGs among RGB ones) are converted to
+    the folder's (:func:`common_shape`); unreadable files and images of another height
+    and width are left out and reported."""
     classes, files = folder_files(root)
     decoded: list[tuple[np.ndarray, int, Path]] = []
     problems: list[str] = []
@@ -249,15 +293,31 @@ def _decode_folder(root: Path) -> tuple[list[str], np.ndarray, np.ndarray, list[
             problems.append(str(exc))
     if not decoded:
         raise DataError(f"image folder {root} holds no readable images")
-    common = most_common_shape([a.shape for a, _, _ in decoded])
-    keep = [(a, y) for a, y, f in decoded if a.shape == common]
+    common = common_shape([a.shape for a, _, _ in decoded])
     problems += [
         f"wrong shape {a.shape} (expected {common}): {f}"
         for a, _, f in decoded
-        if a.shape != common
+        if a.shape[1:] != common[1:]
     ]
-    images = np.stack([a for a, _ in keep]).astype(np.uint8)
-    return classes, images, np.array([y for _, y in keep], dtype=np.int64), problems
+    keep = [(a, y, f) for a, y, f in decoded if a.shape[1:] == common[1:]]
+    converted = [f for a, _, f in keep if a.shape[0] != common[0]]
+    log_converted(root, converted, common[0])
+    images = np.stack(
+        [a if a.shape[0] == common[0] else decode_image(f, channels=common[0]) for a, _, f in keep]
+    ).astype(np.uint8)
+    return classes, images, np.array([y for _, y, _ in keep], dtype=np.int64), problems
+
+
+def log_converted(root: Path, files: list[Path], channels: int) -> None:
+    """Say that images of the other channel count were converted (not left out)."""
+    if files:
+        logger.info(
+            "image folder %s: %d image(s) converted to %s like the rest (e.g. %s)",
+            root,
+            len(files),
+            "RGB" if channels == 3 else "greyscale",
+            files[0],
+        )
 
 
 def _folder(path: str | None, name: str) -> Raw:

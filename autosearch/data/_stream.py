@@ -35,7 +35,13 @@ from torch.utils.data import DataLoader, DistributedSampler
 from autosearch._script import unguarded_line
 from autosearch.data._cache import cache_dir
 from autosearch.data._clean import image_keys
-from autosearch.data._readers import decode_image, folder_files, most_common_shape, split_folders
+from autosearch.data._readers import (
+    common_shape,
+    decode_image,
+    folder_files,
+    log_converted,
+    split_folders,
+)
 from autosearch.errors import DataError
 
 __all__ = [
@@ -199,20 +205,24 @@ class _ScanItems(torch.utils.data.Dataset):
         return len(self.files)
 
     def __getitem__(self, i: int) -> dict[str, Any]:
-        file, label = self.files[i]
-        try:
-            image = decode_image(file)
-        except DataError as exc:
-            return {"file": str(file), "problem": str(exc)}
-        pixels = image.reshape(image.shape[0], -1).astype(np.float64) / 255.0
-        return {
-            "file": str(file),
-            "label": label,
-            "shape": image.shape,
-            "key": str(image_keys(image[None])[0]),  # as for images held in memory
-            "sum": pixels.sum(axis=1),
-            "square": (pixels**2).sum(axis=1),
-        }
+        return _scan_item(*self.files[i])
+
+
+def _scan_item(file: Path, label: int, channels: int | None = None) -> dict[str, Any]:
+    """What the scan keeps of one file (decoded to ``channels``, where given)."""
+    try:
+        image = decode_image(file, channels=channels)
+    except DataError as exc:
+        return {"file": str(file), "problem": str(exc)}
+    pixels = image.reshape(image.shape[0], -1).astype(np.float64) / 255.0
+    return {
+        "file": str(file),
+        "label": label,
+        "shape": image.shape,
+        "key": str(image_keys(image[None])[0]),  # as for images held in memory
+        "sum": pixels.sum(axis=1),
+        "square": (pixels**2).sum(axis=1),
+    }
 
 
 def scan_folder(root: Path, *, workers: int | None = None) -> Scan:
@@ -238,13 +248,21 @@ def scan_folder(root: Path, *, workers: int | None = None) -> Scan:
     good = [item for item in items if "problem" not in item]
     if not good:
         raise DataError(f"image folder {root} holds no readable images")
-    shape = most_common_shape([item["shape"] for item in good])
+    shape = common_shape([item["shape"] for item in good])
     problems += [
         f"wrong shape {item['shape']} (expected {shape}): {item['file']}"
         for item in good
-        if item["shape"] != shape
+        if item["shape"][1:] != shape[1:]
     ]
-    good = [item for item in good if item["shape"] == shape]
+    good = [item for item in good if item["shape"][1:] == shape[1:]]
+    other = [item for item in good if item["shape"] != shape]  # decoded again, converted
+    log_converted(root, [Path(item["file"]) for item in other], shape[0])
+    good = [
+        item if item["shape"] == shape else _scan_item(Path(item["file"]), item["label"], shape[0])
+        for item in good
+    ]
+    problems += [item["problem"] for item in good if "problem" in item]  # changed meanwhile
+    good = [item for item in good if "problem" not in item]
     scan = Scan(
         classes=classes,
         files=[item["file"] for item in good],
@@ -310,7 +328,7 @@ class FileImages(torch.utils.data.Dataset):
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         file = Path(self.files[i])
         try:
-            image = decode_image(file)
+            image = decode_image(file, channels=self.shape[0])
         except DataError:
             if file.exists():
                 raise
