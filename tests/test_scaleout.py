@@ -289,3 +289,34 @@ def test_two_runs_of_one_study_file_run_the_study_to_its_total(tmp_path):
     study = autosearch.load_study("six", storage=f"sqlite:///{tmp_path}/six.db", read_only=True)
     assert study.count() == study.count("complete") == 6, outputs
     assert len({r.arch.arch_id for r in study.records(variants=False)}) == 6
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgresql", marks=pytest.mark.service)])
+def test_a_study_deleted_under_a_running_worker_stops_it_in_one_line(
+    kind, tmp_path, request, tiny_space
+):
+    """A KeyError 'Record does not exist.' traceback, or once "worker finished 8 trials"
+    with exit 0 and nothing stored: the worker now stops, says why, exits non-zero."""
+    import optuna
+
+    from controllers import RandomSearch
+
+    url = _url(kind, tmp_path, request)
+    study = autosearch.create_study(
+        "gone", controller=RandomSearch(tiny_space, seed=0), storage=url, train=INTERRUPTED_TRAIN
+    )
+    worker = _worker(url, "gone", 8, {})
+    try:
+        _wait_for(lambda: _epochs(study, 1) >= 1, "trial 1 one epoch in")
+        optuna.delete_study(study_name="gone", storage=url)
+        out, _ = worker.communicate(timeout=1800)
+    finally:
+        worker.kill()
+    assert worker.returncode == 2, out[-3000:]
+    assert "Traceback" not in out and "worker finished" not in out, out[-3000:]
+    assert out.strip().splitlines()[-1] == (
+        f"autosearch: error: study 'gone' was deleted from {url} while this worker ran (its "
+        "trials with it); the worker stops and stores nothing more"
+    )
+    assert "gone" not in optuna.get_all_study_names(url)  # nothing was made again

@@ -184,7 +184,30 @@ class SearchLoop:
         Raises:
             PlatformError: storage, artifact or checkpoint I/O failed; the trial stays
                 resumable and nothing was told to the controller.
+            StudyError: the study was deleted from its storage meanwhile.
         """
+        try:
+            return self._run_one()
+        except KeyError:  # Optuna's "Record does not exist.": is the study still there?
+            deleted = self.deleted()
+            if deleted is None:
+                raise
+            raise deleted from None
+
+    def deleted(self) -> StudyError | None:
+        """The error to stop with when the study is no longer in its storage (deleted
+        while this worker ran: its trials went with it); None while it is there."""
+        trials = self.parts.trials
+        try:
+            trials.storage.get_study_name_from_id(trials.study_id)
+        except KeyError:
+            return StudyError(
+                f"study {self.parts.name!r} was deleted from {self.parts.where} while this "
+                "worker ran (its trials with it); the worker stops and stores nothing more"
+            )
+        return None
+
+    def _run_one(self) -> Record | str | None:
         parts = self.parts
         try:
             claim = parts.claims.claim(self._propose, self._attrs, limit=self.total)
@@ -220,6 +243,8 @@ class SearchLoop:
         except PLATFORM_FAILURES as exc:
             raise self._release(claim, platform_error(exc, parts.where)) from None
         except Exception as exc:  # the candidate's own failure ends this trial only
+            if isinstance(exc, KeyError) and self.deleted() is not None:
+                raise
             logger.warning(
                 "trial %d failed", claim.number, exc_info=not isinstance(exc, AutosearchError)
             )
