@@ -17,7 +17,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from autosearch import Compression, StorageError, StudyFileError, create_study
+from autosearch import Compression, StorageError, StudyFileError, TrainConfig, create_study
 from autosearch.scoring.latency import FORMAT, LatencyTableError, read
 from autosearch.studyfile import load_spec
 from controllers import RandomSearch
@@ -250,3 +250,29 @@ def test_a_study_file_that_is_a_folder_or_a_device_is_named_so(which, tmp_path):
     message = str(info.value)
     assert "does not exist" not in message
     assert ("a folder" if which == "folder" else "a character device") in message
+
+
+@pytest.mark.parametrize(
+    "make, said",
+    [
+        (lambda card: os.mkfifo(card), "is a FIFO (named pipe), not a regular file"),
+        (lambda card: os.symlink("/dev/zero", card), "is a character device, not a regular"),
+        (lambda card: os.symlink(card.parent / "gone.json", card), "does not exist"),
+        (lambda card: card.mkdir(), "is a folder, not a regular file"),
+        (lambda card: card.write_text('{"training": {"seed": "x"}}'), "invalid literal"),
+        (lambda card: card.write_text('{"training": {"train": [1]}}'), "argument after **"),
+    ],
+)
+def test_an_exports_card_that_is_there_is_read_or_refused_never_taken_as_absent(
+    tmp_path, make, said
+):
+    """An arch.json that was a FIFO or a link to /dev/zero trained with the default
+    settings without a word: only an absent card means the defaults."""
+    from autosearch.errors import ExportError
+    from autosearch.export.retrain import recipe
+
+    assert recipe(tmp_path) == (None, 0, TrainConfig())  # absent: defaults
+    make(tmp_path / "arch.json")
+    with pytest.raises(ExportError, match="arch.json cannot be read") as refused:
+        recipe(tmp_path)
+    assert said in str(refused.value) and "\n" not in str(refused.value)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import os
 import sys
 import tempfile
 from collections.abc import Callable
@@ -70,20 +71,16 @@ def recipe(folder: str | Path) -> tuple[str | None, int, TrainConfig]:
     card_path = Path(folder) / "arch.json"
     if not Path(folder).is_dir():
         raise ExportError(f"export folder {folder} does not exist; check the path")
-    if not card_path.is_file():
+    if not os.path.lexists(card_path):  # absent (an older export): the defaults
         return None, 0, TrainConfig()
-    try:
+    try:  # present, it is read or refused: a FIFO, a device or a folder is not absent
         card = read_json(card_path, limit=16 << 20)
         training = (card.get("training") if isinstance(card, dict) else None) or {}
         config = TrainConfig(**training["train"]) if "train" in training else TrainConfig()
+        data, seed = training.get("data"), int(training.get("seed", 0))
     except (OSError, ValueError, TypeError, AttributeError) as exc:  # NotReadable is one
         raise ExportError(f"{card_path} cannot be read ({exc}); export the trial again") from None
-    data = training.get("data")
-    return (
-        (None if not data or str(data).startswith("arrays:") else data),
-        int(training.get("seed", 0)),
-        config,
-    )
+    return (None if not data or str(data).startswith("arrays:") else data), seed, config
 
 
 def _check_fits(
