@@ -103,6 +103,12 @@ def test_json_tables_both_shapes(tmp_path):
         ("arch,val_accuracy,test_accuracy,train_time\nx,1,1,1\nx,2,2,2\n", "lists x twice"),
         ("arch,val_accuracy,test_accuracy,train_time\nx,high,1,1\n", "must be numbers"),
         ("arch,val_accuracy,test_accuracy,train_time\n", "has no rows"),
+        # Out of range (were accepted, then failed with "no trial number 0"):
+        ("arch,val_accuracy\nx,-3\n", r"row 2: val_accuracy is -3.0; an accuracy is from 0"),
+        ("arch,val_accuracy\nx,1e308\n", r"val_accuracy is 1e\+308; an accuracy is from 0"),
+        ("arch,val_accuracy\nx,90\ny,100.5\n", r"row 3: val_accuracy is 100.5"),
+        ("arch,val_accuracy,test_accuracy\nx,90,-1\n", r"test_accuracy is -1.0; an accuracy"),
+        ("arch,val_accuracy,train_time\nx,90,-5\n", r"train_time is -5.0, below 0 s"),
     ],
 )
 def test_bad_tables_are_refused_before_anything_is_stored(tmp_path, content, match):
@@ -177,6 +183,14 @@ def test_cli_search_trains_any_registered_space(tmp_path, monkeypatch, capsys):
     assert (tmp_path / "runs" / "m" / "best" / "model.py").is_file()
     assert main(["search", "m2", "--space", "mobilnet"]) == 2
     assert "Did you mean 'mobilenet'" in capsys.readouterr().err
+
+
+def test_a_table_of_fractions_holds_no_accuracy_above_1(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("arch,val_accuracy\nx,0.5\ny,2\n")
+    table = Table(path=str(path), test_accuracy=None, train_time=None, percent=False)
+    with pytest.raises(DataError, match="val_accuracy is 2.0; an accuracy is a fraction from 0"):
+        table.rows()
 
 
 def test_percent_auto_detection_can_be_overridden(tmp_path):

@@ -195,8 +195,28 @@ def _load(table: Table) -> dict[str, dict[str, float]]:
             ) from None
         if not all(math.isfinite(v) for v in values.values()):
             raise DataError(f"benchmark table {path}, row {line}: values must be finite")
+        _check_ranges(table, values, f"benchmark table {path}, row {line}")
         rows[key] = values
     return rows
+
+
+def _check_ranges(table: Table, values: dict[str, float], where: str) -> None:
+    """Each value within what its column can hold: accuracies from 0 to 1 (or percent,
+    to 100), a training time of no fewer than 0 seconds, a metric within its bounds
+    (autosearch.scoring.metrics)."""
+    top = 1.0 if table.percent is False else 100.0
+    accuracies = [c for c in (table.accuracy, table.test_accuracy) if c in values]
+    for column in accuracies:
+        if not 0.0 <= values[column] <= top:
+            unit = "a fraction from 0 to 1" if top == 1.0 else "from 0 to 1, or percent to 100"
+            raise DataError(f"{where}: {column} is {values[column]!r}; an accuracy is {unit}")
+    if table.train_time in values and values[table.train_time] < 0:
+        raise DataError(f"{where}: {table.train_time} is {values[table.train_time]!r}, below 0 s")
+    for name, column in dict(table.metrics).items():
+        try:
+            metric(name).parse(values[column])
+        except ValueError as exc:
+            raise DataError(f"{where}: column {column!r}: {exc}") from None
 
 
 def _scale(table: Table) -> float:
