@@ -232,6 +232,21 @@ CASES = {
         "n_trials must be an integer >= 0, got -1",
     ),
     "no workers": (lambda s, t: s.optimize(1, n_workers=0), ConfigError, "n_workers must be"),
+    "a negative total": (
+        lambda s, t: s.optimize(1, total=-1),
+        ConfigError,
+        "total must be None or an integer >= 0, got -1",
+    ),
+    "a study name of only spaces": (
+        lambda s, t: autosearch.create_study("  ", controller=RandomSearch(s.space, seed=0)),
+        ConfigError,
+        "must not start or end with spaces .*got '  ': it is only spaces",
+    ),
+    "a study name past the file system's 255 bytes": (
+        lambda s, t: autosearch.create_study("é" * 200, controller=RandomSearch(s.space, seed=0)),
+        StorageError,
+        r"no default storage: its name is 400 bytes long, and a folder's name holds at most 255",
+    ),
     "a variant never measured": (
         lambda s, t: s.best(variant="int8"),
         StudyError,

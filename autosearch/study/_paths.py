@@ -42,10 +42,10 @@ def _fits(name: str, limit: int) -> bool:
 
 def plain_name(name: object) -> bool:
     """Whether ``name`` is one plain file name (an artifact id): no separator, not ``.``
-    or ``..``, no NUL, at most 255 characters."""
+    or ``..``, no NUL, at most 255 bytes (what file systems hold, in UTF-8)."""
     return (
         isinstance(name, str)
         and name not in ("", ".", "..")
-        and len(name) <= 255
+        and len(name.encode("utf-8", "surrogatepass")) <= 255
         and not any(c in name for c in "/\\\x00")
     )

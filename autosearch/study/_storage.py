@@ -359,10 +359,25 @@ def default_storage(name: str) -> str:
     """
     if not plain_name(name):
         raise StorageError(
-            f"study {name!r} has no default storage: its name cannot name the folder "
-            "runs/NAME/; give storage= (sqlite:///path/study.db), or a name without '/'"
+            f"study {_short(name)} has no default storage: {_not_a_folder(name)}, so it "
+            "cannot name the folder runs/NAME/; give storage= (sqlite:///path/study.db), or "
+            "another name"
         )
     return f"sqlite:///runs/{name}/study.db"
+
+
+def _not_a_folder(name: str) -> str:
+    """Why ``name`` cannot be one folder's name."""
+    size = len(name.encode("utf-8", "surrogatepass"))
+    if any(c in name for c in "/\\\x00"):
+        return "its name holds '/', '\\' or NUL"
+    if name in ("", ".", ".."):
+        return f"its name is {name!r}"
+    return f"its name is {size} bytes long, and a folder's name holds at most 255"
+
+
+def _short(name: str) -> str:
+    return repr(name) if len(name) <= 60 else f"{name[:40]!r}... ({len(name)} characters)"
 
 
 def local_path(url: str) -> Path | None:

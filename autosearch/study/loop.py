@@ -419,7 +419,7 @@ def check_run(
     total: int | None = None,
 ) -> None:
     """Refuse ``optimize`` settings that cannot run, before anything runs."""
-    if total is not None and (isinstance(total, bool) or not isinstance(total, int)):
+    if total is not None and (isinstance(total, bool) or not isinstance(total, int) or total < 0):
         raise ConfigError(f"total must be None or an integer >= 0, got {total!r}")
     for name, value, least in (
         ("n_trials", n_trials, 0),

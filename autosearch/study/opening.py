@@ -40,6 +40,11 @@ def check_study_name(name: object) -> str:
         raise ConfigError(
             f"a study's name must be printable text of 1 to 512 characters, got {name!r}"
         )
+    if name != name.strip():
+        raise ConfigError(
+            f"a study's name must not start or end with spaces (names are compared exactly), "
+            f"got {name!r}" + ("" if name.strip() else ": it is only spaces")
+        )
     if is_companion(name):
         raise ConfigError(f"study names ending in {COMPANION!r} are autosearch's own; got {name!r}")
     return name
