@@ -130,6 +130,16 @@ def test_missing_study_file_and_unknown_study(tmp_path, monkeypatch, capsys):
     assert not (tmp_path / "runs").exists()  # reading a study creates nothing
 
 
+def test_a_run_of_zero_trials_of_a_new_study_says_so(study_file, tmp_path, capsys):
+    """It said the database "does not exist ... (or run the study first)"."""
+    assert main(["run", str(study_file), "--n-trials", "0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("autosearch: error: n_trials is 0, so `run` only reports on study ")
+    assert "'cli-tiny', which has not run here" in err and "or run the study first" not in err
+    assert err.endswith(f"give {study_file} n_trials > 0, or --n-trials N, to run it")
+    assert not (tmp_path / "runs").exists()
+
+
 def test_the_default_study_file_defines_digits_quick():
     spec = load_spec(ROOT / "studies" / "digits_quick.py")
     assert spec.name == "digits-quick" and spec.data == "digits"

@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from autosearch.cli.reading import table
 from autosearch.data import load_data
-from autosearch.errors import ConfigError, ExportError, StudyError
+from autosearch.errors import ConfigError, ExportError, StorageError, StudyError
 from autosearch.evaluation.trial import Interrupted
 from autosearch.registry import controllers, spaces
 from autosearch.report import write_report
@@ -205,7 +205,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     url = args.storage or spec.storage or default_storage(spec.name)
     total = args.n_trials if args.n_trials is not None else spec.n_trials
     if not total:  # nothing to run: report on the stored study, create none
-        study = load_study(spec.name, storage=url, read_only=True)
+        try:
+            study = load_study(spec.name, storage=url, read_only=True)
+        except (StorageError, StudyError) as exc:
+            found = str(exc).split(";")[0].split(". ")[0]  # what is missing, without advice
+            raise StudyError(
+                f"n_trials is 0, so `run` only reports on study {spec.name!r}, which has not "
+                f"run here ({found}); give {args.study_file} n_trials > 0, or --n-trials N, "
+                "to run it"
+            ) from None
         with _out_dir(args, spec.name) as out:
             return _run_to_budget(study, 0, out)
     with _out_dir(args, spec.name) as out:
