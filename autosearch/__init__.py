@@ -11,7 +11,7 @@ study.pareto()
 
 from __future__ import annotations
 
-from autosearch import _logs
+from autosearch import _logs, _moved
 from autosearch._version import __version__
 from autosearch.architecture import Architecture
 from autosearch.compress import Compression
@@ -87,15 +87,17 @@ __all__ = [
 
 
 _logs.install()
-
-_LAZY = {"plots": "autosearch.report.plots", "report": "autosearch.report"}
+_moved.install()  # import autosearch.plots, and 0.1.0's module paths (with a warning)
 
 
 def __getattr__(name: str) -> object:
     # plots and report pull in plotly: load them on first use, not on `import autosearch`
     # (autosearch.plots is autosearch.report.plots, as documented).
-    if name in _LAZY:
+    if name == "report":
         import importlib
 
-        return importlib.import_module(_LAZY[name])
-    raise AttributeError(f"module 'autosearch' has no attribute {name!r}")
+        return importlib.import_module("autosearch.report")
+    module = _moved.attribute(name)
+    if module is None:
+        raise AttributeError(f"module 'autosearch' has no attribute {name!r}")
+    return module

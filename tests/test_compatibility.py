@@ -6,6 +6,8 @@ today's code."""
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -46,3 +48,54 @@ def test_a_study_of_the_earlier_version_reads_exports_and_resumes(name, stored, 
     (more,) = study.optimize(1)  # the controller replayed the stored trials, and goes on
     assert more.trial == 2 and more.state == "complete"
     assert more.arch not in earlier
+
+
+# Module paths of 0.1.0 (issue 53): importable for a release, with a warning -------------
+def _import_in_a_fresh_process(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-W", "default", "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+
+
+def test_every_moved_module_imports_as_its_new_path_with_one_warning():
+    from autosearch._moved import MOVED
+
+    checks = "\n".join(
+        f"import {old}\nimport {new}\n"
+        f"assert sys.modules[{old!r}] is {new} and autosearch.{old.split('.')[1]} is {new}"
+        for old, new in MOVED.items()
+    )
+    done = _import_in_a_fresh_process(f"import sys\nimport autosearch\n{checks}\n")
+    assert done.returncode == 0, done.stderr[-3000:]
+    warned = [line for line in done.stderr.splitlines() if "FutureWarning" in line]
+    assert len(warned) == len(MOVED), done.stderr
+    for old, new in MOVED.items():
+        assert any(f"{old} moved to {new}; import it from there" in w for w in warned), old
+    assert all(w.startswith("<string>:") for w in warned)  # the warning points at the import
+
+
+def test_the_old_paths_are_the_renamed_modules_and_their_names_still_work():
+    """From 0.1.0's documentation: `from autosearch.train import TrainConfig`, ..."""
+    code = (
+        "import autosearch\nfrom autosearch.train import TrainConfig\n"
+        "from autosearch.cost import measure\nfrom autosearch.pareto import pareto_mask\n"
+        "import autosearch.plots as plots\nimport autosearch.report.plots as new\n"
+        "assert TrainConfig is autosearch.TrainConfig and plots is new\n"
+        "assert measure.__module__ == 'autosearch.scoring.cost'\n"
+    )
+    done = _import_in_a_fresh_process(code)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "autosearch.plots" not in done.stderr  # the documented name: no warning
+
+
+def test_the_version_is_one_and_the_changelog_names_it():
+    import tomllib
+
+    root = Path(__file__).resolve().parents[1]
+    declared = tomllib.loads((root / "pyproject.toml").read_text())["project"]["version"]
+    changelog = (root / "CHANGELOG.md").read_text()
+    first = next(line for line in changelog.splitlines() if line.startswith("## "))
+    assert autosearch.__version__ == declared and first.startswith(f"## {declared} (")

@@ -90,12 +90,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     for reason in study.unreadable.values():
         print(f"left out, unreadable: {reason}")
     if counts["complete"]:
-        front = study.pareto()
+        points = study.pareto()
         print(
             "\nPareto front over every (architecture, variant) (FLOPs = 2 x MACs per "
-            "image; latency: ms per image, batch 1, one CPU thread):\n" + table(front)
+            "image; latency: ms per image, batch 1, one CPU thread):\n" + table(points)
         )
-        estimated = sum(is_estimated(r) for r in front)
+        estimated = sum(is_estimated(r) for r in points)
         if estimated:
             print(
                 f"{estimated} point(s) of the front show estimates, not measurements: "

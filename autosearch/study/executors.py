@@ -362,7 +362,7 @@ def _check_token(address: str | None) -> None:
     if not address or "://" in address or address in ("auto", "local"):
         return
     try:
-        from ray._raylet import GcsClient
+        from ray._raylet import GcsClient  # type: ignore[attr-defined]
 
         with _quiet_stderr():  # Ray's C++ client logs the refusal there too
             GcsClient(address=address)
