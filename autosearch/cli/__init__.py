@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -31,9 +32,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     optuna.logging.set_verbosity(optuna.logging.INFO if args.verbose else optuna.logging.WARNING)
     try:
         return int(args.func(args))
-    except KeyboardInterrupt:  # Ctrl-C outside a trial (a trial's own stop is graceful)
-        print("autosearch: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:  # outside a trial, or a second Ctrl-C / SIGTERM
+        name = getattr(exc, "signal", "SIGINT")
+        print(f"autosearch: interrupted ({name})", file=sys.stderr)
+        return 128 + signal.Signals[name].value
     except BrokenPipeError:  # `autosearch status | head`: the reader has gone; so do we
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
         return 141  # 128 + SIGPIPE, as a shell reports a pipe's writer

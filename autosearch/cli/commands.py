@@ -110,8 +110,8 @@ def _run_to_budget(
         interrupted = study.interrupted
         if confirm and not interrupted and study.count("complete"):
             interrupted = _confirm(study, confirm)
-    except KeyboardInterrupt:
-        interrupted = "SIGINT"
+    except KeyboardInterrupt as exc:  # StopNow names SIGTERM where that stopped it
+        interrupted = getattr(exc, "signal", "SIGINT")
     report = write_report(study, out / "report.html")
     done = study.count("complete", "failed")
     if interrupted:
@@ -392,8 +392,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     print(f"worker joined study {study.name} ({study.storage_url}); {args.n_trials} trials")
     try:
         records = study.optimize(args.n_trials, max_failures_in_a_row=args.max_failures)
-    except KeyboardInterrupt:
-        study.interrupted = "SIGINT"
+    except KeyboardInterrupt as exc:  # StopNow names SIGTERM where that stopped it
+        study.interrupted = getattr(exc, "signal", "SIGINT")
         records = []
     if study.interrupted:
         print(

@@ -1,20 +1,39 @@
 """Graceful interrupts: the first Ctrl-C or SIGTERM asks the running work (a trial, the
-supernet's training) to stop after its epoch's checkpoint; a second Ctrl-C stops at
-once. Shared by the search loop and the supernet job, so both stop the same way and
-say the same thing."""
+supernet's training) to stop after its epoch's checkpoint; a second one, Ctrl-C or
+SIGTERM, stops at once. Shared by the search loop and the supernet job, so both stop the
+same way and say the same thing.
+
+Two signals that arrive while the main thread is inside one long native call (a large
+convolution, a blocking read) reach Python's handler once: the kernel and CPython keep
+one "pending" flag per signal. Each delivery is also written, one byte each, to the
+process's wakeup file descriptor (``signal.set_wakeup_fd``): the handler counts those,
+so a second Ctrl-C a moment after the first is not lost.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import signal
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["Interrupts"]
+__all__ = ["Interrupts", "StopNow"]
 
 logger = logging.getLogger(__name__)
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class StopNow(KeyboardInterrupt):
+    """A second Ctrl-C or SIGTERM: stop at once (the work resumes from its last
+    checkpoint). ``signal`` names the signal that asked for it."""
+
+    def __init__(self, signal_name: str) -> None:
+        super().__init__(signal_name)
+        self.signal = signal_name
 
 
 class Interrupts:
@@ -25,7 +44,7 @@ class Interrupts:
         self.requested = False
         self.signal: str | None = None
 
-    @contextmanager
+    @contextlib.contextmanager
     def handled(self) -> Iterator[Interrupts]:
         """Catch SIGINT and SIGTERM for the block (in the main thread; elsewhere the
         process's own handlers stay)."""
@@ -33,20 +52,62 @@ class Interrupts:
         if threading.current_thread() is not threading.main_thread():
             yield self
             return
+        with _deliveries() as delivered:
 
-        def handle(signum: int, frame: Any) -> None:
-            if self.requested and signum == signal.SIGINT:
-                raise KeyboardInterrupt
-            self.requested, self.signal = True, signal.Signals(signum).name
-            logger.warning(
-                "%s: finishing this epoch's checkpoint, then stopping (Ctrl-C again to stop "
-                "at once)",
-                signal.Signals(signum).name,
-            )
+            def handle(signum: int, frame: Any) -> None:
+                arrived = delivered() or [signum]
+                name = signal.Signals(arrived[-1]).name  # the last one asks
+                if self.requested or len(arrived) >= 2:  # again, or twice at once
+                    raise StopNow(name)
+                self.requested, self.signal = True, name
+                logger.warning(
+                    "%s: finishing this epoch's checkpoint, then stopping (Ctrl-C again to "
+                    "stop at once)",
+                    name,
+                )
 
-        saved = {sig: signal.signal(sig, handle) for sig in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            yield self
-        finally:
-            for sig, handler in saved.items():
-                signal.signal(sig, handler)
+            saved = {sig: signal.signal(sig, handle) for sig in _SIGNALS}
+            try:
+                yield self
+            finally:
+                for sig, handler in saved.items():
+                    signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def _deliveries() -> Iterator[Any]:
+    """A function that gives the SIGINT / SIGTERM deliveries that arrived since it was
+    last called, in order (empty where that cannot be told: then each handler call is
+    one), read from a wakeup file descriptor of the block's own; a wakeup descriptor set
+    before (an event loop's) gets every byte too."""
+    try:
+        read, write = os.pipe()
+    except OSError:  # no descriptors left
+        yield list
+        return
+    for fd in (read, write):
+        os.set_blocking(fd, False)
+    try:
+        previous = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+    except (ValueError, OSError):  # not the main thread, or not allowed here
+        os.close(read)
+        os.close(write)
+        yield list
+        return
+
+    def delivered() -> list[int]:
+        arrived = b""
+        with contextlib.suppress(BlockingIOError, InterruptedError):
+            while chunk := os.read(read, 512):
+                arrived += chunk
+        if previous >= 0 and arrived:
+            with contextlib.suppress(OSError):
+                os.write(previous, arrived)
+        return [byte for byte in arrived if byte in _SIGNALS]
+
+    try:
+        yield delivered
+    finally:
+        signal.set_wakeup_fd(previous, warn_on_full_buffer=False)
+        os.close(read)
+        os.close(write)

@@ -1,0 +1,85 @@
+"""Ctrl-C and SIGTERM: the first asks for a stop after the epoch's checkpoint, a second
+(Ctrl-C or SIGTERM) stops at once, even when both arrive while the main thread is inside
+one long native call (where Python runs its handler once for both)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+# The main thread spends seconds inside one native call (a key derivation) while the
+# signals arrive; Python's handler runs when it returns.
+_CHILD = """
+import hashlib
+from autosearch.study.interrupts import Interrupts, StopNow
+
+interrupts = Interrupts()
+with interrupts.handled():
+    try:
+        print("ready", flush=True)
+        hashlib.pbkdf2_hmac("sha256", b"x", b"y", 3_000_000)
+        print("graceful", interrupts.signal, flush=True)
+    except StopNow as exc:
+        print("stopped", exc.signal, flush=True)
+"""
+
+
+def _send(signals: list[signal.Signals]) -> str:
+    child = subprocess.Popen(
+        [sys.executable, "-c", _CHILD],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        for sig in signals:  # some land before the native call, some inside it: either way
+            child.send_signal(sig)
+            time.sleep(0.3)  # as a user presses twice (sent at once, the kernel merges them)
+        out, err = child.communicate(timeout=1800)
+    finally:
+        child.kill()
+    assert child.returncode == 0, err[-2000:]
+    return out.strip()
+
+
+@pytest.mark.parametrize(
+    ("signals", "said"),
+    [
+        ([signal.SIGINT], "graceful SIGINT"),
+        ([signal.SIGTERM], "graceful SIGTERM"),
+        ([signal.SIGINT, signal.SIGINT], "stopped SIGINT"),
+        ([signal.SIGINT, signal.SIGTERM], "stopped SIGTERM"),
+        ([signal.SIGTERM, signal.SIGTERM], "stopped SIGTERM"),
+    ],
+)
+def test_a_second_signal_stops_at_once_however_close_to_the_first(signals, said):
+    assert _send(signals) == said
+
+
+def test_a_previous_wakeup_descriptor_gets_every_delivery_and_is_restored():
+    """An event loop's wakeup descriptor (asyncio sets one) still sees the signals that
+    arrived while the block ran, and is its own again afterwards."""
+    import os
+
+    from autosearch.study.interrupts import Interrupts
+
+    read, write = os.pipe()
+    os.set_blocking(read, False)
+    os.set_blocking(write, False)
+    before = signal.set_wakeup_fd(write)
+    try:
+        interrupts = Interrupts()
+        with interrupts.handled():
+            signal.raise_signal(signal.SIGINT)
+            assert interrupts.requested and interrupts.signal == "SIGINT"
+        assert os.read(read, 16) == bytes([signal.SIGINT])
+        assert signal.set_wakeup_fd(write) == write  # restored
+    finally:
+        signal.set_wakeup_fd(before)
+        os.close(read)
+        os.close(write)
