@@ -233,3 +233,69 @@ def test_a_kill_after_training_keeps_the_training_and_the_variants_derived(
     # measurement lowered it for real if that point is on the front.
     assert again_derived[0] == ("int8", True) and again_derived[1:] in ([], [("int8", False)])
     assert {r.variant for r in again.records()} == {"base", "prune-l1@0.5", "int8"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "kind", ["sqlite", "journal", pytest.param("postgresql", marks=pytest.mark.service)]
+)
+@pytest.mark.parametrize("point", ["end_trial.inside", "end_trial.after", "store.weights"])
+def test_a_worker_killed_inside_the_end_of_a_trial_stores_it_once(
+    kind, point, tmp_path, request, tiny_space, monkeypatch
+):
+    """The kill a random signal seldom lands: inside the transaction that ends a trial
+    (a failpoint, autosearch/study/_failpoints.py). A database keeps all of it or none;
+    a journal may hold half (the result, not the state), which is never read as a
+    result. The next worker takes the trial up at once, and it is stored exactly once."""
+    from autosearch.study.records import RESULT
+
+    monkeypatch.chdir(tmp_path)
+    url = (
+        request.getfixturevalue("postgres_url")
+        if kind == "postgresql"
+        else {"sqlite": f"sqlite:///{tmp_path}/f.db", "journal": f"journal:{tmp_path}/f.log"}[kind]
+    )
+    study = autosearch.create_study(
+        "f",
+        controller=RandomSearch(tiny_space, seed=0),
+        storage=url,
+        train=TrainConfig(epochs=2, batch_size=64, lr=0.1),
+        artifacts=str(tmp_path / "artifacts"),
+    )
+    worker = _worker(url, "f", 1, {"AUTOSEARCH_FAILPOINTS": f"{point}=kill@1"})
+    out, _ = worker.communicate(timeout=1800)
+    assert worker.returncode == -signal.SIGKILL, out[-3000:]
+    assert f"autosearch failpoint {point}: kill" in out
+    cut = _trials(study)[0]
+    if point == "end_trial.after":  # committed before the kill: complete, once
+        assert cut.state == TrialState.COMPLETE
+    else:
+        assert cut.state == TrialState.RUNNING
+        assert (RESULT in cut.user_attrs) == (kind == "journal" and point == "end_trial.inside")
+    read = autosearch.load_study("f", storage=url).records()
+    assert [r.state for r in read] == ["complete" if cut.state.is_finished() else "running"]
+    again = autosearch.load_study("f", storage=url)
+    again.optimize(1)
+    records = again.records()
+    trials = _trials(again)
+    done = [t for t in trials if t.state == TrialState.COMPLETE]
+    assert len({t.user_attrs["arch_id"] for t in done}) == len(done) == len(records)
+    assert cut.user_attrs["arch_id"] in {t.user_attrs["arch_id"] for t in done}
+    if cut.state == TrialState.RUNNING:  # taken up, from its last epoch's checkpoint
+        assert "its process is gone" in trials[0].user_attrs["superseded"]
+        assert result_facts(done[0])["resumed_from_epoch"] == 2
+
+
+def test_failpoints_are_off_unless_armed_and_a_wrong_name_is_refused(monkeypatch):
+    from autosearch.study import _failpoints
+
+    _failpoints._armed.cache_clear()
+    try:
+        _failpoints.failpoint("end_trial.inside")  # unarmed: nothing happens
+        monkeypatch.setenv(_failpoints.ENV, "end_trial.insde=kill@1")
+        _failpoints._armed.cache_clear()
+        with pytest.raises(ValueError, match="'end_trial.insde=kill@1' is not NAME=ACTION"):
+            _failpoints.failpoint("end_trial.inside")
+    finally:
+        monkeypatch.delenv(_failpoints.ENV)
+        _failpoints._armed.cache_clear()

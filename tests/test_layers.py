@@ -184,6 +184,7 @@ def test_the_top_level_holds_few_modules_and_a_package_per_concept():
 
 # Inside the study package: the facade at the top, the definition and codec at the bottom.
 STUDY_RANKS = {
+    "_failpoints": -3,  # places a chaos test makes a worker die on purpose (stdlib only)
     "_paths": -2,  # paths from outside names, confined to their folder (stdlib only)
     "_rdb": -2,  # Optuna's RDB storage, a trial created and ended in few statements
     "_storage": -1,  # storage URLs to Optuna storages, with errors that say what works

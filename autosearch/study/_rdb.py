@@ -35,6 +35,8 @@ from optuna.storages._rdb import models
 from optuna.storages._rdb.storage import _create_scoped_session
 from optuna.trial import FrozenTrial, TrialState
 
+from autosearch.study._failpoints import failpoint
+
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
@@ -140,3 +142,4 @@ class RDBStorage(optuna.storages.RDBStorage):
                 self._set_trial_value_without_commit(session, trial, objective, value)
             trial.state = state
             trial.datetime_complete = datetime.now()
+            failpoint("end_trial.inside")  # written, not committed

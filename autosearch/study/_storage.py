@@ -24,6 +24,7 @@ from optuna.trial import TrialState
 
 from autosearch._files import NotReadable, check_regular
 from autosearch.errors import StorageError, UnknownNameError
+from autosearch.study._failpoints import failpoint
 from autosearch.study._paths import plain_name
 from autosearch.study._rdb import RDBStorage
 
@@ -310,12 +311,15 @@ def end_trial(
     """Set a running trial's ``user_attrs`` and end it: in one transaction on a database
     (all stored or none; autosearch.study._rdb), else one write each, the state last."""
     backend = _backend(storage)
+    failpoint("end_trial.before")
     if isinstance(backend, RDBStorage):
         backend.finish_trial(trial_id, user_attrs=user_attrs, state=state, values=values)
-        return
-    for key, value in user_attrs.items():
-        storage.set_trial_user_attr(trial_id, key, value)
-    storage.set_trial_state_values(trial_id, state, values)
+    else:
+        for key, value in user_attrs.items():
+            storage.set_trial_user_attr(trial_id, key, value)
+        failpoint("end_trial.inside")  # half written: the attributes, not the state
+        storage.set_trial_state_values(trial_id, state, values)
+    failpoint("end_trial.after")
 
 
 _SCHEMES: dict[str, Callable[[str, bool, bool], BaseStorage]] = {

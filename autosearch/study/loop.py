@@ -39,6 +39,7 @@ from autosearch.evaluation.runner import (
 )
 from autosearch.evaluation.trial import TrialPlan
 from autosearch.study import records
+from autosearch.study._failpoints import failpoint
 from autosearch.study._heartbeat import worker_id
 from autosearch.study._provenance import provenance
 from autosearch.study.artifacts import Artifacts
@@ -253,6 +254,7 @@ class SearchLoop:
                 return DROPPED
             outcome = failed
         try:
+            failpoint("tell.before")
             self._tell(claim, outcome)
             record = parts.trials.record(claim.number)
         except PLATFORM_FAILURES as exc:  # stored already: it is told on the next replay
@@ -282,6 +284,7 @@ class SearchLoop:
             weights = parts.artifacts.save_weights(
                 parts.claims.storage, claim.trial_id, result.model
             )
+            failpoint("store.weights")
         stopped = result.status == "stopped"
         parts.claims.store(
             claim.trial_id,
@@ -374,6 +377,7 @@ class StudyContext(TrialContext):
         # failure in the push below must not leave the epoch out of the resumed curve.
         parts.claims.report(self.claim.trial_id, epoch.epoch, epoch.val_accuracy)
         self.work_saved()  # the epoch's checkpoint, to the bucket (where there is one)
+        failpoint("epoch.saved")
         for callback in self.loop.epoch_callbacks:
             callback(self.claim.number, epoch)
 
