@@ -284,6 +284,12 @@ def _add_worker(sub: Subparsers) -> None:
     worker.add_argument("--storage", required=True, help="storage URL the study lives in")
     worker.add_argument("--n-trials", type=_integer(0), default=10, help="trials this worker runs")
     worker.add_argument(
+        "--total",
+        type=_integer(0),
+        help="stop once the study holds this many trials, every worker's counted (as "
+        "`autosearch run` runs a study file's n_trials)",
+    )
+    worker.add_argument(
         "--max-failures",
         type=_integer(1),
         default=10,
