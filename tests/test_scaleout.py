@@ -320,3 +320,108 @@ def test_a_study_deleted_under_a_running_worker_stops_it_in_one_line(
         "trials with it); the worker stops and stores nothing more"
     )
     assert "gone" not in optuna.get_all_study_names(url)  # nothing was made again
+
+
+def _running_one_epoch_in(study: autosearch.Study) -> list:
+    return [
+        t
+        for t in study.optuna_study.get_trials(deepcopy=False)
+        if t.state == TrialState.RUNNING and len(t.intermediate_values) >= 1
+    ]
+
+
+@pytest.mark.slow
+def test_a_pool_worker_killed_is_started_again_and_the_run_finishes(tmp_path, tiny_space):
+    """A local pool's worker process killed mid-trial broke the whole pool: the run
+    ended in a BrokenProcessPool traceback. It is started again (as Ray starts a lost
+    task again), runs what its share still owes, and its trial resumes."""
+    import threading
+
+    from controllers import RandomSearch
+
+    study = autosearch.create_study(
+        "pool",
+        controller=RandomSearch(tiny_space, seed=0),
+        storage=f"sqlite:///{tmp_path}/p.db",
+        train=TrainConfig(epochs=8, batch_size=16, lr=0.05),
+        artifacts=str(tmp_path / "artifacts"),
+    )
+    killed: dict[str, int] = {}
+
+    def kill_one() -> None:
+        _wait_for(lambda: _running_one_epoch_in(study), "a pool trial one epoch in")
+        trial = _running_one_epoch_in(study)[0]
+        killed.update(number=trial.number, pid=int(trial.user_attrs["worker"].split(":")[-1]))
+        os.kill(killed["pid"], signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_one, daemon=True)
+    killer.start()
+    records = study.optimize(4, n_workers=2)
+    killer.join(timeout=1800)
+    assert killed and len(records) == 4 and all(r.state == "complete" for r in records)
+    trials = study.optuna_study.get_trials(deepcopy=False)
+    cut = trials[killed["number"]]
+    assert "its process is gone" in cut.user_attrs["superseded"]
+    (resumed,) = [t for t in trials if t.user_attrs.get("resumes") == cut.number]
+    assert resumed.state == TrialState.COMPLETE
+    assert resumed.user_attrs["result"]["resumed_from_epoch"] >= 1
+    done = [t for t in trials if t.state == TrialState.COMPLETE]
+    assert len({t.user_attrs["arch_id"] for t in done}) == len(done) == 4
+
+
+POOL_FILE = """
+from autosearch import StudySpec, TrainConfig
+from controllers import RandomSearch
+from search_spaces import ResNetSpace
+
+study = StudySpec(
+    name="orphans",
+    controller=RandomSearch(ResNetSpace(max_stages=2, depths=(1, 2), widths=(4, 8)), seed=0),
+    train=TrainConfig(epochs=12, batch_size=16, lr=0.05),
+    storage="sqlite:///orphans.db",
+    n_trials=6,
+)
+"""
+
+
+@pytest.mark.slow
+def test_a_pools_workers_stop_when_its_parent_dies(tmp_path):
+    """`autosearch run --workers 2` killed: its workers went on as orphans to the end of
+    their shares. Now each is sent SIGTERM when its parent dies and stops after its
+    epoch's checkpoint, its trial marked to resume."""
+    (tmp_path / "pool.py").write_text(POOL_FILE)
+    cli = Path(sys.executable).with_name("autosearch")
+    run = subprocess.Popen(
+        [str(cli), "run", "pool.py", "--workers", "2"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    url, study = f"sqlite:///{tmp_path}/orphans.db", None
+
+    def running() -> None:
+        assert run.poll() is None, run.communicate()[0][-3000:]  # it ended by itself
+
+    def created() -> bool:
+        import optuna
+
+        running()
+        return (tmp_path / "orphans.db").exists() and "orphans" in optuna.get_all_study_names(url)
+
+    try:
+        _wait_for(created, "the study created")
+        study = autosearch.load_study("orphans", storage=url)
+        _wait_for(
+            lambda: running() or len(_running_one_epoch_in(study)) == 2, "both workers one epoch in"
+        )
+        workers = [int(t.user_attrs["worker"].split(":")[-1]) for t in _running_one_epoch_in(study)]
+        run.kill()
+        run.wait(timeout=1800)
+    finally:
+        run.kill()
+    _wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in workers), "no orphan")
+    trials = study.optuna_study.get_trials(deepcopy=False)
+    cut = [t for t in trials if "superseded" in t.user_attrs]
+    assert len(cut) == 2 and all("interrupted" in t.user_attrs["superseded"] for t in cut)
+    assert all(t.state != TrialState.RUNNING for t in trials)

@@ -508,6 +508,26 @@ def test_run_trains_the_supernet_then_searches_and_exports(tmp_path, monkeypatch
     assert "evaluated again on the supernet" in capsys.readouterr().out
 
 
+def test_a_worker_on_a_supernet_study_trains_the_supernet_first(tmp_path, monkeypatch, capsys):
+    """`autosearch worker` on a supernet study refused ("not trained yet") where `run`
+    trains it: a worker, any machine, trains it once (or waits for the one that does)."""
+    from autosearch.studyfile import load_spec
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ws.py").write_text(STUDY_FILE.format(epochs=1))
+    url = f"sqlite:///{tmp_path}/ws.db"
+    load_spec(str(tmp_path / "ws.py")).create(storage=url)
+    argv = ["worker", "--study", "ws-file", "--storage", url, "--n-trials", "2"]
+    assert main(argv) == 0
+    first = capsys.readouterr().out
+    assert first.startswith("supernet of study ws-file: trained 1 epochs")
+    assert main([*argv, "--total", "3"]) == 0  # trained already: used, not trained again
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == first.splitlines()[0]  # the same weights, the same digest
+    assert "worker finished 1 trials" in out
+    assert autosearch.load_study("ws-file", storage=url).count("complete") == 3
+
+
 def test_the_shipped_supernet_study_file_defines_a_supernet_study():
     from autosearch.studyfile import load_spec
 

@@ -385,6 +385,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_worker(args: argparse.Namespace) -> int:
     """Join a stored study and run trials until ``--n-trials`` are done (or Ctrl-C)."""
     study = load_study(args.study, storage=args.storage)
+    code = _supernet_first(study)  # trained once, by whichever worker comes first
+    if code:
+        return code
     # Its controller on a random stream of its own.
     start_worker(
         study.trials, study.replay, study.worker_attrs, seed=study.seed, worker=worker_id()

@@ -26,14 +26,17 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import multiprocessing
 import os
+import signal
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -47,6 +50,8 @@ from autosearch.training import placement
 from autosearch.training.placement import Need
 
 __all__ = ["Executor", "ProcessExecutor", "RayExecutor", "SlurmExecutor", "resolve_executor"]
+
+logger = logging.getLogger(__name__)
 
 _POLL_SECONDS = 1.0
 Call = dict[str, Any]
@@ -72,10 +77,14 @@ class ProcessExecutor:
     over the GPUs evenly, as many on one as the placement rule fits (``per_gpu``:
     that many instead). Workers sharing a GPU run under a CUDA MPS daemon of the run's
     own where one can start (``mps``: None, where it can; True, or refuse; False,
-    never)."""
+    never). A worker process that dies (killed, out of memory) is started again, as
+    Ray starts a lost task again, at most ``max_retries`` times each: it runs what its
+    share still owes, and the trial it held resumes from its checkpoint. A worker whose
+    parent dies is sent SIGTERM (Linux): it stops after its epoch's checkpoint."""
 
     per_gpu: int | None = None
     mps: bool | None = None
+    max_retries: int = 3
 
     def __post_init__(self) -> None:
         check_fields(
@@ -84,6 +93,7 @@ class ProcessExecutor:
             [
                 ("per_gpu", lambda v: v is None or whole(1)(v), "None or a whole number >= 1"),
                 ("mps", lambda v: v is None or flag(v), "None (where it can start), True or False"),
+                ("max_retries", whole(0), "a whole number >= 0"),
             ],
         )
 
@@ -91,14 +101,17 @@ class ProcessExecutor:
         self, worker: Callable[..., Any], calls: Sequence[Call], poll: Callable[[], None]
     ) -> list[Any]:
         context = multiprocessing.get_context("spawn")
-        sharing = self._sharing(calls)
-        with sharing as env, ProcessPoolExecutor(len(calls), mp_context=context) as pool:
-            futures = [pool.submit(worker, **call, env=env) for call in calls]
-            pending: set[Future[Any]] = set(futures)
-            while pending:
-                _, pending = wait(pending, timeout=_POLL_SECONDS, return_when=FIRST_EXCEPTION)
-                poll()
-            return [f.result() for f in futures]
+        with self._sharing(calls) as env:
+            runs = [_Retried(worker, {**call, "env": env}, context) for call in calls]
+            try:
+                while not all(run.done(self.max_retries) for run in runs):
+                    pending = [r.future for r in runs if not r.future.done()]
+                    wait(pending, timeout=_POLL_SECONDS, return_when=FIRST_COMPLETED)
+                    poll()
+                return [run.future.result() for run in runs]
+            finally:
+                for run in runs:
+                    run.pool.shutdown(wait=True, cancel_futures=True)
 
     def resources(self, n_workers: int, need: Callable[[], Need]) -> tuple[int, list[int | None]]:
         # The threads this process may use (torch's count: the cores, or what
@@ -114,6 +127,65 @@ class ProcessExecutor:
         if self.mps is False or not (shared or self.mps):
             return contextlib.nullcontext({})
         return _mps.daemon(required=bool(self.mps))
+
+
+class _Retried:
+    """One worker call in a process of its own, started again when that process dies."""
+
+    def __init__(self, worker: Callable[..., Any], call: Call, context: Any) -> None:
+        self.worker, self.call, self.context = worker, call, context
+        self.retries = 0
+        self.start()
+
+    def start(self) -> None:
+        self.pool = ProcessPoolExecutor(1, mp_context=self.context, initializer=_follow_parent)
+        self.future: Future[Any] = self.pool.submit(
+            _run_then_leave_if_orphaned, self.worker, os.getpid(), **self.call
+        )
+
+    def done(self, max_retries: int) -> bool:
+        """Whether the call has ended (started again first if its process died and
+        retries are left)."""
+        if not self.future.done():
+            return False
+        if not isinstance(self.future.exception(), BrokenProcessPool):
+            return True
+        if self.retries >= max_retries:
+            return True  # its result() raises BrokenProcessPool
+        self.retries += 1
+        logger.warning(
+            "worker %s died (its process ended abruptly); started again (%d of %d); its "
+            "trial resumes from its checkpoint",
+            self.call.get("worker"),
+            self.retries,
+            max_retries,
+        )
+        self.pool.shutdown(wait=True)
+        self.start()
+        return False
+
+
+def _run_then_leave_if_orphaned(target: Callable[..., Any], parent: int, /, **call: Any) -> Any:
+    """``target(**call)``; then, if the parent died meanwhile (its SIGTERM stopped the
+    work), exit: a pool's worker would otherwise wait for its next call for ever."""
+    try:
+        return target(**call)
+    finally:
+        if os.getppid() != parent:
+            logging.shutdown()
+            os._exit(0)
+
+
+def _follow_parent() -> None:
+    """In a worker process: SIGTERM when the parent dies (Linux), so that no worker
+    outlives the run that started it; it stops after its epoch's checkpoint."""
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+        if os.getppid() == 1:  # the parent died before the call
+            os.kill(os.getpid(), signal.SIGTERM)
 
 
 _FREE_PROBE = (

@@ -1,0 +1,429 @@
+"""Chaos soak: workers of two studies (a trained one and a supernet one) on one storage
+while a chaos loop kills, stops, terminates and starves them, then invariant checkers.
+
+Each round makes both studies afresh and keeps their worker slots busy: per study an
+``autosearch run FILE`` (one worker, or a local pool of two with ``--workers 2``) and an
+``autosearch worker --total T`` process, each started again when it ends until its
+study holds its trials. Meanwhile the chaos loop, at random moments, sends SIGKILL,
+SIGSTOP (SIGCONT some seconds later, sometimes past the heartbeat grace), SIGTERM,
+removes checkpoint files, and on PostgreSQL cuts the workers' connections
+(``pg_terminate_backend``). Failpoints (autosearch/study/_failpoints.py) aim kills where
+a random signal seldom lands: inside the transaction that ends a trial, just after it,
+with the weights uploaded, before the controller is told, after an epoch's checkpoint.
+When both studies hold their trials, one last ``autosearch run`` each (no chaos) must
+finish, and the invariants are checked (``check`` below). Prints JSON:
+
+    python benchmarks/chaos.py --backend sqlite journal postgresql --minutes 30
+    python benchmarks/chaos.py --quick          # seconds of chaos, tiny data (the suite's)
+
+Nothing but 127.0.0.1 is reached; PostgreSQL is the local server (a database per round).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))  # _chaos_checks
+sys.path.insert(0, str(ROOT))  # first: benchmarks/controllers.py is not the package
+
+from _chaos_checks import check  # noqa: E402
+
+TRAINED = """
+from autosearch import StudySpec, TrainConfig
+from controllers import RegularizedEvolution
+from search_spaces import ResNetSpace
+
+space = ResNetSpace(
+    min_stages=2, max_stages=2, depths=(1, 2), widths=(4, 8), stem_widths=(4, 8),
+    blocks=("basic",),
+)
+study = StudySpec(
+    name="trained",
+    controller=RegularizedEvolution(space, population=6, sample=3, seed=0),
+    train=TrainConfig(epochs={epochs}, batch_size=32, lr=0.1),
+    storage={storage!r},
+    artifacts={artifacts!r},
+    n_trials={n_trials},
+)
+"""
+
+SUPERNET = """
+from autosearch import StudySpec, SupernetConfig, TrainConfig
+from controllers import RandomSearch
+from search_spaces import ResNetSpace
+
+space = ResNetSpace(max_stages=2, depths=(1, 2), widths=(4, 8), stem_widths=(4, 8)).supernet(
+    fixed={{"stages": 2, "block": "basic", "shortcut": "pad"}}
+)
+study = StudySpec(
+    name="supernet",
+    controller=RandomSearch(space, seed=0),
+    train=TrainConfig(epochs=1, batch_size=64, lr=0.1),
+    supernet=SupernetConfig(train=TrainConfig(epochs={epochs}, batch_size=64, lr=0.1)),
+    variants=("base", "int8"),
+    storage={storage!r},
+    artifacts={artifacts!r},
+    n_trials={n_trials},
+)
+"""
+
+# Where failpoints act, and how often a worker passing there dies.
+FAILPOINTS = (
+    "end_trial.before=kill@0.01,end_trial.inside=kill@0.03,end_trial.after=kill@0.02,"
+    "store.weights=kill@0.04,tell.before=kill@0.03,epoch.saved=stop@0.01"
+)
+ACTIONS = {"kill": 0.30, "stop": 0.15, "term": 0.15, "checkpoint": 0.15, "connections": 0.10}
+GRACE = 8.0  # the workers' heartbeat grace: a stop can outlast it
+AIM = 0.75  # how often a signal goes to a process that holds a trial or a job claim
+
+
+class Round:
+    """One round of chaos on ``backend``: two fresh studies and their worker slots."""
+
+    def __init__(self, backend: str, folder: Path, rng: random.Random, settings: dict) -> None:
+        self.backend, self.folder, self.rng, self.settings = backend, folder, rng, settings
+        self.url = _storage_url(backend, folder, rng)
+        self.files = {}
+        for name, template in (("trained", TRAINED), ("supernet", SUPERNET)):
+            path = folder / f"{name}.py"
+            path.write_text(
+                template.format(
+                    storage=self.url,
+                    artifacts=str(folder / "artifacts" / name),
+                    **settings[name],
+                )
+            )
+            self.files[name] = path
+        self.slots = [
+            {"study": "trained", "kind": "pool"},
+            {"study": "trained", "kind": "worker"},
+            {"study": "supernet", "kind": "run"},
+            {"study": "supernet", "kind": "worker"},
+        ]
+        self.counts: Counter = Counter()
+        self.stopped: dict[int, float] = {}  # pid -> when to SIGCONT
+        self.exits: Counter = Counter()
+        self.logs: list[Path] = []
+
+    # Workers ---------------------------------------------------------------------------
+    def env(self, *, chaos: bool) -> dict[str, str]:
+        env = {
+            **os.environ,
+            "OMP_NUM_THREADS": "1",
+            "AUTOSEARCH_HEARTBEAT_INTERVAL": "1",
+            "AUTOSEARCH_HEARTBEAT_GRACE": str(GRACE),
+            "AUTOSEARCH_CACHE": str(self.folder / "cache"),
+            "PYTHONUNBUFFERED": "1",
+        }
+        if chaos:
+            env["AUTOSEARCH_FAILPOINTS"] = FAILPOINTS
+        return env
+
+    def command(self, slot: dict) -> list[str]:
+        cli = str(Path(sys.executable).with_name("autosearch"))
+        study, total = slot["study"], self.settings[slot["study"]]["n_trials"]
+        file = str(self.files[study])
+        if slot["kind"] == "worker":
+            return [cli, "worker", "--study", study, "--storage", self.url, "--n-trials", "3",
+                    "--total", str(total)]  # fmt: skip
+        pool = ["--workers", "2"] if slot["kind"] == "pool" else []
+        return [cli, "run", file, "--out", str(self.folder / "out" / study), *pool]
+
+    def start(self, slot: dict) -> None:
+        log = self.folder / "logs" / f"{slot['study']}-{slot['kind']}-{len(self.logs)}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        self.logs.append(log)
+        with log.open("w") as out:
+            slot["process"] = subprocess.Popen(
+                self.command(slot),
+                env=self.env(chaos=True),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=self.folder,
+                start_new_session=True,  # a kill of the harness's group spares them
+            )
+        self.counts["workers started"] += 1
+
+    def reap(self, done: dict[str, bool]) -> None:
+        """Start again each slot whose process ended while its study is not done."""
+        for slot in self.slots:
+            process = slot.get("process")
+            if process is not None and process.poll() is None:
+                continue
+            if process is not None:
+                self.exits[_exit_name(process.returncode)] += 1
+                slot["process"] = None
+            if not done[slot["study"]]:
+                self.start(slot)
+
+    def processes(self) -> list[int]:
+        """The pids of every slot's process and of its children (a pool's workers)."""
+        roots = [s["process"].pid for s in self.slots if s.get("process") is not None]
+        return _descendants(roots)
+
+    # Chaos -----------------------------------------------------------------------------
+    def act(self, reader) -> None:
+        self.resume_stopped()
+        action = self.rng.choices(list(ACTIONS), weights=list(ACTIONS.values()))[0]
+        if action == "connections" and self.backend != "postgresql":
+            action = "kill"
+        if action == "checkpoint":
+            return self.remove_checkpoint()
+        if action == "connections":
+            return self.cut_connections()
+        pids = [p for p in self.processes() if p not in self.stopped]
+        if not pids:
+            return None
+        phases = reader.phases()
+        busy = [p for p in pids if p in phases]
+        # Mostly where work is under way; else anywhere (starting, claiming, a pool's parent).
+        pid = self.rng.choice(busy if busy and self.rng.random() < AIM else pids)
+        phase = phases.get(pid, "no trial held (starting, claiming, a pool's parent)")
+        sig = {"kill": signal.SIGKILL, "stop": signal.SIGSTOP, "term": signal.SIGTERM}[action]
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return None
+        self.counts[f"{action}: {phase}"] += 1
+        if action == "stop":
+            self.stopped[pid] = time.monotonic() + self.rng.uniform(1.0, 2.0 * GRACE)
+        return None
+
+    def resume_stopped(self) -> None:
+        """SIGCONT what the loop stopped once its time is up, and what a failpoint
+        stopped (found in state T) after a while."""
+        now = time.monotonic()
+        for pid in self.processes():
+            if pid not in self.stopped and _state(pid) == "T":
+                self.stopped[pid] = now + self.rng.uniform(1.0, 2.0 * GRACE)
+        for pid, when in list(self.stopped.items()):
+            if now >= when:
+                with _suppress():
+                    os.kill(pid, signal.SIGCONT)
+                del self.stopped[pid]
+
+    def remove_checkpoint(self) -> None:
+        files = [p for p in (self.folder / "artifacts").rglob("*.pt") if p.is_file()]
+        files += [p for p in (self.folder / "artifacts").rglob("*.json") if "checkpoints" in str(p)]
+        if files:
+            with _suppress():
+                self.rng.choice(files).unlink()
+                self.counts["checkpoint file removed"] += 1
+
+    def cut_connections(self) -> None:
+        import psycopg
+
+        database = self.url.rsplit("/", 1)[1]
+        with psycopg.connect(host="127.0.0.1", user="postgres", dbname="test") as admin:
+            cut = admin.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = %s AND application_name <> 'chaos-reader'",
+                (database,),
+            ).fetchone()[0]
+        self.counts["connections cut"] += int(cut)
+
+    def stop_all(self) -> None:
+        for pid in self.processes():
+            with _suppress():
+                os.kill(pid, signal.SIGCONT)
+        for slot in self.slots:
+            if slot.get("process") is not None and slot["process"].poll() is None:
+                os.killpg(slot["process"].pid, signal.SIGKILL)
+                slot["process"].wait()
+                self.counts["kill: chaos ended"] += 1
+            slot["process"] = None
+
+    def failpoint_kills(self) -> Counter:
+        found: Counter = Counter()
+        for log in self.logs:
+            for line in log.read_text(errors="replace").splitlines():
+                if line.startswith("autosearch failpoint "):
+                    found[f"failpoint {line.removeprefix('autosearch failpoint ')}"] += 1
+        return found
+
+    def recover(self) -> dict[str, int]:
+        """One run of each study file with no chaos: it must finish, exit 0."""
+        codes = {}
+        for study, file in self.files.items():
+            cli = str(Path(sys.executable).with_name("autosearch"))
+            out = self.folder / "out" / study
+            done = subprocess.run(
+                [cli, "run", str(file), "--out", str(out)],
+                env=self.env(chaos=False),
+                cwd=self.folder,
+                capture_output=True,
+                text=True,
+                timeout=3600,
+            )
+            (self.folder / "logs" / f"{study}-recover.log").write_text(done.stdout + done.stderr)
+            codes[study] = done.returncode
+        return codes
+
+
+def run_round(backend: str, folder: Path, rng: random.Random, settings: dict, limit: float):
+    """Chaos until both studies hold their trials (or ``limit`` seconds), recovery, checks."""
+    from _chaos_checks import Reader
+
+    chaos = Round(backend, folder, rng, settings)
+    for file in chaos.files.values():
+        _create(file)
+    reader = Reader(chaos.url, settings)
+    start = time.monotonic()
+    try:
+        while time.monotonic() - start < limit:
+            done = reader.done()
+            chaos.reap(done)
+            if all(done.values()) and not chaos.processes():
+                break
+            time.sleep(rng.uniform(*settings["pause"]))
+            chaos.act(reader)
+    finally:
+        chaos.stop_all()
+    seconds = time.monotonic() - start
+    recovered = chaos.recover()
+    invariants = check(chaos.url, settings, recovered)
+    reader.close()
+    return {
+        "backend": backend,
+        "seconds_of_chaos": round(seconds, 1),
+        "finished_under_chaos": seconds < limit,
+        "actions": dict(chaos.counts + chaos.failpoint_kills()),
+        "worker_exits": dict(chaos.exits),
+        "recovery_exit_codes": recovered,
+        "invariants": invariants,
+        "held": all(v["held"] for v in invariants.values()),
+    }
+
+
+def _create(file: Path) -> None:
+    from autosearch.studyfile import load_spec
+
+    spec = load_spec(str(file))
+    spec.create(storage=spec.storage, artifacts=spec.artifacts)
+
+
+def _storage_url(backend: str, folder: Path, rng: random.Random) -> str:
+    if backend == "sqlite":
+        return f"sqlite:///{folder}/study.db"
+    if backend == "journal":
+        return f"journal:{folder}/study.log"
+    import psycopg
+
+    name = f"chaos_{rng.getrandbits(48):012x}"
+    with psycopg.connect(host="127.0.0.1", user="postgres", dbname="test", autocommit=True) as c:
+        c.execute(f"CREATE DATABASE {name}")
+    return f"postgresql://postgres@127.0.0.1:5432/{name}"
+
+
+def _descendants(roots: list[int]) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with _suppress():
+                ppid = int((entry / "stat").read_text().rpartition(")")[2].split()[1])
+                children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], list(roots)
+    while todo:
+        pid = todo.pop()
+        if _state(pid) not in ("", "Z"):
+            found.append(pid)
+        todo += children.get(pid, [])
+    return found
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
+def _exit_name(code: int) -> str:
+    return f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit {code}"
+
+
+class _suppress:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, value, traceback):
+        return kind is not None and issubclass(kind, (OSError, ValueError, IndexError))
+
+
+SETTINGS = {
+    "full": {
+        "trained": {"epochs": 4, "n_trials": 16},
+        "supernet": {"epochs": 3, "n_trials": 40},
+        "pause": (1.5, 6.0),
+        "round_limit": 1200.0,
+    },
+    "quick": {
+        "trained": {"epochs": 3, "n_trials": 4},
+        "supernet": {"epochs": 2, "n_trials": 6},
+        "pause": (2.0, 5.0),
+        "round_limit": 600.0,
+    },
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", nargs="+", default=["sqlite", "journal", "postgresql"])
+    parser.add_argument("--minutes", type=float, default=30.0, help="of chaos, per backend")
+    parser.add_argument("--quick", action="store_true", help="one tiny round per backend")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--folder", help="keep the rounds here (default: a temp folder)")
+    args = parser.parse_args()
+    settings = SETTINGS["quick" if args.quick else "full"]
+    rng = random.Random(args.seed)
+    root = Path(args.folder or tempfile.mkdtemp(prefix="autosearch-chaos-"))
+    report = {"machine": platform.processor() or platform.machine(), "seed": args.seed}
+    for backend in args.backend:
+        rounds, start = [], time.monotonic()
+        while not rounds or (not args.quick and time.monotonic() - start < args.minutes * 60):
+            folder = root / backend / f"round-{len(rounds)}"
+            folder.mkdir(parents=True)
+            rounds.append(run_round(backend, folder, rng, settings, settings["round_limit"]))
+            print(json.dumps(rounds[-1]), file=sys.stderr, flush=True)
+        report[backend] = _summary(rounds)
+    report["held"] = all(report[b]["held"] for b in args.backend)
+    print(json.dumps(report, indent=2))
+
+
+def _summary(rounds: list[dict]) -> dict:
+    actions: Counter = Counter()
+    exits: Counter = Counter()
+    for r in rounds:
+        actions.update(r["actions"])
+        exits.update(r["worker_exits"])
+    broken = [
+        {"round": i, "invariant": name, **result}
+        for i, r in enumerate(rounds)
+        for name, result in r["invariants"].items()
+        if not result["held"]
+    ]
+    return {
+        "rounds": len(rounds),
+        "seconds_of_chaos": round(sum(r["seconds_of_chaos"] for r in rounds), 1),
+        "actions": dict(sorted(actions.items())),
+        "worker_exits": dict(sorted(exits.items())),
+        "held": not broken and all(r["held"] for r in rounds),
+        "broken": broken,
+        "rounds_detail": rounds,
+    }
+
+
+if __name__ == "__main__":
+    main()
