@@ -169,9 +169,11 @@ class Round:
                 self.start(slot)
 
     def processes(self) -> list[int]:
-        """The pids of every slot's process and of its children (a pool's workers)."""
+        """The pids of every slot's process and of its children (a pool's workers), but
+        Python's own helpers (multiprocessing's resource tracker): killing one only
+        makes Python warn about semaphores it can no longer track."""
         roots = [s["process"].pid for s in self.slots if s.get("process") is not None]
-        return _descendants(roots)
+        return [p for p in _descendants(roots) if b"resource_tracker" not in _cmdline(p)]
 
     # Chaos -----------------------------------------------------------------------------
     def act(self, reader) -> None:
@@ -341,6 +343,13 @@ def _descendants(roots: list[int]) -> list[int]:
             found.append(pid)
         todo += children.get(pid, [])
     return found
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
 
 
 def _state(pid: int) -> str:

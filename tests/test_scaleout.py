@@ -425,3 +425,25 @@ def test_a_pools_workers_stop_when_its_parent_dies(tmp_path):
     cut = [t for t in trials if "superseded" in t.user_attrs]
     assert len(cut) == 2 and all("interrupted" in t.user_attrs["superseded"] for t in cut)
     assert all(t.state != TrialState.RUNNING for t in trials)
+
+
+def test_a_dead_workers_trial_past_the_total_is_given_up_though_nothing_claims(
+    make_study, tmp_path
+):
+    """Found by the chaos soak: a worker killed between creating a trial past the
+    study's total and giving it up left it running for ever (a study at its total is
+    claimed no more, and claims were what gave up dead workers' trials)."""
+    study = make_study("full")
+    study.optimize(2)
+    code = (
+        "import autosearch, numpy as np\n"
+        f"s = autosearch.load_study('full', storage={study.storage_url!r})\n"
+        "arch = s.space.sample(np.random.default_rng(7))\n"
+        "s.claims.start(arch, {'arch_id': arch.arch_id, 'worker': 'gone:1'})\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=1800)  # then it is gone
+    assert study.count("running") == 1
+    assert study.optimize(0) == []
+    (dead,) = [t for t in study.optuna_study.get_trials() if "superseded" in t.user_attrs]
+    assert dead.state == TrialState.FAIL and "its process is gone" in dead.user_attrs["superseded"]
+    assert study.count("running") == 0 and study.count("complete") == 2

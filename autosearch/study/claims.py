@@ -228,6 +228,12 @@ class Claims:
                 reaped = True
         return reaped
 
+    def tidy(self) -> None:
+        """Give up the running trials of dead workers now, claim or not: a study run to
+        its total is claimed no more, and a worker that died holding a trial past the
+        total (between creating it and giving it up) would leave it running for ever."""
+        self.reap_dead(self.index.unfinished(self._trials()))
+
     def pending(self, trials: list[FrozenTrial]) -> tuple[Architecture, int] | None:
         """The oldest superseded-for-resume trial of this kind (search or confirmation)
         whose architecture no live trial holds: its architecture and number."""

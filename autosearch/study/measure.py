@@ -89,8 +89,11 @@ class FrontMeasurer:
                     continue  # its figures are read (again) on the next pass
                 with beating(self.storage, found.trial_id, self.interval, stamped=True):
                     measured = self._measure_one(record)
+                # The job ends first, then its figures are written: a worker killed
+                # between the two leaves a done job without figures (measured again in
+                # the next round), never figures under a claim that no one ends.
+                if self.jobs.finish(found, {"figures": key}):
                     self.storage.set_study_user_attr(self.study_id, key, json.dumps(measured))
-                self.jobs.finish(found, {"figures": key})
             else:
                 logger.warning(
                     "trial %d (%s): its measured figures do not stay stored",

@@ -1,8 +1,6 @@
-"""The study facade: create or open a study, run it, read its results, export one.
-
-The storage is the single source of truth; the package docstring maps each concern
-(definition, records, claims, replay, loop, workers, artifacts) to its file.
-"""
+"""The study facade: create or open a study, run it, read its results, export one. The
+storage is the single source of truth; the package docstring maps each concern
+(definition, records, claims, replay, loop, workers, artifacts) to its file."""
 
 from __future__ import annotations
 
@@ -350,6 +348,8 @@ class Study(DefinitionView):
             else:
                 bars = (told + trial_bar, epoch_callbacks + epoch_bar)
                 done = self._search(n_trials, *bars, size=size, **limits)
+        if self.interrupted is None and not self.read_only:
+            self.claims.tidy()  # dead workers' trials given up, also once no claim is left
         if done and self.interrupted is None:
             self.measurer.front()  # what the front shows is measured, not estimated
             fresh = {(r.trial, r.variant): r for r in self.records()}
