@@ -8,7 +8,7 @@ TORCH ?= torch==2.13.0
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test docs lint torch-plan clean
+.PHONY: run test test-loaded docs lint torch-plan clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -23,6 +23,11 @@ run: $(STAMP)
 # Two test processes, a test file each at a time (pytest-xdist), one thread each.
 test: $(STAMP)
 	$(PY) -m pytest -q -n 2 --dist loadfile
+
+# The fault and worker tests beside processes that keep every core busy (tests/loaded.py):
+# what a loaded CI machine does to tests that lean on timing. Run before stopping.
+test-loaded: $(STAMP)
+	$(PY) tests/loaded.py
 
 # The documentation site, every tutorial executed, into docs/_build/html (opens offline).
 # Warnings are errors; a tutorial that raises fails the build with its name.
