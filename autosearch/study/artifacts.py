@@ -24,7 +24,6 @@ from typing import Any, TypeVar
 
 import torch
 import torch.nn as nn
-from optuna.artifacts import FileSystemArtifactStore, download_artifact, upload_artifact
 from optuna.storages import BaseStorage
 from safetensors.torch import load_file, save_file
 
@@ -246,6 +245,8 @@ class Artifacts:
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "model.safetensors"
             save_file(state, str(path))
+            from optuna.artifacts import upload_artifact  # it imports boto3: when used
+
             try:
                 return upload_artifact(
                     artifact_store=self._store,
@@ -293,6 +294,8 @@ class Artifacts:
                 f"its stored record was edited or damaged; {repair}"
             )
         where = f"{self.location.rstrip('/')}/{'weights/' if self.remote else ''}{artifact_id}"
+        from optuna.artifacts import download_artifact  # it imports boto3: when used
+
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "model.safetensors"
             try:
@@ -317,6 +320,8 @@ class Artifacts:
     def _store(self) -> Any:  # created on first use
         if self.remote is not None:
             return self.remote.artifact_store()
+        from optuna.artifacts import FileSystemArtifactStore  # it imports boto3: when used
+
         self.folder.mkdir(parents=True, exist_ok=True)
         return FileSystemArtifactStore(str(self.folder))
 
