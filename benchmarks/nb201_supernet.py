@@ -127,18 +127,41 @@ def cifar10(work: Path) -> Path:
     return folder
 
 
-def images(folder: Path, side: int, limit: int | None) -> tuple[np.ndarray, np.ndarray]:
+def images(folder: Path, side: int) -> tuple[np.ndarray, np.ndarray]:
     """CIFAR-10's training images (its own test folder is kept apart from the search),
-    averaged down to ``side`` x ``side``; ``limit`` of them, drawn with a seed, if given."""
+    averaged down to ``side`` x ``side``."""
     data = load_data(f"folder:{folder}", seed=0)
     x = torch.cat([data.train.x, data.val.x])
     y = torch.cat([data.train.y, data.val.y])
-    if limit:  # a seeded slice of every class (the folder is read class by class)
-        pick = torch.randperm(len(y), generator=torch.Generator().manual_seed(0))[:limit]
-        x, y = x[pick], y[pick]
+    return _resized(x, side), y.numpy()
+
+
+def sampled(limit: int, side: int) -> tuple[np.ndarray, np.ndarray]:
+    """``limit`` of CIFAR-10's training images, drawn with a seed, read straight from
+    the tarball (a small setting decodes only what it uses, not the 60,000 files)."""
+    from PIL import Image
+
+    with tarfile.open(TARBALL) as archive:
+        members = [
+            m for m in archive.getmembers() if m.isfile() and m.name.split("/")[-3:-2] == ["train"]
+        ]
+        members.sort(key=lambda m: m.name)
+        classes = sorted({m.name.split("/")[-2] for m in members})
+        rng = np.random.default_rng(0)
+        picked = [members[i] for i in sorted(rng.choice(len(members), limit, replace=False))]
+        decoded = []
+        for member in picked:
+            with Image.open(archive.extractfile(member)) as img:
+                decoded.append(np.asarray(img.convert("RGB")).transpose(2, 0, 1))
+    x = torch.from_numpy(np.stack(decoded))
+    y = np.array([classes.index(m.name.split("/")[-2]) for m in picked], dtype=np.int64)
+    return _resized(x, side), y
+
+
+def _resized(x: torch.Tensor, side: int) -> np.ndarray:
     if side != x.shape[-1]:
         x = F.adaptive_avg_pool2d(x.float(), side).round().to(torch.uint8)
-    return x.numpy(), y.numpy()
+    return x.numpy()
 
 
 def published() -> dict[str, dict[str, float]]:
@@ -301,8 +324,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         settings = earlier["settings"]  # the earlier run's scale, images and recipe
     table = published()
     start = time.perf_counter()
-    folder = cifar10(args.work)
-    arrays = images(folder, settings["side"], settings.get("images"))
+    limit = settings.get("images")
+    arrays = (
+        sampled(limit, settings["side"]) if limit else images(cifar10(args.work), settings["side"])
+    )
     loaded = time.perf_counter() - start
     if earlier:  # the ceiling of an earlier run's ranked cells, nothing else
         data = load_data(arrays, seed=args.seed)  # the study's split (its seed)
