@@ -331,3 +331,27 @@ def test_a_finished_job_of_another_supernet_is_refused_and_retrain_gets_out(tmp_
         assert main(["supernet", "job.py", "--retrain"]) == 0
         assert "trained 1 epochs" in capsys.readouterr().out
         assert main(["run", "job.py"]) == 0
+
+
+def test_a_dead_workers_claim_on_a_job_no_one_asks_for_again_is_given_up(tmp_path):
+    """Found by the chaos soak: a worker died measuring a point that then left the
+    front; no one acquired that job again, and its claim stayed running for ever. The
+    end of a run gives up dead workers' claims on any job (Jobs.tidy)."""
+    import subprocess
+    import sys
+
+    url = f"sqlite:///{tmp_path}/j.db"
+    storage = optuna.storages.get_storage(url)
+    optuna.create_study(study_name="s", storage=storage)
+    code = (
+        "import optuna\nfrom autosearch.study.jobs import Jobs\n"
+        f"Jobs(optuna.storages.get_storage({url!r}), 's', grace=60).start('measure:3:int8:0')\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=1800)  # it is gone now
+    jobs = Jobs(storage, "s", grace=GRACE)
+    held = jobs.start(JOB)  # this process's own claim: alive, kept
+    jobs.tidy()
+    claims = {t.user_attrs["job"]: t for t in jobs._all()}
+    assert claims["measure:3:int8:0"].state == TrialState.FAIL
+    assert "its process is gone" in claims["measure:3:int8:0"].user_attrs["gave_up"]
+    assert claims[JOB].state == TrialState.RUNNING and jobs.taken_over(held) is None

@@ -158,6 +158,14 @@ class Jobs:
             if not self._dead(holder):
                 return Held(number=holder.number, worker=_worker(holder))
 
+    def tidy(self) -> None:
+        """Give up the claims of dead workers on any job now: a job no one asks for
+        again (a point that left the front while its measuring worker died) would keep
+        its claim running for ever."""
+        for claim in self._all():
+            if claim.state == TrialState.RUNNING:
+                self._dead(claim)
+
     def start(self, job: str) -> JobClaim:
         """A new claim on ``job`` (a running trial with its first heartbeat), not yet
         checked."""

@@ -348,8 +348,9 @@ class Study(DefinitionView):
             else:
                 bars = (told + trial_bar, epoch_callbacks + epoch_bar)
                 done = self._search(n_trials, *bars, size=size, **limits)
-        if self.interrupted is None and not self.read_only:
-            self.claims.tidy()  # dead workers' trials given up, also once no claim is left
+        if self.interrupted is None and not self.read_only:  # also once no claim is left:
+            self.claims.tidy()  # dead workers' trials given up,
+            self.measurer.jobs.tidy()  # and their job claims
         if done and self.interrupted is None:
             self.measurer.front()  # what the front shows is measured, not estimated
             fresh = {(r.trial, r.variant): r for r in self.records()}
