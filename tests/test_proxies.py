@@ -1,0 +1,149 @@
+"""Zero-cost proxies against values worked out by hand on tiny networks, invariant where
+their definitions say so, and leaving the network they score untouched."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from autosearch.errors import ConfigError
+from autosearch.evaluation.proxies import (
+    ProxyConfig,
+    grad_norm,
+    jacob_cov,
+    naswot,
+    proxy_scores,
+    snip,
+    synflow,
+)
+
+
+def _chain(seed: int = 0, bn: bool = False) -> nn.Sequential:
+    torch.manual_seed(seed)
+    layers: list[nn.Module] = [nn.Linear(4, 3, bias=False)]
+    layers += [nn.BatchNorm1d(3)] if bn else []
+    layers += [nn.ReLU(), nn.Linear(3, 2, bias=False)]
+    return nn.Sequential(*layers)
+
+
+def test_synflow_of_a_two_layer_chain_is_twice_its_path_sum_and_ignores_batch_norm():
+    """Each layer's Σ θ ∂R/∂θ is R (R is linear in each layer's |θ|), so a chain of two
+    layers scores 2R, R = 1ᵀ |W2| |W1| 1; batch normalization is taken out."""
+    model = _chain()
+    w1, w2 = (m.weight.detach().abs().double().numpy() for m in (model[0], model[2]))
+    path_sum = np.ones(2) @ w2 @ w1 @ np.ones(4)
+    x = torch.randn(8, 4)
+    assert synflow(model, x, torch.zeros(8, dtype=torch.long)) == pytest.approx(2 * path_sum)
+    assert synflow(_chain(bn=True), x, torch.zeros(8, dtype=torch.long)) == pytest.approx(
+        2 * path_sum
+    )
+
+
+def test_naswot_is_the_log_determinant_of_the_hamming_kernel():
+    """Codes (1,1), (1,0), (0,0) on two units: K = [[2,1,0],[1,2,1],[0,1,2]], det 4."""
+    layer = nn.Linear(2, 2, bias=False)
+    with torch.no_grad():
+        layer.weight.copy_(torch.eye(2))
+    model = nn.Sequential(layer, nn.ReLU())
+    x = torch.tensor([[1.0, 1.0], [1.0, -1.0], [-1.0, -1.0]])
+    assert naswot(model, x, torch.zeros(3, dtype=torch.long)) == pytest.approx(math.log(4))
+
+
+def test_naswot_sees_rectifiers_called_as_functions_too():
+    class Functional(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.nn.functional.relu(x)
+
+    x = torch.tensor([[1.0, 1.0], [1.0, -1.0], [-1.0, -1.0]])
+    assert naswot(Functional(), x, torch.zeros(3, dtype=torch.long)) == pytest.approx(math.log(4))
+
+
+def test_jacob_cov_of_a_linear_map_has_one_correlated_direction():
+    """Every image's gradient is the same vector W: the correlation matrix is all ones,
+    eigenvalues N and N-1 zeros."""
+    model = nn.Linear(3, 1, bias=False)
+    n, k = 5, 1e-5
+    expected = -(math.log(n + k) + 1 / (n + k) + (n - 1) * (math.log(k) + 1 / k))
+    score = jacob_cov(model, torch.randn(n, 3), torch.zeros(n, dtype=torch.long))
+    assert score == pytest.approx(expected, rel=1e-6)
+
+
+def test_snip_and_grad_norm_of_a_linear_classifier():
+    """logits = W x: ∂L/∂W = (softmax − onehot)ᵀ x / N for the mean cross-entropy."""
+    torch.manual_seed(0)
+    model = nn.Linear(4, 3, bias=False)
+    x, y = torch.randn(6, 4), torch.tensor([0, 1, 2, 0, 1, 2])
+    w = model.weight.detach().double().numpy()
+    logits = x.double().numpy() @ w.T
+    p = np.exp(logits - logits.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    grad = (p - np.eye(3)[y.numpy()]).T @ x.double().numpy() / 6
+    assert snip(model, x, y) == pytest.approx(np.abs(w * grad).sum(), rel=1e-5)
+    assert grad_norm(model, x, y) == pytest.approx(np.linalg.norm(grad), rel=1e-5)
+
+
+def _convnet(seed: int) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Sequential(
+        nn.Conv2d(1, 4, 3, padding=1, bias=False),
+        nn.BatchNorm2d(4, eps=1e-12),  # exactly scale-invariant (eps would weigh in)
+        nn.ReLU(inplace=True),
+        nn.Conv2d(4, 4, 3, padding=1, bias=False),
+        nn.BatchNorm2d(4, eps=1e-12),  # exactly scale-invariant (eps would weigh in)
+        nn.ReLU(inplace=True),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(4, 3),
+    )
+
+
+@settings(max_examples=15, deadline=None, derandomize=True, database=None)
+@given(seed=st.integers(0, 10_000), scale=st.floats(0.1, 10.0))
+def test_what_batch_norm_undoes_and_the_order_of_the_batch_change_no_proxy_that_sees_data(
+    seed, scale
+):
+    """Convolutions followed by batch normalization compute the same function whatever
+    positive factor scales their weights: naswot and jacob_cov, which see only the
+    function, do not move; and no proxy depends on the order of the images."""
+    model = _convnet(seed)
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(8, 1, 6, 6, generator=generator)
+    y = torch.randint(0, 3, (8,), generator=generator)
+    scaled = _convnet(seed)
+    with torch.no_grad():
+        for m in scaled.modules():
+            if isinstance(m, nn.Conv2d):
+                m.weight.mul_(scale)
+    for proxy in (naswot, jacob_cov):
+        assert proxy(scaled, x, y) == pytest.approx(proxy(model, x, y), rel=1e-4, abs=1e-6)
+    order = torch.randperm(8, generator=generator)
+    for proxy in (naswot, jacob_cov, snip, grad_norm):
+        assert proxy(model, x[order], y[order]) == pytest.approx(
+            proxy(model, x, y), rel=1e-5, abs=1e-8
+        )
+
+
+def test_scores_are_deterministic_and_leave_the_network_untouched():
+    model = _convnet(3)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    x, y = torch.randn(8, 1, 6, 6), torch.randint(0, 3, (8,))
+    first, second = proxy_scores(model, x, y), proxy_scores(_convnet(3), x, y)
+    assert {k: v for k, v in first.items() if not k.endswith("_seconds")} == {
+        k: v for k, v in second.items() if not k.endswith("_seconds")
+    }
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert all(math.isfinite(first[n]) for n in ("synflow", "naswot", "jacob_cov", "snip"))
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_unknown_proxies_and_bad_batches_are_refused():
+    with pytest.raises(ConfigError, match="unknown \\['synflw'\\]; the proxies are synflow"):
+        ProxyConfig(names=("synflw",))
+    with pytest.raises(ConfigError, match="batch=1: expected an integer >= 2"):
+        ProxyConfig(batch=1)
