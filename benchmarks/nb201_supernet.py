@@ -136,8 +136,8 @@ def images(folder: Path, side: int) -> tuple[np.ndarray, np.ndarray]:
     return _resized(x, side), y.numpy()
 
 
-def sampled(limit: int, side: int) -> tuple[np.ndarray, np.ndarray]:
-    """``limit`` of CIFAR-10's training images, drawn with a seed, read straight from
+def sampled(limit: int, side: int, *, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """``limit`` of CIFAR-10's training images, drawn with ``seed``, read straight from
     the tarball (a small setting decodes only what it uses, not the 60,000 files)."""
     from PIL import Image
 
@@ -147,7 +147,7 @@ def sampled(limit: int, side: int) -> tuple[np.ndarray, np.ndarray]:
         ]
         members.sort(key=lambda m: m.name)
         classes = sorted({m.name.split("/")[-2] for m in members})
-        rng = np.random.default_rng(0)
+        rng = np.random.default_rng(seed)
         picked = [members[i] for i in sorted(rng.choice(len(members), limit, replace=False))]
         decoded = []
         for member in picked:
