@@ -167,14 +167,24 @@ def _loss_gradients(model: nn.Module, images: torch.Tensor, labels: torch.Tensor
     return net
 
 
-def snip(model: nn.Module, images: torch.Tensor, labels: torch.Tensor) -> float:
-    net = _loss_gradients(model, images, labels)
+def _snip(net: nn.Module) -> float:
     return float(sum((w * w.grad).abs().sum().item() for w in _weights(net) if w.grad is not None))
 
 
-def grad_norm(model: nn.Module, images: torch.Tensor, labels: torch.Tensor) -> float:
-    net = _loss_gradients(model, images, labels)
+def _grad_norm(net: nn.Module) -> float:
     return float(sum(w.grad.norm().item() for w in _weights(net) if w.grad is not None))
+
+
+def snip(model: nn.Module, images: torch.Tensor, labels: torch.Tensor) -> float:
+    return _snip(_loss_gradients(model, images, labels))
+
+
+def grad_norm(model: nn.Module, images: torch.Tensor, labels: torch.Tensor) -> float:
+    return _grad_norm(_loss_gradients(model, images, labels))
+
+
+# Proxies of the loss's gradients: one backward pass serves them all.
+_OF_GRADIENTS: Mapping[str, Callable[[nn.Module], float]] = {"snip": _snip, "grad_norm": _grad_norm}
 
 
 Proxy = Callable[[nn.Module, torch.Tensor, torch.Tensor], float]
@@ -197,8 +207,14 @@ def proxy_scores(
     normalized as the network trains on them) and ``labels``, with the seconds each took
     (``NAME_seconds``)."""
     scores: dict[str, float] = {}
+    gradients: nn.Module | None = None
     for name in names:
         start = time.perf_counter()
-        scores[name] = PROXIES[name](model, images, labels)
+        if name in _OF_GRADIENTS:
+            if gradients is None:  # charged to the first proxy that needs them
+                gradients = _loss_gradients(model, images, labels)
+            scores[name] = _OF_GRADIENTS[name](gradients)
+        else:
+            scores[name] = PROXIES[name](model, images, labels)
         scores[f"{name}_seconds"] = time.perf_counter() - start
     return scores
