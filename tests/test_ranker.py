@@ -1,0 +1,73 @@
+"""The ranker: what it learns from trained candidates, where it asks for the next
+training, and that refitting from its stored rows continues it exactly."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import stats
+
+from autosearch.errors import ConfigError
+from autosearch.evaluation.ranker import Ranker, RankerConfig, prior
+
+
+def test_before_anything_is_trained_it_ranks_by_the_mean_rank_of_the_estimates():
+    features = np.array([[1.0, 10.0, 0.3], [3.0, 30.0, 0.9], [2.0, 20.0, 0.1]])
+    ranker = Ranker(estimates=2)  # the third column is an encoding, not an estimate
+    mean, spread = ranker.predict(features)
+    assert list(mean) == [1.0, 3.0, 2.0] and not spread.any()
+    assert ranker.choose(features, 1) == [1] and ranker.choose(features, 1, taken={1}) == [2]
+    assert list(prior(np.array([[np.nan], [1.0]]))) == [1.0, 2.0]  # NaN ranks last
+
+
+def test_it_learns_a_relation_the_estimates_hold_only_together():
+    """Accuracy depends on two proxies jointly (their sum); each alone ranks poorly."""
+    rng = np.random.default_rng(0)
+    features = rng.normal(size=(300, 2))
+    accuracy = features[:, 0] + features[:, 1] + 0.05 * rng.normal(size=300)
+    features[:, 1] *= -1  # the second proxy points the wrong way on its own
+    ranker = Ranker(RankerConfig(seed=1)).fit(features[:60], accuracy[:60])
+    held_out = stats.spearmanr(ranker.predict(features[60:])[0], accuracy[60:])[0]
+    alone = max(abs(stats.spearmanr(features[60:, i], accuracy[60:])[0]) for i in range(2))
+    assert held_out > 0.85 and held_out > alone + 0.1
+
+
+@settings(max_examples=20, deadline=None, derandomize=True, database=None)
+@given(
+    rows=st.integers(2, 30),
+    columns=st.integers(1, 5),
+    seed=st.integers(0, 2**16),
+    k=st.integers(1, 5),
+)
+def test_refitted_from_its_rows_it_predicts_and_chooses_exactly_the_same(rows, columns, seed, k):
+    """What a resumed study or a second worker does: a ranker made from the stored
+    rows and config, not a pickled model."""
+    rng = np.random.default_rng(seed)
+    x, y = rng.normal(size=(rows, columns)), rng.normal(size=rows)
+    candidates = rng.normal(size=(40, columns))
+    config = RankerConfig(members=3, trees=20, seed=seed)
+    first = Ranker(config).fit(x, y)
+    again = Ranker(config, features=first.features.copy(), targets=first.targets.copy())
+    for a, b in zip(first.predict(candidates), again.predict(candidates), strict=True):
+        np.testing.assert_array_equal(a, b)
+    taken = {int(i) for i in rng.integers(0, 40, 3)}
+    chosen = first.choose(candidates, k, taken=taken)
+    assert chosen == again.choose(candidates, k, taken=taken)
+    assert len(set(chosen)) == len(chosen) == k and not set(chosen) & taken
+    mean, spread = first.predict(candidates)
+    free = [i for i in np.argsort(-mean, kind="stable") if int(i) not in taken]
+    pool = set(map(int, free[: max(k, int(np.ceil(config.top * len(free))))]))
+    assert set(chosen) <= pool  # only where the estimate is high
+    left = pool - set(chosen)  # and there, where the members disagree most
+    assert all(spread[c] >= spread[o] for c in chosen for o in left)
+
+
+def test_bad_configs_and_rows_are_refused():
+    with pytest.raises(ConfigError, match="members=0: expected an integer >= 1"):
+        RankerConfig(members=0)
+    with pytest.raises(ConfigError, match="top=0: expected a share"):
+        RankerConfig(top=0)
+    with pytest.raises(ConfigError, match="one row of features per accuracy"):
+        Ranker().fit(np.zeros((3, 2)), np.zeros(2))
