@@ -14,6 +14,7 @@ worker continues exactly, and nothing is unpickled from a storage.
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -101,7 +102,9 @@ class Ranker:
         each = np.stack([m.predict(features) for m in self._models])
         return each.mean(axis=0), each.std(axis=0)
 
-    def choose(self, features: np.ndarray, k: int, *, taken: set[int] = frozenset()) -> list[int]:
+    def choose(
+        self, features: np.ndarray, k: int, *, taken: AbstractSet[int] = frozenset()
+    ) -> list[int]:
         """The ``k`` rows to train next: among the top ``config.top`` share by estimate
         (at least ``k`` rows), those the members disagree on most (by estimate where
         they agree, as before the ranker is fitted); rows in ``taken`` are skipped."""
