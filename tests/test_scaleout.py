@@ -447,3 +447,20 @@ def test_a_dead_workers_trial_past_the_total_is_given_up_though_nothing_claims(
     (dead,) = [t for t in study.optuna_study.get_trials() if "superseded" in t.user_attrs]
     assert dead.state == TrialState.FAIL and "its process is gone" in dead.user_attrs["superseded"]
     assert study.count("running") == 0 and study.count("complete") == 2
+
+
+def _dies(marks: str, **_: object) -> None:
+    """A pool worker that is killed each time it runs (leaving a mark each time)."""
+    with open(marks, "a") as f:
+        f.write("x")
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_pool_worker_that_keeps_dying_stops_the_run_in_one_line(tmp_path):
+    from autosearch import PlatformError, ProcessExecutor
+
+    marks = tmp_path / "marks"
+    executor = ProcessExecutor(max_retries=1)
+    with pytest.raises(PlatformError, match=r"worker 0 died 2 times \(its process ended"):
+        executor.map(_dies, [{"marks": str(marks), "worker": 0}], lambda: None)
+    assert marks.read_text() == "xx"  # run, and started again once

@@ -108,7 +108,7 @@ class ProcessExecutor:
                     pending = [r.future for r in runs if not r.future.done()]
                     wait(pending, timeout=_POLL_SECONDS, return_when=FIRST_COMPLETED)
                     poll()
-                return [run.future.result() for run in runs]
+                return [run.result() for run in runs]
             finally:
                 for run in runs:
                     run.pool.shutdown(wait=True, cancel_futures=True)
@@ -143,6 +143,17 @@ class _Retried:
             _run_then_leave_if_orphaned, self.worker, os.getpid(), **self.call
         )
 
+    def result(self) -> Any:
+        """The call's result; a worker that kept dying is one line, not a traceback."""
+        try:
+            return self.future.result()
+        except BrokenProcessPool:
+            raise PlatformError(
+                f"worker {self.call.get('worker')} died {self.retries + 1} times (its process "
+                "ended abruptly: killed, or out of memory?); the run stops, and its trial "
+                "resumes from its checkpoint on the next run"
+            ) from None
+
     def done(self, max_retries: int) -> bool:
         """Whether the call has ended (started again first if its process died and
         retries are left)."""
@@ -151,7 +162,7 @@ class _Retried:
         if not isinstance(self.future.exception(), BrokenProcessPool):
             return True
         if self.retries >= max_retries:
-            return True  # its result() raises BrokenProcessPool
+            return True  # its result() says so
         self.retries += 1
         logger.warning(
             "worker %s died (its process ended abruptly); started again (%d of %d); its "
