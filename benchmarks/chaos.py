@@ -379,9 +379,9 @@ SETTINGS = {
         "round_limit": 1200.0,
     },
     "quick": {
-        "trained": {"epochs": 3, "n_trials": 4},
-        "supernet": {"epochs": 2, "n_trials": 6},
-        "pause": (2.0, 5.0),
+        "trained": {"epochs": 2, "n_trials": 3},
+        "supernet": {"epochs": 1, "n_trials": 4},
+        "pause": (1.5, 4.0),
         "round_limit": 600.0,
     },
 }
