@@ -31,17 +31,39 @@ from controllers import RandomSearch
 from search_spaces import DenseNetSpace, ResNetSpace
 
 
-@pytest.fixture
-def stored(tmp_path, tiny_space, monkeypatch):
-    """A study with one trial, and a fingerprint of everything stored on disk."""
-    monkeypatch.chdir(tmp_path)
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    """A study with one trial, made once for the module (each test gets a copy)."""
+    import sqlite3
+
+    folder = tmp_path_factory.mktemp("kept")
+    space = ResNetSpace(
+        min_stages=2, max_stages=2, depths=(1, 2), widths=(4, 8), stem_widths=(4, 8),
+        blocks=("basic",),
+    )  # fmt: skip  # the suite's tiny_space
     study = autosearch.create_study(
         "kept",
-        controller=RandomSearch(tiny_space, seed=0),
-        storage=f"sqlite:///{tmp_path}/kept.db",
+        controller=RandomSearch(space, seed=0),
+        storage=f"sqlite:///{folder}/made.db",
         train=TrainConfig(epochs=1, batch_size=128, lr=0.1),
     )
     study.optimize(1)
+    with sqlite3.connect(folder / "made.db") as db:  # its last commits out of the WAL
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return folder
+
+
+@pytest.fixture
+def stored(made, tmp_path, monkeypatch):
+    """A copy of the module's one-trial study (its database and artifacts folder, moved
+    as a user would move them), and a fingerprint of everything stored on disk."""
+    import shutil
+
+    monkeypatch.chdir(tmp_path)
+    shutil.copyfile(made / "made.db", tmp_path / "kept.db")
+    shutil.copytree(made / "artifacts", tmp_path / "artifacts")
+    study = autosearch.load_study("kept", storage=f"sqlite:///{tmp_path}/kept.db")
+    assert study.artifacts.folder == tmp_path / "artifacts"  # the copy's own, not the module's
 
     def fingerprint() -> dict[str, str]:
         return {
