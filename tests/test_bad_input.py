@@ -50,6 +50,8 @@ def made(tmp_path_factory):
     study.optimize(1)
     with sqlite3.connect(folder / "made.db") as db:  # its last commits out of the WAL
         db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    # Its stored folder gone, a copy moved with its artifacts uses the ones beside it.
+    (folder / "artifacts").rename(folder / "artifacts.made")
     return folder
 
 
@@ -61,7 +63,7 @@ def stored(made, tmp_path, monkeypatch):
 
     monkeypatch.chdir(tmp_path)
     shutil.copyfile(made / "made.db", tmp_path / "kept.db")
-    shutil.copytree(made / "artifacts", tmp_path / "artifacts")
+    shutil.copytree(made / "artifacts.made", tmp_path / "artifacts")
     study = autosearch.load_study("kept", storage=f"sqlite:///{tmp_path}/kept.db")
     assert study.artifacts.folder == tmp_path / "artifacts"  # the copy's own, not the module's
 
