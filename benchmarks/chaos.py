@@ -387,6 +387,32 @@ SETTINGS = {
 }
 
 
+def markdown(report: dict) -> str:
+    """The report as a table for RESULTS.md: per backend, what was sent, by phase, and
+    what held."""
+    backends = [b for b in ("sqlite", "journal", "postgresql") if b in report]
+    actions = sorted({a for b in backends for a in report[b]["actions"]})
+    lines = ["| | " + " | ".join(backends) + " |", "| --- |" + " --- |" * len(backends)]
+
+    def row(label: str, cells: list) -> None:
+        lines.append(f"| {label} | " + " | ".join(str(c) for c in cells) + " |")
+
+    row("rounds", [report[b]["rounds"] for b in backends])
+    row("minutes of chaos", [round(report[b]["seconds_of_chaos"] / 60, 1) for b in backends])
+    for action in actions:
+        row(action, [report[b]["actions"].get(action, 0) for b in backends])
+    exits = sorted({e for b in backends for e in report[b]["worker_exits"]})
+    for code in exits:
+        row(f"workers: {code}", [report[b]["worker_exits"].get(code, 0) for b in backends])
+    checks = sum(len(r["invariants"]) for b in backends for r in report[b]["rounds_detail"])
+    row("invariant checks, held", [
+        f"{sum(v['held'] for r in report[b]['rounds_detail'] for v in r['invariants'].values())}"
+        f" of {sum(len(r['invariants']) for r in report[b]['rounds_detail'])}"
+        for b in backends
+    ])  # fmt: skip
+    return "\n".join(lines) + f"\n\n{checks} invariant checks in all."
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", nargs="+", default=["sqlite", "journal", "postgresql"])
@@ -394,7 +420,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="one tiny round per backend")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--folder", help="keep the rounds here (default: a temp folder)")
+    parser.add_argument("--markdown", type=Path, help="print a saved report as a table; run none")
     args = parser.parse_args()
+    if args.markdown:
+        print(markdown(json.loads(args.markdown.read_text())))
+        return
     settings = SETTINGS["quick" if args.quick else "full"]
     rng = random.Random(args.seed)
     root = Path(args.folder or tempfile.mkdtemp(prefix="autosearch-chaos-"))
