@@ -14,7 +14,6 @@ through the heartbeat protocol (a bucket or a shared folder holds the checkpoint
 
 Storage and artifacts must be reachable from every worker: a PostgreSQL URL (or a
 file on a shared file system, by absolute path) and an absolute folder or a bucket.
-
 More workers than GPUs share them: autosearch.training.placement's rule (a trial's
 size against a GPU's free memory) says how many fit on one and refuses more; the local
 pool spreads its workers over the GPUs and runs those sharing one under CUDA MPS where
