@@ -32,6 +32,8 @@ RANKS = {
     "data": 5,
     "scoring": 5,  # the objectives, the reward and fronts (the package's own module)
     "evaluation.tabular": 5,
+    "evaluation.proxies": 6,  # zero-cost proxies of a candidate at initialization
+    "evaluation.ranker": 1,  # a model fitted on trained candidates (scikit-learn)
     "training.early_stopping": 5,
     "training.runtime": 5,
     "training.placement": 5,  # how many trials share a GPU: a trial's size against free memory
