@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from optuna.trial import TrialState
 
@@ -299,3 +300,31 @@ def test_failpoints_are_off_unless_armed_and_a_wrong_name_is_refused(monkeypatch
     finally:
         monkeypatch.delenv(_failpoints.ENV)
         _failpoints._armed.cache_clear()
+
+
+def test_a_supersede_cut_between_its_two_writes_on_a_journal_is_finished(tmp_path, tiny_space):
+    """Found by the chaos soak: on a journal a trial is ended in two writes (its reason,
+    then its state); a worker killed between them while giving up a dead worker's trial
+    left it running for ever, marked superseded (so no reaper looked at it again). The
+    next look finishes what was begun."""
+    from autosearch.study.records import FAIL_REASON, RESUME, SUPERSEDED
+
+    url = f"journal:{tmp_path}/j.log"
+    study = autosearch.create_study(
+        "j",
+        controller=RandomSearch(tiny_space, seed=0),
+        storage=url,
+        train=TrainConfig(epochs=1, batch_size=128, lr=0.1),
+    )
+    study.optimize(1)
+    arch = study.space.sample(np.random.default_rng(5))
+    cut = study.claims.start(arch, {"arch_id": arch.arch_id, "worker": "gone:1"})
+    reason = "its worker gone:1 died (its process is gone); it resumes from its checkpoint"
+    for key, value in ((RESUME, True), (FAIL_REASON, reason), (SUPERSEDED, reason)):
+        study.storage.set_trial_user_attr(cut, key, value)  # the first write; not the state
+    again = autosearch.load_study("j", storage=url)
+    assert again.optimize(0) == [] and again.count("running") == 0
+    ended = again.storage.get_trial(cut)
+    assert ended.state == TrialState.FAIL and ended.user_attrs[SUPERSEDED] == reason
+    (resumed,) = again.optimize(1)  # its architecture is taken up, once
+    assert resumed.arch == arch and resumed.state == "complete"

@@ -210,7 +210,12 @@ class Claims:
         whether there were any."""
         reaped = False
         for t in trials:
-            if t.state != TrialState.RUNNING or SUPERSEDED in t.user_attrs:
+            if t.state != TrialState.RUNNING:
+                continue
+            if SUPERSEDED in t.user_attrs:  # given up, then cut between two writes (a journal)
+                resume = bool(t.user_attrs.get(RESUME))
+                self.supersede(t._trial_id, str(t.user_attrs[SUPERSEDED]), resume=resume)
+                reaped = True
                 continue
             why = self.watch.dead(t, self.grace)
             if why is not None:
