@@ -233,14 +233,19 @@ study = StudySpec(
 """
 
 
-def test_a_ray_head_that_asks_for_a_token_is_named_in_one_line(tmp_path):
+def test_a_ray_head_that_asks_for_a_token_gets_this_machines_or_is_named_in_one_line(
+    tmp_path,
+):
     """A user's ~/.ray/auth_token makes `ray start --head` ask every driver for a token,
-    which Ray's driver does not send unless RAY_AUTH_MODE=token: one line that says so
-    and what to do, not Ray's traceback; nothing stored runs."""
+    which Ray's driver sends to an explicit address only under RAY_AUTH_MODE=token. A
+    head on this machine gets this machine's token, and the study runs; a driver that
+    has no token gets one line that says what to do, not Ray's traceback, and nothing
+    stored runs."""
     pytest.importorskip("ray", reason="the Ray executor is an extra: autosearch[ray]")
-    home = tmp_path / "home"
+    home, stranger = tmp_path / "home", tmp_path / "stranger"
     (home / ".ray").mkdir(parents=True)
     (home / ".ray" / "auth_token").write_text("a" * 64)
+    stranger.mkdir()
     tag, temp = _hermetic.new_tag(), tempfile.mkdtemp(prefix="ray-", dir="/tmp")
     env = {**os.environ, "HOME": str(home), _hermetic.TAG: tag, "RAY_TMPDIR": temp}
     with socket.socket() as probe:
@@ -249,6 +254,19 @@ def test_a_ray_head_that_asks_for_a_token_is_named_in_one_line(tmp_path):
     head = [str(Path(sys.executable).with_name("ray")), "start", "--head", "--port", str(port)]
     local = ["--node-ip-address", "127.0.0.1", "--num-cpus", "1", "--disable-usage-stats"]
     (tmp_path / "s.py").write_text(_TOKEN_STUDY)
+    cli = [str(Path(sys.executable).with_name("autosearch")), "run", "s.py", "--workers", "1"]
+    cli += ["--executor", "ray", "--ray-address", f"127.0.0.1:{port}"]
+
+    def run(home: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            cli,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            env={**env, "HOME": str(home)},
+            timeout=1800,
+        )
+
     try:
         subprocess.run(
             [*head, "--include-dashboard", "false", *local],
@@ -257,22 +275,19 @@ def test_a_ray_head_that_asks_for_a_token_is_named_in_one_line(tmp_path):
             env=env,
             timeout=1800,
         )
-        cli = [str(Path(sys.executable).with_name("autosearch")), "run", "s.py", "--workers"]
-        run = subprocess.run(
-            [*cli, "2", "--executor", "ray", "--ray-address", f"127.0.0.1:{port}"],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=1800,
-        )
+        refused = run(stranger)
+        study = autosearch.load_study("token", storage=f"sqlite:///{tmp_path}/token.db")
+        stored_when_refused = study.optuna_study.get_trials()
+        ran = run(home)
     finally:
         _hermetic.stop_tagged(tag)
         shutil.rmtree(temp, ignore_errors=True)
-    assert run.returncode == 2, run.stderr[-3000:]
-    (line,) = run.stderr.strip().splitlines()  # one line, and only that
-    assert "Traceback" not in run.stderr, run.stderr[-3000:]
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    (line,) = refused.stderr.strip().splitlines()  # one line, and only that
+    assert "Traceback" not in refused.stderr, refused.stderr[-3000:]
     assert f"the Ray cluster at 127.0.0.1:{port} refused this process: it asks for a token" in line
     assert "Set RAY_AUTH_MODE=token here" in line
+    assert stored_when_refused == []
+    assert ran.returncode == 0, ran.stderr[-3000:]
     study = autosearch.load_study("token", storage=f"sqlite:///{tmp_path}/token.db")
-    assert study.optuna_study.get_trials() == []
+    assert [t.state.name for t in study.optuna_study.get_trials()] == ["COMPLETE"] * 2

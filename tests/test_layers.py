@@ -192,6 +192,7 @@ STUDY_RANKS = {
     "_storage": -1,  # storage URLs to Optuna storages, with errors that say what works
     "_heartbeat": -1,  # trial heartbeats on any Optuna storage, timed on the watcher's clock
     "_provenance": -1,  # what ran a trial (versions, machine), compared by rerun
+    "_ray_connect": -1,  # a Ray head checked before ray.init (answers; its token)
     "_mps": -1,  # a CUDA MPS daemon for workers that share a GPU (stdlib only)
     "_s3": 0,
     "executors": 0,

@@ -29,11 +29,10 @@ import logging
 import multiprocessing
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -44,7 +43,7 @@ import torch
 
 from autosearch._checks import check_fields, flag, real, whole
 from autosearch.errors import ConfigError, PlatformError
-from autosearch.study import _mps
+from autosearch.study import _mps, _ray_connect
 from autosearch.training import placement
 from autosearch.training.placement import Need
 
@@ -300,14 +299,15 @@ class RayExecutor:
         ray = _require("ray", "ray")
         if not ray.is_initialized():
             address = self.address or os.environ.get("RAY_ADDRESS")
-            _check_head(address)
-            _check_token(address)
+            _ray_connect.check_head(address)
+            _ray_connect.check_token(address)
             try:
                 ray.init(address=self.address, **{"log_to_driver": False, **self.init})
             except Exception as exc:
-                if not _token_refused(exc):
+                if not _ray_connect.token_refused(exc):
                     raise
-                raise PlatformError(_token_advice(address or "the local cluster")) from None
+                advice = _ray_connect.token_advice(address or "the local cluster")
+                raise PlatformError(advice) from None
         return ray
 
     def _fraction(self, ray: Any, need: Callable[[], Need]) -> float:
@@ -414,79 +414,6 @@ def resolve_executor(executor: str | Executor) -> Executor:
     if not callable(getattr(executor, "map", None)):
         raise ConfigError(f"executor {executor!r} has no map(); use one of {', '.join(_NAMED)}")
     return executor
-
-
-_HEAD_TIMEOUT = 5.0  # seconds to wait for a Ray head to answer before saying it does not
-
-
-def _check_head(address: str | None) -> None:
-    """A Ray head at ``host:port`` that does not answer is refused within seconds, in one
-    line (``ray.init`` would retry for minutes). Other forms (``auto``, ``ray://``,
-    none: a local cluster) are left to Ray."""
-    if not address or "://" in address or address in ("auto", "local"):
-        return
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        raise ConfigError(f"Ray address {address!r} is not HOST:PORT (e.g. 127.0.0.1:6379)")
-    try:
-        socket.create_connection((host, int(port)), timeout=_HEAD_TIMEOUT).close()
-    except OSError as exc:
-        raise PlatformError(
-            f"no Ray head answers at {address} ({exc.strerror or exc}); start one with "
-            "`ray start --head`, or check --ray-address / RAY_ADDRESS"
-        ) from None
-
-
-def _check_token(address: str | None) -> None:
-    """A head at ``host:port`` that asks for a token this process would not send is
-    named at once (``ray.init`` retries for 20 s before it says so, in a traceback).
-    Asked with Ray's own GCS client; where that cannot be asked, ``ray.init`` tells."""
-    if not address or "://" in address or address in ("auto", "local"):
-        return
-    try:
-        from ray._raylet import GcsClient  # type: ignore[attr-defined]
-
-        with _quiet_stderr():  # Ray's C++ client logs the refusal there too
-            GcsClient(address=address)
-    except Exception as exc:
-        if _token_refused(exc):
-            raise PlatformError(_token_advice(address)) from None
-
-
-@contextlib.contextmanager
-def _quiet_stderr() -> Iterator[None]:
-    """File descriptor 2 to /dev/null for the block (what native code writes there)."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with open(os.devnull, "w") as null:
-            os.dup2(null.fileno(), 2)
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-
-
-def _token_refused(exc: BaseException | None) -> bool:
-    """Whether connecting failed because the cluster asks for a token this process
-    did not send (Ray's AuthenticationError, somewhere in the chain of causes)."""
-    for _ in range(10):
-        if exc is None:
-            return False
-        if type(exc).__name__ == "AuthenticationError" or "InvalidAuthToken" in str(exc):
-            return True
-        exc = exc.__cause__ or exc.__context__
-    return False
-
-
-def _token_advice(address: str) -> str:
-    mode = os.environ.get("RAY_AUTH_MODE", "unset")
-    return (
-        f"the Ray cluster at {address} refused this process: it asks for a token "
-        f"(RAY_AUTH_MODE is {mode} here; a head started where a ~/.ray/auth_token exists "
-        "asks for one). Set RAY_AUTH_MODE=token here with the cluster's token in "
-        "~/.ray/auth_token or RAY_AUTH_TOKEN, or start the head with RAY_AUTH_MODE=disabled"
-    )
 
 
 def _require(module: str, extra: str) -> Any:

@@ -421,8 +421,10 @@ def check_run(
     *,
     ranks: int,
     total: int | None = None,
+    here: bool | None = None,
 ) -> None:
-    """Refuse ``optimize`` settings that cannot run, before anything runs."""
+    """Refuse ``optimize`` settings that cannot run, before anything runs (``here``:
+    whether the trials run in this process; by default, with one worker)."""
     if total is not None and (isinstance(total, bool) or not isinstance(total, int) or total < 0):
         raise ConfigError(f"total must be None or an integer >= 0, got {total!r}")
     for name, value, least in (
@@ -432,9 +434,10 @@ def check_run(
     ):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise ConfigError(f"{name} must be an integer >= {least}, got {value!r}")
-    if n_workers > 1 and (ranks > 1 or epoch_callbacks):
+    if not (n_workers == 1 if here is None else here) and (ranks > 1 or epoch_callbacks):
         raise ConfigError(
-            "n_workers > 1 runs trials in other processes: it cannot be combined with "
-            "torchrun, and epoch_callbacks (called in the process that trains) need "
-            "n_workers=1; use callbacks=, called here as each trial finishes"
+            "n_workers > 1 (or a Ray or Slurm executor) runs trials in other processes: "
+            "it cannot be combined with torchrun, and epoch_callbacks (called in the "
+            "process that trains) need n_workers=1 on this machine; use callbacks=, "
+            "called here as each trial finishes"
         )

@@ -4,7 +4,6 @@ storage is the single source of truth; the package docstring maps each concern
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Callable, Iterable
 from functools import cached_property, partial
@@ -30,7 +29,7 @@ from autosearch.study.claims import Claims, heartbeat_settings
 from autosearch.study.confirm import Confirmation, Confirmer, confirmations
 from autosearch.study.dataset import StudyData
 from autosearch.study.definition import StudyDefinition
-from autosearch.study.executors import Executor
+from autosearch.study.executors import Executor, ProcessExecutor, resolve_executor
 from autosearch.study.jobs import Jobs
 from autosearch.study.loop import EpochCallback, RecordCallback, SearchLoop, SearchParts, check_run
 from autosearch.study.measure import FrontMeasurer
@@ -89,9 +88,8 @@ class Study(DefinitionView):
         self.replay.restore()
         self.supernet_job = self._supernet_job(uid)
         supernet = (lambda: self.supernet_evaluator) if self.supernet_job else None
-        self.planner = Planner(
-            definition=definition, space=self.space, artifacts=self.artifacts, evaluator=supernet
-        )
+        parts: dict[str, Any] = {"space": self.space, "artifacts": self.artifacts}
+        self.planner = Planner(definition=definition, evaluator=supernet, **parts)
         self.rebuilder = Rebuilder(
             name=name, trials=self.trials, planner=self.planner, data=self.inputs, supernet=supernet
         )
@@ -283,9 +281,9 @@ class Study(DefinitionView):
         :attr:`interrupted` set). Returns their records; :meth:`confirmations` compares
         inherited and confirmed accuracy, and :meth:`best` prefers confirmed subnets."""
         self._job()  # a study without a supernet has nothing to confirm
-        self._check_run(1, 1, [], max_failures_in_a_row=1)
+        self._check_run(1, 1, [], here=True, max_failures_in_a_row=1)
         confirmer = Confirmer(self._search_parts())
-        done = confirmer.confirm(k, callbacks=[functools.partial(c, self) for c in callbacks])
+        done = confirmer.confirm(k, callbacks=[partial(c, self) for c in callbacks])
         self.interrupted = confirmer.signal
         if confirmer.signal == "SIGINT":
             raise KeyboardInterrupt
@@ -332,18 +330,20 @@ class Study(DefinitionView):
         KeyboardInterrupt (a second Ctrl-C raises it at once); SIGTERM does the same but
         returns, with :attr:`interrupted` set to ``"SIGTERM"``. ``executor`` places
         the workers: ``"process"`` (this machine), ``"ray"`` or a ``RayExecutor``,
-        ``"slurm"`` or a ``SlurmExecutor`` (autosearch.study.executors).
+        ``"slurm"`` or a ``SlurmExecutor`` (autosearch.study.executors); a Ray or
+        Slurm executor runs even one worker there, not in this process.
         """
-        told = [functools.partial(callback, self) for callback in callbacks]
+        told = [partial(callback, self) for callback in callbacks]
         epoch_callbacks = list(epoch_callbacks)
         self.interrupted = None
         limits: dict[str, Any] = {"max_failures_in_a_row": max_failures_in_a_row, "total": total}
-        rank, size = self._check_run(n_trials, n_workers, epoch_callbacks, **limits)
+        here = n_workers == 1 and isinstance(resolve_executor(executor), ProcessExecutor)
+        rank, size = self._check_run(n_trials, n_workers, epoch_callbacks, here=here, **limits)
         if size > 1 and rank != 0:
             return workers.follow(self.planner, self.inputs)  # under torchrun, rank 0 searches
-        epochs = self.train_config.epochs if n_workers == 1 and self.table is None else None
+        epochs = self.train_config.epochs if here and self.table is None else None
         with progress.bars(n_trials, epochs, show=show_progress_bar) as (trial_bar, epoch_bar):
-            if n_workers > 1:
+            if not here:  # one worker of Ray or Slurm runs there, not here
                 done = self._pool(n_trials, n_workers, told + trial_bar, executor, **limits)
             else:
                 bars = (told + trial_bar, epoch_callbacks + epoch_bar)
@@ -388,6 +388,7 @@ class Study(DefinitionView):
         n_workers: int,
         epoch_callbacks: list[EpochCallback],
         *,
+        here: bool,
         max_failures_in_a_row: int,
         total: int | None = None,
     ) -> tuple[int, int]:
@@ -398,9 +399,8 @@ class Study(DefinitionView):
                 "autosearch.load_study(name, storage=...) to run trials"
             )
         rank, size = world()
-        check_run(
-            n_trials, n_workers, max_failures_in_a_row, epoch_callbacks, ranks=size, total=total
-        )
+        limits: dict[str, Any] = {"ranks": size, "total": total, "here": here}
+        check_run(n_trials, n_workers, max_failures_in_a_row, epoch_callbacks, **limits)
         _ = self.training_data  # data that cannot be loaded stops the study here, not in a trial
         if self.table is not None and n_trials:
             self.table.rows()  # so does a table that cannot be read: not every trial failing
