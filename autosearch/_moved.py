@@ -43,7 +43,7 @@ MOVED = {
 ALIASES = {"autosearch.plots": "autosearch.report.plots"}
 
 
-class _Loader(importlib.abc.Loader):
+class _AliasLoader(importlib.abc.Loader):
     def __init__(self, target: str, *, deprecated: bool) -> None:
         self.target, self.deprecated = target, deprecated
 
@@ -68,7 +68,7 @@ class _Finder(importlib.abc.MetaPathFinder):
         new = MOVED.get(fullname) or ALIASES.get(fullname)
         if new is None:
             return None
-        loader = _Loader(new, deprecated=fullname in MOVED)
+        loader = _AliasLoader(new, deprecated=fullname in MOVED)
         return importlib.machinery.ModuleSpec(fullname, loader)
 
 

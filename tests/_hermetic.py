@@ -50,8 +50,26 @@ TORCHRUN = (
     "MASTER_ADDR",
     "MASTER_PORT",
 )
-# CI's switches, not a user's settings.
-KEPT = ("AUTOSEARCH_REQUIRE_BROWSER", "AUTOSEARCH_REQUIRE_DOCS")
+ROOT = "AUTOSEARCH_TEST_ROOT"  # the run's folder, for the test processes it starts
+# CI's switches and the run's own folder, not a user's settings.
+KEPT = ("AUTOSEARCH_REQUIRE_BROWSER", "AUTOSEARCH_REQUIRE_DOCS", ROOT)
+
+
+def isolate_process() -> tuple[Path, bool]:
+    """This test process's folder, isolated (:func:`isolate`), and whether it made it
+    (and removes it at the end). The first process of a run (pytest, or xdist's
+    controller) makes one in the system's temp folder; xdist's workers each take a
+    sub-folder of it (short paths: a browser's socket path has a length limit; and
+    removed by the controller after the workers, and their multiprocessing
+    finalizers, have ended)."""
+    worker, shared = os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get(ROOT)
+    if worker and shared and Path(shared).is_dir():
+        root, owned = Path(shared) / worker, False
+    else:
+        root, owned = Path(tempfile.mkdtemp(prefix="autosearch-tests-")), True
+        os.environ[ROOT] = str(root)
+    isolate(root)
+    return root, owned
 
 
 def isolate(root: Path) -> dict[str, str]:

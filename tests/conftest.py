@@ -6,28 +6,30 @@ import uuid
 from pathlib import Path
 
 import _hermetic
-import pytest
 
-from autosearch import TrainConfig
-from autosearch.data import Dataset, load_data
-from controllers import RandomSearch
-from search_spaces import ResNetSpace
+# Before torch is imported (it reads TORCH_LOGS and the like once, at import): this
+# process's folders and environment, without the user's settings (tests/_hermetic.py).
+_ROOT, _OWNED = _hermetic.isolate_process()
 
-_RUN: dict[str, Path | str] = {}
+import pytest  # noqa: E402
+
+from autosearch import TrainConfig  # noqa: E402
+from autosearch.data import Dataset, load_data  # noqa: E402
+from controllers import RandomSearch  # noqa: E402
+from search_spaces import ResNetSpace  # noqa: E402
+
+_RUN: dict[str, str] = {}
 
 
 def pytest_configure(config):
-    """Each test process runs in folders of its own, without the user's settings
-    (tests/_hermetic.py); latency tables filled by tests (on a loaded machine) stay out
-    of any cache a real search would predict with."""
+    """Each test process runs in folders of its own (isolated above); latency tables
+    filled by tests (on a loaded machine) stay out of any cache a real search would
+    predict with."""
     import os
-    import tempfile
 
-    root = Path(tempfile.mkdtemp(prefix="autosearch-tests-"))
-    _hermetic.isolate(root)
-    _RUN.update(root=root, tag=_hermetic.new_tag())
+    _RUN.update(tag=_hermetic.new_tag())
     os.environ[_hermetic.TAG] = str(_RUN["tag"])
-    os.environ["AUTOSEARCH_LATENCY_TABLES"] = str(root / "latency-tables")
+    os.environ["AUTOSEARCH_LATENCY_TABLES"] = str(_ROOT / "latency-tables")
     if os.environ.get("PYTEST_XDIST_WORKER"):
         # Two test processes share the 2 cores (make test: -n 2): one thread each, in
         # them and in every process they start, or they thrash; and the same count on
@@ -39,12 +41,15 @@ def pytest_configure(config):
 
 
 def pytest_unconfigure(config):
-    """Whatever the run's fixtures started and left is stopped; its folders removed."""
+    """Whatever the run's fixtures started and left is stopped; its folders removed by
+    the process that made them (under xdist, the controller, once its workers ended)."""
     import shutil
+    from multiprocessing import util
 
     if "tag" in _RUN:
         _hermetic.stop_tagged(str(_RUN["tag"]), helpers=True)
-        shutil.rmtree(_RUN["root"], ignore_errors=True)
+    if _OWNED:  # at exit, after multiprocessing's own temp folder in it (priority -100)
+        util.Finalize(None, shutil.rmtree, (_ROOT,), {"ignore_errors": True}, exitpriority=-200)
 
 
 @pytest.fixture(autouse=True)

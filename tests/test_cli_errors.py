@@ -261,6 +261,10 @@ CASES = {
         ["worker", "--study", "errs", "--storage", DB, "--n-trials", "-2"],
         "--n-trials: expected an integer >= 0",
     ),
+    "worker: a total that is not a count": (
+        ["worker", "--study", "errs", "--storage", DB, "--total", "2.5"],
+        "--total: expected an integer >= 0, got '2.5'",
+    ),
     "worker: no failures allowed": (
         ["worker", "--study", "errs", "--storage", DB, "--max-failures", "0"],
         "--max-failures: expected an integer >= 1",

@@ -3,6 +3,7 @@ mid-trial and resumed from its checkpoint, Ctrl-C, and exact reruns."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -403,11 +404,19 @@ def test_a_pools_workers_stop_when_its_parent_dies(tmp_path):
     def running() -> None:
         assert run.poll() is None, run.communicate()[0][-3000:]  # it ended by itself
 
-    def created() -> bool:
-        import optuna
+    def created() -> bool:  # read only: opening it with Optuna would race its creation
+        import sqlite3
 
         running()
-        return (tmp_path / "orphans.db").exists() and "orphans" in optuna.get_all_study_names(url)
+        try:
+            with contextlib.closing(
+                sqlite3.connect(f"file:{tmp_path / 'orphans.db'}?mode=ro", uri=True)
+            ) as db:
+                return bool(
+                    db.execute("SELECT 1 FROM studies WHERE study_name='orphans'").fetchall()
+                )
+        except sqlite3.Error:
+            return False  # not there yet, or its tables still being made
 
     try:
         _wait_for(created, "the study created")
