@@ -116,6 +116,7 @@ class Round:
         self.stopped: dict[int, float] = {}  # pid -> when to SIGCONT
         self.exits: Counter = Counter()
         self.logs: list[Path] = []
+        self.calm = False  # no more chaos: no signals, workers started without failpoints
 
     # Workers ---------------------------------------------------------------------------
     def env(self, *, chaos: bool) -> dict[str, str]:
@@ -148,7 +149,7 @@ class Round:
         with log.open("w") as out:
             slot["process"] = subprocess.Popen(
                 self.command(slot),
-                env=self.env(chaos=True),
+                env=self.env(chaos=not self.calm),
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 cwd=self.folder,
@@ -275,7 +276,8 @@ class Round:
 
 
 def run_round(backend: str, folder: Path, rng: random.Random, settings: dict, limit: float):
-    """Chaos until both studies hold their trials (or ``limit`` seconds), recovery, checks."""
+    """Chaos until both studies hold their trials (or ``limit`` seconds; at most
+    ``chaos_for`` seconds of it), recovery, checks."""
     from _chaos_checks import Reader
 
     chaos = Round(backend, folder, rng, settings)
@@ -290,7 +292,12 @@ def run_round(backend: str, folder: Path, rng: random.Random, settings: dict, li
             if all(done.values()) and not chaos.processes():
                 break
             time.sleep(rng.uniform(*settings["pause"]))
-            chaos.act(reader)
+            calm_after = settings["chaos_for"]
+            chaos.calm = calm_after is not None and time.monotonic() - start > calm_after
+            if chaos.calm:
+                chaos.resume_stopped()
+            else:
+                chaos.act(reader)
     finally:
         chaos.stop_all()
     seconds = time.monotonic() - start
@@ -376,13 +383,15 @@ SETTINGS = {
         "trained": {"epochs": 4, "n_trials": 16},
         "supernet": {"epochs": 3, "n_trials": 24},  # of its 32 architectures
         "pause": (1.5, 6.0),
+        "chaos_for": None,  # seconds of chaos in a round: until its studies are done
         "round_limit": 1200.0,
     },
     "quick": {
         "trained": {"epochs": 2, "n_trials": 3},
         "supernet": {"epochs": 1, "n_trials": 4},
         "pause": (1.5, 4.0),
-        "round_limit": 600.0,
+        "chaos_for": 60.0,  # then the workers finish in peace (a slow machine restarts
+        "round_limit": 600.0,  # each killed one in seconds of imports)
     },
 }
 
