@@ -31,6 +31,7 @@ from autosearch.errors import (
     TrialFailed,
     UnknownNameError,
 )
+from autosearch.evaluation.proxies import ProxyConfig
 from autosearch.evaluation.supernet import SupernetConfig
 from autosearch.evaluation.tabular import Table
 from autosearch.registry import register_controller, register_space
@@ -63,6 +64,7 @@ __all__ = [
     "Outcome",
     "PlatformError",
     "ProcessExecutor",
+    "ProxyConfig",
     "RayExecutor",
     "Record",
     "SearchSpace",

@@ -11,6 +11,7 @@ from autosearch._files import NotReadable, check_regular
 from autosearch.compress import Compression
 from autosearch.controller import Controller
 from autosearch.errors import ConfigError, StudyFileError
+from autosearch.evaluation.proxies import ProxyConfig
 from autosearch.evaluation.supernet import SupernetConfig
 from autosearch.evaluation.tabular import Table
 from autosearch.space import SearchSpace
@@ -64,6 +65,11 @@ class StudySpec:
         supernet: Evaluate candidates on one weight-sharing supernet instead of training
             each (the space is then an elastic one: ``MobileNetSpace(...).supernet()``);
             ``autosearch run`` trains the supernet before the trials.
+        proxies: Score every candidate with zero-cost proxies (synflow, NASWOT,
+            jacob_cov, snip, grad_norm: ``ProxyConfig(names=..., batch=64)``) at its
+            initialization, on one batch of the training images drawn with the study's
+            seed; stored with its metrics beside accuracy and costs, and ranked against
+            the trained accuracy in the report.
         n_trials: How many trials ``autosearch run`` runs the study to.
         confirm: With ``supernet``: after the search, ``autosearch run`` trains the
             ``confirm`` most accurate subnets of the supernet's front from scratch
@@ -86,6 +92,7 @@ class StudySpec:
     table: Table | None = None
     early_stopping: SuccessiveHalving | None = None
     supernet: SupernetConfig | None = None
+    proxies: ProxyConfig | None = None
     n_trials: int = 10
     confirm: int = 0
 

@@ -147,3 +147,57 @@ def test_unknown_proxies_and_bad_batches_are_refused():
         ProxyConfig(names=("synflw",))
     with pytest.raises(ConfigError, match="batch=1: expected an integer >= 2"):
         ProxyConfig(batch=1)
+
+
+# In a study ------------------------------------------------------------------------------
+PROXY_NAMES = ("synflow", "naswot", "jacob_cov", "snip", "grad_norm")
+
+
+def test_a_study_stores_every_candidates_proxies_and_trains_as_without_them(
+    make_study, tmp_path
+):
+    """Each trial's base point holds the proxies of the network at the initialization
+    it trained from, on one batch drawn with the study's seed; the same again in a
+    second study of the same seed (the values stored are a function of the seed and the
+    architecture), and its training is the same as without them (torch's random state
+    is left as it was)."""
+    import autosearch
+    from autosearch.report import write_report
+
+    config = autosearch.ProxyConfig(batch=16)
+    first = make_study("with", proxies=config)
+    first.optimize(3)  # three to rank
+    again = make_study("again", proxies=config)
+    again.optimize(2)
+    plain = make_study("plain")
+    plain.optimize(2)
+    stored = first.definition.proxies
+    assert stored is not None and stored.seed == first.seed  # the study's seed, stored
+    for a, b, c in zip(first.records()[:2], again.records(), plain.records(), strict=True):
+        assert a.arch.arch_id == b.arch.arch_id == c.arch.arch_id
+        assert {*PROXY_NAMES, "proxy_seconds"} <= set(a.metrics)
+        assert all(math.isfinite(a.metrics[n]) for n in PROXY_NAMES)
+        assert {n: a.metrics[n] for n in PROXY_NAMES} == {n: b.metrics[n] for n in PROXY_NAMES}
+        assert a.metrics["accuracy"] == c.metrics["accuracy"]  # trained the same
+        assert not set(PROXY_NAMES) & set(c.metrics)
+    reopened = autosearch.load_study("with", storage=first.storage_url)
+    assert reopened.definition.proxies == stored
+    page = write_report(first, tmp_path / "report.html").read_text()
+    assert "Zero-cost proxies" in page and "synflow" in page
+    assert "Zero-cost proxies" not in write_report(plain, tmp_path / "plain.html").read_text()
+
+
+def test_a_study_with_other_proxies_is_not_continued_and_a_table_study_takes_none(
+    make_study, tmp_path
+):
+    import autosearch
+    from autosearch.errors import ConfigError, StudyError
+
+    make_study("p", proxies=autosearch.ProxyConfig(names=("synflow",), batch=8))
+    with pytest.raises(StudyError, match="proxies: stored"):
+        make_study("p", proxies=autosearch.ProxyConfig(batch=8), load_if_exists=True)
+    with pytest.raises(ConfigError, match="takes a ProxyConfig"):
+        make_study("q", proxies={"names": ["synflow"]})
+    table = autosearch.Table(path=str(tmp_path / "none.csv"))
+    with pytest.raises(ConfigError, match="table study .* takes no proxies="):
+        make_study("r", table=table, proxies=autosearch.ProxyConfig())

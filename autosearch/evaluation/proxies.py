@@ -35,6 +35,7 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -44,17 +45,18 @@ from torch.overrides import TorchFunctionMode
 
 from autosearch.errors import ConfigError
 
-__all__ = ["PROXIES", "ProxyConfig", "proxy_scores"]
+__all__ = ["PROXIES", "ProxyConfig", "candidate_proxies", "proxy_batch", "proxy_scores"]
 
 
 @dataclass(frozen=True, kw_only=True)
 class ProxyConfig:
-    """Which proxies, on how many of the study's training images (one batch of
-    ``batch`` images, drawn with ``seed``)."""
+    """Which proxies, on how many of the study's training images: one batch of
+    ``batch`` images drawn with ``seed`` (None: the study's seed), the same batch for
+    every candidate of a study."""
 
     names: tuple[str, ...] = ("synflow", "naswot", "jacob_cov", "snip", "grad_norm")
     batch: int = 64
-    seed: int = 0
+    seed: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "names", tuple(self.names))
@@ -66,6 +68,13 @@ class ProxyConfig:
             )
         if isinstance(self.batch, bool) or not isinstance(self.batch, int) or self.batch < 2:
             raise ConfigError(f"ProxyConfig batch={self.batch!r}: expected an integer >= 2")
+        if self.seed is not None and (
+            isinstance(self.seed, bool) or not isinstance(self.seed, int)
+        ):
+            raise ConfigError(f"ProxyConfig seed={self.seed!r}: expected an integer or None")
+
+    def to_dict(self) -> dict[str, object]:
+        return {"names": list(self.names), "batch": self.batch, "seed": self.seed}
 
 
 def _weights(model: nn.Module) -> list[torch.Tensor]:
@@ -218,3 +227,33 @@ def proxy_scores(
             scores[name] = PROXIES[name](model, images, labels)
         scores[f"{name}_seconds"] = time.perf_counter() - start
     return scores
+
+
+class _Data(Protocol):
+    """What :func:`proxy_batch` reads of a dataset (autosearch.data.Dataset)."""
+
+    @property
+    def train(self) -> Any: ...
+
+    def normalize(self, x: torch.Tensor) -> torch.Tensor: ...
+
+
+def proxy_batch(config: ProxyConfig, data: _Data) -> tuple[torch.Tensor, torch.Tensor]:
+    """The batch every candidate of a study is scored on: ``config.batch`` training
+    images (all, if fewer) drawn with ``config.seed``, normalized as they train."""
+    generator = torch.Generator().manual_seed(config.seed or 0)
+    index = torch.randperm(len(data.train), generator=generator)[: config.batch]
+    return data.normalize(data.train.take(index)), data.train.y[index]
+
+
+def candidate_proxies(config: ProxyConfig, model: nn.Module, data: _Data) -> dict[str, float]:
+    """The configured proxies of ``model`` (at its initialization) as a trial's metrics:
+    each finite score under its name (a score that cannot be had, such as NASWOT's
+    singular kernel, is left out), and ``proxy_seconds``, their total. Torch's global
+    random state is left as it was (a trial trains the same with or without them)."""
+    images, labels = proxy_batch(config, data)
+    with torch.random.fork_rng(devices=[]):
+        scores = proxy_scores(model, images, labels, config.names)
+    metrics = {n: scores[n] for n in config.names if math.isfinite(scores[n])}
+    metrics["proxy_seconds"] = sum(scores[f"{n}_seconds"] for n in config.names)
+    return metrics

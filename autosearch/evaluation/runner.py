@@ -30,6 +30,7 @@ import torch.nn as nn
 from autosearch.compress import Derived, VariantSpec, derive
 from autosearch.data import Dataset
 from autosearch.errors import AutosearchError, PlatformError
+from autosearch.evaluation.proxies import candidate_proxies
 from autosearch.evaluation.trial import (
     TRAIN_STATE,
     Interrupted,
@@ -91,7 +92,7 @@ def run_trial(
     assert data is not None, "a trained trial needs its data"
     if plan.supernet is not None:
         model, metrics = evaluate_on_supernet(plan, data)
-        base = _scored(plan, "base", metrics)
+        base = _scored(plan, "base", {**metrics, **_proxies(plan, data)})
         variants, note = _variants(plan, model, data, base.metrics, context)
         return TrialResult(
             status="complete",
@@ -101,16 +102,17 @@ def run_trial(
             supernet=plan.supernet.digest,
         )
     reported: list[EpochResult] = []
+    proxies = _proxies(plan, data)
     try:
         trained = train_candidate(plan, data, on_epoch=_EpochHook(plan, context, reported))
     except _Stopped as stop:
         logger.info("trial %d stopped early after epoch %d", plan.number, stop.epoch)
-        return _stopped(plan, data, stop)
+        return _stopped(plan, data, stop, proxies)
     if world()[0] != 0:  # under torchrun, rank 0 alone measures, scores and records
         unscored = VariantResult(name="base", metrics=trained.metrics)
         return TrialResult(status="complete", points=(unscored,), model=trained.model)
     resumed = len(trained.history) - len(reported)  # epochs restored from a checkpoint
-    base = _scored(plan, "base", trained.metrics)
+    base = _scored(plan, "base", {**trained.metrics, **proxies})
     variants, note = _variants(plan, trained.model, data, base.metrics, context)
     return TrialResult(
         status="complete",
@@ -308,7 +310,23 @@ def _scored(plan: TrialPlan, name: str, metrics: Mapping[str, float]) -> Variant
     return VariantResult(name=name, metrics={**metrics, "reward": plan.reward(metrics)})
 
 
-def _stopped(plan: TrialPlan, data: Dataset, stop: _Stopped) -> TrialResult:
+def _proxies(plan: TrialPlan, data: Dataset) -> dict[str, float]:
+    """The candidate's zero-cost proxies, where the plan asks for them: of the network
+    at the initialization it trains from (its seed), before it trains (rank 0 alone)."""
+    if plan.proxies is None or world()[0] != 0:
+        return {}
+    plan.space.check_budget(plan.arch)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(plan.seed)
+        model = plan.space.build(
+            plan.arch, input_shape=data.input_shape, num_classes=data.num_classes
+        )
+    return candidate_proxies(plan.proxies, model, data)
+
+
+def _stopped(
+    plan: TrialPlan, data: Dataset, stop: _Stopped, proxies: Mapping[str, float]
+) -> TrialResult:
     """A trial stopped early: its accuracy so far and its cost (not trained further)."""
     cost = plan.space.cost(plan.arch, input_shape=data.input_shape, num_classes=data.num_classes)
     metrics = {
@@ -317,6 +335,7 @@ def _stopped(plan: TrialPlan, data: Dataset, stop: _Stopped) -> TrialResult:
         "macs": float(cost.macs),
         "params": float(cost.params),
         "stopped_at_epoch": float(stop.epoch),
+        **proxies,
     }
     return TrialResult(status="stopped", points=(_scored(plan, "base", metrics),))
 

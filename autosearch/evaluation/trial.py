@@ -17,6 +17,7 @@ import torch.nn as nn
 from autosearch.architecture import Architecture
 from autosearch.compress import Compression, VariantSpec
 from autosearch.controller import Outcome
+from autosearch.evaluation.proxies import ProxyConfig
 from autosearch.evaluation.supernet import SubnetEvaluator
 from autosearch.evaluation.tabular import Table
 from autosearch.scoring import Reward
@@ -54,6 +55,8 @@ class TrialPlan:
         table: Look the candidate up in this benchmark table instead of training.
         supernet: Evaluate the candidate on this trained supernet instead of training
             it (weights inherited, batch norm recalibrated).
+        proxies: Score the candidate with these zero-cost proxies at its
+            initialization (autosearch.evaluation.proxies), beside training it.
         work: This attempt's folder: training writes its checkpoint there every epoch,
             and each variant's result once derived; what it already holds (an attempt
             resumed) is not done again.
@@ -70,6 +73,7 @@ class TrialPlan:
     early_stopping: SuccessiveHalving | None = None
     table: Table | None = None
     supernet: SubnetEvaluator | None = None
+    proxies: ProxyConfig | None = None
     work: Path | None = None
 
     @property

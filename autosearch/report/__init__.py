@@ -131,6 +131,37 @@ def _confirmations(study: Study) -> str:
     )
 
 
+def _proxies(done: list[Record]) -> str:
+    """How well each zero-cost proxy the study computed ranks its trained candidates:
+    Spearman's rho and Kendall's tau against validation accuracy."""
+    from scipy import stats
+
+    from autosearch.evaluation.proxies import PROXIES
+
+    rows: list[str] = []
+    for name in [*PROXIES, "flops", "params"]:
+        pairs = [(r.metrics[name], r.metrics["accuracy"]) for r in done if name in r.metrics]
+        if len(pairs) < 3 or (name in ("flops", "params") and not rows):
+            continue
+        scores, accuracies = zip(*pairs, strict=True)
+        rho, tau = stats.spearmanr(scores, accuracies)[0], stats.kendalltau(scores, accuracies)[0]
+        rows.append(
+            f"<tr><td>{len(pairs)}</td><td>{html.escape(name)}</td>"
+            + "".join(f"<td>{'–' if v != v else f'{v:.3f}'}</td>" for v in (rho, tau))
+            + "</tr>"
+        )
+    if not rows:
+        return ""
+    seconds = [r.metrics["proxy_seconds"] for r in done if "proxy_seconds" in r.metrics]
+    return (
+        "<h2>Zero-cost proxies</h2><p>Each candidate scored at its initialization on one "
+        f"batch of training images ({sum(seconds) / max(len(seconds), 1):.2f} s a candidate), "
+        "ranked against its validation accuracy (trained, or on the supernet; FLOPs and "
+        "parameters beside them, for scale).</p><table><tr><th>candidates</th><th>estimator</th>"
+        f"<th>Spearman ρ</th><th>Kendall τ</th></tr>{''.join(rows)}</table>"
+    )
+
+
 def write_report(study: Study, path: str | Path) -> Path:
     """Write the study's summary, Pareto plot and tables to one HTML file."""
     records = study.records(variants=False)
@@ -162,6 +193,7 @@ Storage: <code>{html.escape(study.storage_url)}</code>.</p>
 <h2>Pareto front over every (architecture, variant)</h2>{_table(study.pareto())}
 <h2>Top architectures (by validation accuracy)</h2>{_table(done[:10])}
 {_confirmations(study)}
+{_proxies(done)}
 {f"<h2>Failures</h2><ul>{failures}</ul>" if failed else ""}
 {_unreadable(study)}
 {_cleaning(study)}

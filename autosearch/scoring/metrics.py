@@ -213,6 +213,32 @@ METRICS: dict[str, Metric] = {
             format=".0f",
             description="the epoch after which early stopping ended it",
         ),
+        *(
+            Metric(
+                name=name,
+                title=f"{title} (zero-cost proxy, at initialization)",
+                header=name,
+                format=".4g",
+                direction="maximize",
+                description=f"{title} of the untrained network on one batch "
+                "(autosearch.evaluation.proxies)",
+            )
+            for name, title in (
+                ("synflow", "synaptic flow"),
+                ("naswot", "NASWOT activation-pattern score"),
+                ("jacob_cov", "Jacobian covariance score"),
+                ("snip", "SNIP connection sensitivity"),
+                ("grad_norm", "gradient norm"),
+            )
+        ),
+        Metric(
+            name="proxy_seconds",
+            title="seconds computing the zero-cost proxies",
+            header="proxies s",
+            format=".2f",
+            description="time to compute the candidate's zero-cost proxies",
+            bounds=(0.0, math.inf),
+        ),
     )
 }
 

@@ -30,6 +30,7 @@ from autosearch.errors import (
     PlatformError,
     StudyError,
 )
+from autosearch.evaluation.proxies import ProxyConfig
 from autosearch.evaluation.supernet import ElasticSpaceLike, SupernetConfig
 from autosearch.evaluation.tabular import Table
 from autosearch.registry import controllers, spaces
@@ -62,6 +63,7 @@ _COMPARED = (
     "table",
     "variants",
     "supernet",
+    "proxies",
 )
 _FLOAT_BUDGET = {"flops": "max_flops", "params": "max_params"}
 _TARGET_SAMPLES = 64
@@ -103,6 +105,7 @@ class StudyDefinition:
     table: Table | None = None
     supernet: SupernetConfig | None = None
     early_stopping: SuccessiveHalving | None = None
+    proxies: ProxyConfig | None = None  # zero-cost proxies of every candidate, seed filled in
     data_report: Mapping[str, Any] | None = None
     created_by: str = f"autosearch {__version__}"
 
@@ -146,6 +149,7 @@ class StudyDefinition:
             "table": json.loads(json.dumps(dataclasses.asdict(self.table))) if self.table else None,
             "supernet": self.supernet.to_dict() if self.supernet else None,
             "early_stopping": self.early_stopping.to_dict() if self.early_stopping else None,
+            "proxies": self.proxies.to_dict() if self.proxies else None,
             "data_report": dict(self.data_report) if self.data_report else None,
             "created_by": self.created_by,
         }
@@ -177,6 +181,7 @@ class StudyDefinition:
                 table=Table(**stored["table"]) if stored.get("table") else None,
                 supernet=SupernetConfig(**stored["supernet"]) if stored.get("supernet") else None,
                 early_stopping=from_dict(stored.get("early_stopping")),
+                proxies=ProxyConfig(**stored["proxies"]) if stored.get("proxies") else None,
                 data_report=stored.get("data_report"),
                 created_by=str(stored.get("created_by", "")),
             )
@@ -217,14 +222,11 @@ class StudyDefinition:
         table: Table | None,
         early_stopping: SuccessiveHalving | None,
         supernet: SupernetConfig | None = None,
+        proxies: ProxyConfig | None = None,
     ) -> StudyDefinition:
         """Check a new study's settings, before any data is read or anything stored. Its
         reward's target is filled in by :meth:`with_data`."""
-        objectives = tuple(objectives)
-        for name in objectives:
-            objective(name)  # unknown names raise with suggestions
-        if len(set(objectives)) != len(objectives) or not objectives:
-            raise ConfigError(f"objectives must be distinct and non-empty, got {objectives}")
+        objectives = _check_objectives(objectives, controller)
         specs = parse_variants(variants)
         if compression is not None and compression.latency_table:
             from autosearch.scoring.latency import read
@@ -237,13 +239,8 @@ class StudyDefinition:
             )
         if supernet is not None:
             _check_supernet(space, supernet, table, early_stopping)
-        wanted = getattr(controller, "objectives", None) or {}
-        if set(wanted) - set(objectives):
-            raise ConfigError(
-                f"controller {controller.name!r} optimises {sorted(wanted)} but the study "
-                f"measures {list(objectives)}; add them to objectives= or give the controller "
-                "a subset"
-            )
+        if proxies is not None:
+            proxies = _check_proxies(proxies, table, seed)
         return cls(
             space=Component.of(space),
             controller=Component.of(controller),
@@ -258,6 +255,7 @@ class StudyDefinition:
             table=table,
             supernet=supernet,
             early_stopping=early_stopping,
+            proxies=proxies,
         )
 
     def with_data(self, space: SearchSpace, data: Dataset | None) -> StudyDefinition:
@@ -366,6 +364,34 @@ def _check_supernet(
             "a supernet study evaluates candidates on its supernet: it takes no table= and no "
             "early_stopping= (they are for looked-up and trained candidates)"
         )
+
+
+def _check_objectives(names: Sequence[str], controller: Controller) -> tuple[str, ...]:
+    objectives = tuple(names)
+    for name in objectives:
+        objective(name)  # unknown names raise with suggestions
+    if len(set(objectives)) != len(objectives) or not objectives:
+        raise ConfigError(f"objectives must be distinct and non-empty, got {objectives}")
+    wanted = getattr(controller, "objectives", None) or {}
+    if set(wanted) - set(objectives):
+        raise ConfigError(
+            f"controller {controller.name!r} optimises {sorted(wanted)} but the study "
+            f"measures {list(objectives)}; add them to objectives= or give the controller "
+            "a subset"
+        )
+    return objectives
+
+
+def _check_proxies(proxies: ProxyConfig, table: Table | None, seed: int) -> ProxyConfig:
+    """The proxies a study computes, with its seed where none is given."""
+    if not isinstance(proxies, ProxyConfig):
+        raise ConfigError(f"proxies= takes a ProxyConfig, got {type(proxies).__name__}")
+    if table is not None:
+        raise ConfigError(
+            "a table study looks results up and builds no network to score: it takes no "
+            "proxies=; drop it, or train the candidates (no table=)"
+        )
+    return proxies if proxies.seed is not None else dataclasses.replace(proxies, seed=seed)
 
 
 def _canonical(value: Any) -> str:

@@ -14,6 +14,7 @@ from autosearch.compress import Compression
 from autosearch.controller import Controller
 from autosearch.data import Dataset, load_data, spec_of
 from autosearch.errors import ConfigError, PlatformError
+from autosearch.evaluation.proxies import ProxyConfig
 from autosearch.evaluation.supernet import SupernetConfig
 from autosearch.evaluation.tabular import Table
 from autosearch.space import SearchSpace
@@ -67,6 +68,7 @@ def create_study(
     table: Table | None = None,
     early_stopping: SuccessiveHalving | None = None,
     supernet: SupernetConfig | None = None,
+    proxies: ProxyConfig | None = None,
     load_if_exists: bool = False,
 ) -> Study:
     """Create a study (or, with ``load_if_exists``, continue the stored one of the same
@@ -96,20 +98,15 @@ def create_study(
         table=table,
         early_stopping=early_stopping,
         supernet=supernet,
+        proxies=proxies,
     )
     dataset = _check_data(space, data, table=table, seed=seed)
     url = storage or default_storage(name)
     definition = definition.with_data(space, dataset)
     backend, definition = _store(name, url, definition, artifacts, load_if_exists)
-    return Study(
-        name=name,
-        url=url,
-        storage=backend,
-        definition=definition,
-        controller=controller,
-        data=dataset,
-        data_source=None if isinstance(data, str) else data,
-    )
+    source = None if isinstance(data, str) else data
+    opened: dict[str, Any] = {"storage": backend, "definition": definition, "data_source": source}
+    return Study(name=name, url=url, controller=controller, data=dataset, **opened)
 
 
 def _store(

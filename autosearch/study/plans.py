@@ -68,6 +68,7 @@ class Planner:
             early_stopping=d.early_stopping,
             table=d.table,
             supernet=self.evaluator() if self.evaluator is not None and not confirm else None,
+            proxies=d.proxies,
             work=self.artifacts.attempt(arch, number) if trained else None,
         )
 
