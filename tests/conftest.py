@@ -52,6 +52,29 @@ def pytest_unconfigure(config):
         util.Finalize(None, shutil.rmtree, (_ROOT,), {"ignore_errors": True}, exitpriority=-200)
 
 
+# The files that take longest (measured: per-file times on a 2-core AVX2 EPYC), run
+# first: `make test` gives each of its two processes a whole file at a time, and a long
+# file dealt out last leaves the other process idle at the end.
+_LONGEST_FIRST = (
+    "test_scaleout.py",
+    "test_chaos.py",
+    "test_supernet_job.py",
+    "test_estimates.py",
+    "test_executors.py",
+    "test_faults.py",
+    "test_export.py",
+    "test_training_stack.py",
+    "test_compress.py",
+    "test_integrity.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Longest files first, each file's tests in their own order (a stable sort)."""
+    rank = {name: i for i, name in enumerate(_LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
 @pytest.fixture(autouse=True)
 def _no_process_left_behind(monkeypatch):
     """What a test starts carries its tag; whatever still runs when it ends (passed,
