@@ -328,3 +328,30 @@ def test_a_supersede_cut_between_its_two_writes_on_a_journal_is_finished(tmp_pat
     assert ended.state == TrialState.FAIL and ended.user_attrs[SUPERSEDED] == reason
     (resumed,) = again.optimize(1)  # its architecture is taken up, once
     assert resumed.arch == arch and resumed.state == "complete"
+
+
+def test_a_lost_database_connection_is_named_as_such_not_as_invalid_data():
+    """Found by the chaos soak (PostgreSQL, pg_terminate_backend): Optuna wraps a cut
+    connection as "an exception is raised during the commit ... invalid data"; the line a
+    worker exits with says the connection was lost, and that running again goes on."""
+    import sqlalchemy
+    from optuna.exceptions import StorageInternalError
+
+    from autosearch.study.loop import platform_error
+
+    class AdminShutdown(Exception):
+        pass
+
+    cause = AdminShutdown("terminating connection due to administrator command")
+    wrapped = sqlalchemy.exc.OperationalError("COMMIT", {}, cause, connection_invalidated=True)
+    try:
+        try:
+            raise wrapped
+        except sqlalchemy.exc.OperationalError as exc:
+            raise StorageInternalError("An exception is raised during the commit.") from exc
+    except StorageInternalError as exc:
+        line = str(platform_error(exc, "postgresql://h/db"))
+    assert line.startswith("storage postgresql://h/db: the connection to the database was lost")
+    assert "run the same command again" in line and "invalid data" not in line
+    plain = str(platform_error(StorageInternalError("disk I/O error"), "sqlite:///x.db"))
+    assert plain == "storage sqlite:///x.db failed: StorageInternalError: disk I/O error"

@@ -48,4 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _storage_of(args: argparse.Namespace) -> str:
-    return str(getattr(args, "storage", None) or getattr(args, "study_file", None) or "?")
+    if getattr(args, "storage", None):
+        return str(args.storage)
+    file = getattr(args, "study_file", None)
+    return f"of study file {file}" if file else "?"

@@ -85,8 +85,29 @@ def platform_error(exc: BaseException, storage: str) -> PlatformError:
         return exc
     if isinstance(exc, OSError) and exc.filename:
         return PlatformError(f"cannot use {exc.filename}: {exc.strerror or exc}")
+    lost = _connection_lost(exc)
+    if lost is not None:  # Optuna's wrapper blames "invalid data in the commit"
+        return PlatformError(
+            f"storage {storage}: the connection to the database was lost ({lost}); run the "
+            "same command again to go on (a trial it held resumes from its checkpoint)"[:500]
+        )
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return PlatformError(f"storage {storage} failed: {type(exc).__name__}: {first}"[:500])
+
+
+def _connection_lost(exc: BaseException) -> str | None:
+    """The first line of a dropped database connection among ``exc``'s causes (the
+    server shut it, or it closed), or None."""
+    seen: BaseException | None = exc
+    for _ in range(10):
+        if seen is None:
+            return None
+        invalidated = getattr(seen, "connection_invalidated", False)
+        said = any(w in str(seen) for w in ("terminating connection", "server closed"))
+        if invalidated or (type(seen).__name__ in ("AdminShutdown", "OperationalError") and said):
+            return f"{type(seen).__name__}: {str(seen).strip().splitlines()[0]}"
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 class AllClaimed(SpaceExhausted):
