@@ -71,3 +71,19 @@ def test_bad_configs_and_rows_are_refused():
         RankerConfig(top=0)
     with pytest.raises(ConfigError, match="one row of features per accuracy"):
         Ranker().fit(np.zeros((3, 2)), np.zeros(2))
+
+
+def test_features_past_float32_fit_and_rank_as_their_scaled_copies():
+    """synflow reaches 1e40 and more at NAS-Bench-201's real size: past the float32 the
+    trees compute in. The ranker squashes features monotonically, so a column of such
+    values ranks as the same column scaled down."""
+    rng = np.random.default_rng(0)
+    small = rng.uniform(1.0, 2.0, size=(30, 2))
+    huge = small * np.array([1e40, 1.0])
+    targets = small[:, 0] + 0.1 * rng.normal(size=30)
+    a = Ranker(RankerConfig(members=3, trees=20), estimates=2).fit(small[:20], targets[:20])
+    b = Ranker(RankerConfig(members=3, trees=20), estimates=2).fit(huge[:20], targets[:20])
+    order_a = np.argsort(-a.predict(small)[0], kind="stable")
+    order_b = np.argsort(-b.predict(huge)[0], kind="stable")
+    assert np.isfinite(b.predict(huge)[0]).all()
+    assert stats.kendalltau(order_a, order_b)[0] > 0.9
