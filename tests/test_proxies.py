@@ -153,9 +153,7 @@ def test_unknown_proxies_and_bad_batches_are_refused():
 PROXY_NAMES = ("synflow", "naswot", "jacob_cov", "snip", "grad_norm")
 
 
-def test_a_study_stores_every_candidates_proxies_and_trains_as_without_them(
-    make_study, tmp_path
-):
+def test_a_study_stores_every_candidates_proxies_and_trains_as_without_them(make_study, tmp_path):
     """Each trial's base point holds the proxies of the network at the initialization
     it trained from, on one batch drawn with the study's seed; the same again in a
     second study of the same seed (the values stored are a function of the seed and the
