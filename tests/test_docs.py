@@ -107,7 +107,7 @@ def test_every_page_links_only_to_pages_and_anchors_that_exist(site):
 
 def test_every_tutorial_executed_and_the_api_reference_is_there(site):
     tutorials = sorted((site / "tutorials").glob("plot_*.html"))
-    assert len(tutorials) == 9, tutorials
+    assert len(tutorials) == 10, tutorials
     for page in tutorials:
         html = page.read_text(encoding="utf-8")
         assert "sphx-glr-script-out" in html, f"{page.name} shows no executed output"
