@@ -16,6 +16,7 @@ from pathlib import Path
 
 import _hermetic
 import pytest
+from _trials import the_resume
 from optuna.trial import TrialState
 
 import autosearch
@@ -210,7 +211,7 @@ def test_a_ray_cluster_of_two_nodes_survives_a_killed_worker(
     trials = _complete_once(study, 4)
     cut = trials[killed["number"]]
     assert "died" in cut.user_attrs["superseded"] and cut.user_attrs["resume"]
-    resumed = _the_resume(trials, cut)
+    resumed = the_resume(trials, cut)
     assert resumed.state == TrialState.COMPLETE
     assert resumed.user_attrs["arch_id"] == cut.user_attrs["arch_id"]
     assert resumed.user_attrs["result"]["resumed_from_epoch"] >= 1  # not from scratch
@@ -291,14 +292,3 @@ def test_a_ray_head_that_asks_for_a_token_gets_this_machines_or_is_named_in_one_
     assert ran.returncode == 0, ran.stderr[-3000:]
     study = autosearch.load_study("token", storage=f"sqlite:///{tmp_path}/token.db")
     assert [t.state.name for t in study.optuna_study.get_trials()] == ["COMPLETE"]
-
-
-def _the_resume(trials, cut):
-    """The trial that resumed ``cut``: two workers may both claim its resume at once
-    (more likely on a loaded machine), and the later one gives its trial up as a
-    duplicate; exactly one resume holds it."""
-    resumes = [t for t in trials if t.user_attrs.get("resumes") == cut.number]
-    held = [t for t in resumes if "superseded" not in t.user_attrs]
-    assert len(held) == 1, [(t.number, t.state.name, dict(t.user_attrs)) for t in resumes]
-    assert all("duplicate" in t.user_attrs["superseded"] for t in resumes if t not in held)
-    return held[0]

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from _trials import the_resume
 from optuna.trial import TrialState
 
 import autosearch
@@ -363,7 +364,7 @@ def test_a_pool_worker_killed_is_started_again_and_the_run_finishes(tmp_path, ti
     trials = study.optuna_study.get_trials(deepcopy=False)
     cut = trials[killed["number"]]
     assert "its process is gone" in cut.user_attrs["superseded"]
-    resumed = _the_resume(trials, cut)
+    resumed = the_resume(trials, cut)
     assert resumed.state == TrialState.COMPLETE
     assert resumed.user_attrs["result"]["resumed_from_epoch"] >= 1
     done = [t for t in trials if t.state == TrialState.COMPLETE]
@@ -473,14 +474,3 @@ def test_a_pool_worker_that_keeps_dying_stops_the_run_in_one_line(tmp_path):
     with pytest.raises(PlatformError, match=r"worker 0 died 2 times \(its process ended"):
         executor.map(_dies, [{"marks": str(marks), "worker": 0}], lambda: None)
     assert marks.read_text() == "xx"  # run, and started again once
-
-
-def _the_resume(trials, cut):
-    """The trial that resumed ``cut``: two workers may both claim its resume at once
-    (more likely on a loaded machine), and the later one gives its trial up as a
-    duplicate; exactly one resume holds it."""
-    resumes = [t for t in trials if t.user_attrs.get("resumes") == cut.number]
-    held = [t for t in resumes if "superseded" not in t.user_attrs]
-    assert len(held) == 1, [(t.number, t.state.name, dict(t.user_attrs)) for t in resumes]
-    assert all("duplicate" in t.user_attrs["superseded"] for t in resumes if t not in held)
-    return held[0]
