@@ -75,9 +75,7 @@ for i, name in enumerate(names):
         col=i + 1,
     )
 figure.update_xaxes(type="log", col=1)  # synflow spans decades
-figure.update_layout(
-    height=360, showlegend=False, yaxis_title="published CIFAR-10 accuracy (%)"
-)
+figure.update_layout(height=360, showlegend=False, yaxis_title="published CIFAR-10 accuracy (%)")
 figure
 
 # %%
