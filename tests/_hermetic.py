@@ -149,10 +149,31 @@ def _parent(pid: int) -> int:
         return -1
 
 
-def stop_tagged(tag: str, *, helpers: bool = False, grace: float = 5.0) -> list[str]:
+def using(folder: str) -> list[int]:
+    """Processes (other than this one) with a file open inside ``folder``: Ray's agents
+    retitle themselves (``ray::DashboardAgent``), which overwrites the environment that
+    carried the tag, but keep their logs open in the session folder."""
+    found = []
+    for entry in Path("/proc").iterdir() if Path("/proc/self/fd").exists() else ():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            links = [os.readlink(fd) for fd in (entry / "fd").iterdir()]
+        except OSError:
+            continue
+        if any(link.startswith(f"{folder.rstrip('/')}/") for link in links):
+            found.append(int(entry.name))
+    return found
+
+
+def stop_tagged(
+    tag: str, *, helpers: bool = False, grace: float = 5.0, folder: str | None = None
+) -> list[str]:
     """Stop every process carrying ``tag`` (SIGTERM, then SIGKILL after ``grace``
-    seconds); what was stopped. ``helpers``: this process's own helpers too."""
+    seconds), and every one using ``folder``; what was stopped. ``helpers``: this
+    process's own helpers too."""
     pids = [p for p in tagged(tag) if helpers or not _is_helper(p)]
+    pids += [p for p in using(folder) if p not in pids] if folder else []
     stopped = [_describe(p) for p in pids]
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in pids:

@@ -90,7 +90,7 @@ def ray_cluster():
         import ray as ray_module
 
         ray_module.shutdown()
-        _hermetic.stop_tagged(tag)
+        _hermetic.stop_tagged(tag, folder=temp)
         os.environ.pop("RAY_TMPDIR") if saved is None else os.environ.update(RAY_TMPDIR=saved)
         shutil.rmtree(temp, ignore_errors=True)
 
@@ -281,7 +281,7 @@ def test_a_ray_head_that_asks_for_a_token_gets_this_machines_or_is_named_in_one_
         stored_when_refused = study.optuna_study.get_trials()
         ran = run(home)
     finally:
-        _hermetic.stop_tagged(tag)
+        _hermetic.stop_tagged(tag, folder=temp)
         shutil.rmtree(temp, ignore_errors=True)
     assert refused.returncode == 2, refused.stderr[-3000:]
     (line,) = refused.stderr.strip().splitlines()  # one line, and only that
