@@ -32,6 +32,7 @@ from autosearch.errors import (
     UnknownNameError,
 )
 from autosearch.evaluation.proxies import ProxyConfig
+from autosearch.evaluation.ranker import RankerConfig
 from autosearch.evaluation.supernet import SupernetConfig
 from autosearch.evaluation.tabular import Table
 from autosearch.registry import register_controller, register_space
@@ -65,6 +66,7 @@ __all__ = [
     "PlatformError",
     "ProcessExecutor",
     "ProxyConfig",
+    "RankerConfig",
     "RayExecutor",
     "Record",
     "SearchSpace",

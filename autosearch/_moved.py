@@ -5,7 +5,9 @@ Release 0.2.0 grouped the top level into packages (``autosearch.scoring``,
 imports ``autosearch.cost`` or ``from autosearch.train import TrainConfig``: such an
 import still works, gives the very module of the new path (so objects are the same
 and isinstance checks hold), and warns once with a ``FutureWarning`` (meant for users,
-shown by default) that names the new path. The aliases go in 0.3.0 (CHANGELOG.md).
+shown by default) that names the new path. The aliases go in 0.3.0 (CHANGELOG.md). The
+same for the study package's parts grouped into ``storage/``, ``workers/`` and
+``supernet/`` (``autosearch.study.executors`` is ``autosearch.study.workers.executors``).
 
 ``autosearch.plots`` is not deprecated: it is the documented name of
 ``autosearch.report.plots``, importable as a module as well as an attribute.
@@ -38,6 +40,16 @@ MOVED = {
     "autosearch.tabular": "autosearch.evaluation.tabular",
     "autosearch.trial": "autosearch.evaluation.trial",
     "autosearch.retrain": "autosearch.export.retrain",
+    # 0.2.x grouped the study package (storage/, workers/, supernet/)
+    "autosearch.study.artifacts": "autosearch.study.storage.artifacts",
+    "autosearch.study.stored": "autosearch.study.storage.stored",
+    "autosearch.study.executors": "autosearch.study.workers.executors",
+    "autosearch.study.interrupts": "autosearch.study.workers.interrupts",
+    "autosearch.study.confirm": "autosearch.study.supernet.confirm",
+    "autosearch.study.supernet_file": "autosearch.study.supernet.file",
+    "autosearch.study.supernet_job": "autosearch.study.supernet.job",
+    "autosearch.study.supernet_progress": "autosearch.study.supernet.progress",
+    "autosearch.study.supernet_state": "autosearch.study.supernet.state",
 }
 # documented names of modules that live elsewhere (no warning)
 ALIASES = {"autosearch.plots": "autosearch.report.plots"}

@@ -11,11 +11,11 @@ from typing import Any
 from optuna.trial import TrialState
 
 import autosearch
-from autosearch.study._heartbeat import WORKER
-from autosearch.study._storage import close_storage, open_storage
 from autosearch.study.jobs import companion_name
 from autosearch.study.records import CONFIRMS, FAIL_REASON, FINISHED, result_facts, superseded
 from autosearch.study.replay import stored_told
+from autosearch.study.storage._urls import close_storage, open_storage
+from autosearch.study.workers._heartbeat import WORKER
 
 STUDIES = ("trained", "supernet")
 

@@ -7,7 +7,7 @@ Each round makes both studies afresh and keeps their worker slots busy: per stud
 study holds its trials. Meanwhile the chaos loop, at random moments, sends SIGKILL,
 SIGSTOP (SIGCONT some seconds later, sometimes past the heartbeat grace), SIGTERM,
 removes checkpoint files, and on PostgreSQL cuts the workers' connections
-(``pg_terminate_backend``). Failpoints (autosearch/study/_failpoints.py) aim kills where
+(``pg_terminate_backend``). Failpoints (autosearch/study/workers/_failpoints.py) aim kills where
 a random signal seldom lands: inside the transaction that ends a trial, just after it,
 with the weights uploaded, before the controller is told, after an epoch's checkpoint.
 When both studies hold their trials, one last ``autosearch run`` each (no chaos) must

@@ -320,8 +320,8 @@ def bench_workers(data_spec: str, total: int) -> dict:
     """Trials per hour with 1, 2, 4 and 8 worker processes on the GPU, each way of
     sharing it: plain processes (the GPU time-sliced between their contexts) and under
     the CUDA MPS daemon the platform starts for workers that share a GPU
-    (autosearch.study._mps, as ProcessExecutor does)."""
-    from autosearch.study import _mps
+    (autosearch.study.workers._mps, as ProcessExecutor does)."""
+    from autosearch.study.workers import _mps
 
     root = str(HERE.parent)
     out: dict = {}

@@ -49,7 +49,7 @@ import autosearch
 from autosearch import TrainConfig
 from autosearch.evaluation.runner import TrialPlan, TrialResult, VariantResult
 from autosearch.study import loop
-from autosearch.study._storage import open_storage
+from autosearch.study.storage._urls import open_storage
 from controllers import RandomSearch
 from search_spaces import NB201Space, ResNetSpace
 

@@ -17,8 +17,8 @@ import pytest
 import autosearch
 from autosearch import ConfigError, StudyError, SupernetConfig, TrainConfig
 from autosearch.cli import main
-from autosearch.study.confirm import candidates
 from autosearch.study.records import CONFIRMS
+from autosearch.study.supernet.confirm import candidates
 from autosearch.training.train import evaluate
 from controllers import RandomSearch
 from search_spaces import ResNetSpace
@@ -182,6 +182,49 @@ def test_a_subnet_another_worker_holds_is_not_trained_twice_and_a_dead_one_is_ta
     # The search's own claims never resume a confirmation: a new search trial is new.
     (new,) = study.optimize(1, show_progress_bar=False)
     assert new.confirms is None and new.arch not in {first.arch, second.arch}
+
+
+def test_a_ranked_confirmation_trains_where_the_ranker_chooses_and_another_worker_continues_it(
+    weights, tmp_path
+):
+    """``confirm(k, ranker=True)``: the first subnet trained is the prior's top (the
+    mean rank of its estimates), each next one the ranker's choice fitted on those
+    trained before it, each trial storing the estimate it was chosen with. Two
+    confirmations here, then a second worker's ``confirm(3)``, choose what one
+    uninterrupted ``confirm(3)`` of the same study chooses."""
+    straight = _searched(weights, tmp_path / "a")
+    prior = straight.ranking()
+    assert len(prior) == 8 and all(e.confirmed is None for e in prior)
+    assert [e.estimate for e in prior] == sorted((e.estimate for e in prior), reverse=True)
+
+    done = straight.confirm(3, ranker=True)
+
+    sequence = [r.confirms for r in done]
+    assert len(set(sequence)) == 3 and all(r.state == "complete" for r in done)
+    assert sequence[0] == prior[0].trial
+    chosen = [straight.optuna_trial(r.trial).user_attrs["ranked"] for r in done]
+    assert [c["fitted_on"] for c in chosen] == [[], sorted(sequence[:1]), sorted(sequence[:2])]
+    assert chosen[0]["estimates"][:1] == ["accuracy"] and "flops" in chosen[0]["estimates"]
+    assert straight.count("complete") == 8  # confirmations are not search trials
+    after = {e.trial: e for e in straight.ranking()}
+    assert {t for t, e in after.items() if e.confirmed is not None} == set(sequence)
+    assert after[sequence[0]].confirmed == done[0].accuracy
+
+    cut = _searched(weights, tmp_path / "b")
+    assert [r.confirms for r in cut.confirm(2, ranker=True)] == sequence[:2]
+    other = autosearch.load_study("ws", storage=cut.storage_url)  # another worker
+    assert [r.confirms for r in other.confirm(3, ranker=True)] == sequence
+    # k counts the subnets held in all: asking again trains nothing new.
+    count = len(other.optuna_trials())
+    assert [r.confirms for r in other.confirm(3, ranker=True)] == sequence
+    assert len(other.optuna_trials()) == count
+    for k in (0, 9, "3", True):
+        with pytest.raises(ConfigError, match="k must be an integer from 1 to 8") as caught:
+            other.confirm(k, ranker=True)
+        assert "\n" not in str(caught.value)
+    with pytest.raises(ConfigError, match="expected True or a RankerConfig"):
+        other.confirm(1, ranker="yes")
+    assert len(other.optuna_trials()) == count
 
 
 def test_a_confirmation_cut_by_sigterm_resumes_from_its_checkpoint(weights, tmp_path, monkeypatch):

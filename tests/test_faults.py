@@ -19,8 +19,8 @@ from optuna.trial import TrialState
 
 import autosearch
 from autosearch import Compression, PlatformError, TrainConfig
-from autosearch.study._heartbeat import last_beat
 from autosearch.study.records import result_facts
+from autosearch.study.workers._heartbeat import last_beat
 from controllers import RandomSearch
 
 # A trial stopped "one epoch in" must still be running when the signal lands: eleven
@@ -245,7 +245,7 @@ def test_a_worker_killed_inside_the_end_of_a_trial_stores_it_once(
     kind, point, tmp_path, request, tiny_space, monkeypatch
 ):
     """The kill a random signal seldom lands: inside the transaction that ends a trial
-    (a failpoint, autosearch/study/_failpoints.py). A database keeps all of it or none;
+    (a failpoint, autosearch/study/workers/_failpoints.py). A database keeps all of it or none;
     a journal may hold half (the result, not the state), which is never read as a
     result. The next worker takes the trial up at once, and it is stored exactly once."""
     from autosearch.study.records import RESULT
@@ -288,7 +288,7 @@ def test_a_worker_killed_inside_the_end_of_a_trial_stores_it_once(
 
 
 def test_failpoints_are_off_unless_armed_and_a_wrong_name_is_refused(monkeypatch):
-    from autosearch.study import _failpoints
+    from autosearch.study.workers import _failpoints
 
     _failpoints._armed.cache_clear()
     try:
@@ -355,3 +355,38 @@ def test_a_lost_database_connection_is_named_as_such_not_as_invalid_data():
     assert "run the same command again" in line and "invalid data" not in line
     plain = str(platform_error(StorageInternalError("disk I/O error"), "sqlite:///x.db"))
     assert plain == "storage sqlite:///x.db failed: StorageInternalError: disk I/O error"
+
+
+def test_a_connection_cut_while_the_storage_opens_is_opened_again(tmp_path, monkeypatch):
+    """Seen in the chaos soak: a worker whose connection was cut while it opened the
+    storage exited with "cannot open storage ...: AdminShutdown: terminating connection".
+    A cut while opening is opened again; cut every time, one line says so."""
+    import sqlalchemy
+
+    from autosearch.study.storage import _urls
+
+    class AdminShutdown(Exception):
+        pass
+
+    real, cuts = _urls.RDBStorage, []
+
+    def cut_twice(url, **options):
+        if len(cuts) < cuts_wanted:
+            cuts.append(url)
+            cause = AdminShutdown("terminating connection due to administrator command")
+            raise sqlalchemy.exc.OperationalError("SELECT 1", {}, cause)
+        return real(url, **options)
+
+    monkeypatch.setattr(_urls, "RDBStorage", cut_twice)
+    monkeypatch.setattr(_urls.time, "sleep", lambda seconds: None)
+    url = f"sqlite:///{tmp_path}/s.db"
+    cuts_wanted = 2
+    storage = _urls._rdb(url, create=True)
+    assert len(cuts) == 2 and storage.get_all_studies() == []
+    cuts.clear()
+    cuts_wanted = 100
+    with pytest.raises(autosearch.StorageError) as caught:
+        _urls._rdb(url, create=False)
+    line = str(caught.value)
+    assert "the connection to the database was lost 8 times while opening it" in line
+    assert "run the same command again" in line and "\n" not in line

@@ -242,7 +242,7 @@ def test_a_worker_runs_cuda_under_the_platforms_mps_daemon_or_without_it():
     import subprocess
     import sys
 
-    from autosearch.study import _mps
+    from autosearch.study.workers import _mps
 
     probe = "import torch; print(torch.ones(4, device='cuda').sum().item())"
     with _mps.daemon() as env:
@@ -278,7 +278,7 @@ def test_a_pools_parent_reads_free_memory_without_holding_a_context():
     import sys
 
     probe = (
-        "import torch; from autosearch.study.executors import _free_memory; "
+        "import torch; from autosearch.study.workers.executors import _free_memory; "
         "free = _free_memory(); assert not torch.cuda.is_initialized(); "
         "assert len(free) == torch.cuda.device_count() and min(free) > 0; print('ok')"
     )

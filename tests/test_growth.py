@@ -112,7 +112,7 @@ def _all(space):
 def test_a_new_trials_number_comes_from_optunas_cache_and_matches_the_database(tmp_path):
     import optuna
 
-    from autosearch.study._storage import open_storage, trial_number
+    from autosearch.study.storage._urls import open_storage, trial_number
 
     for url in (f"sqlite:///{tmp_path}/s.db", f"journal:{tmp_path}/s.log"):
         storage = open_storage(url)

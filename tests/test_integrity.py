@@ -364,7 +364,7 @@ def test_whatever_a_bucket_lists_nothing_lands_outside_the_attempt(
     over 255 characters, or both ``…/0/a`` and ``…/0/a/b``, made every later run exit
     2)."""
     from autosearch.architecture import Architecture
-    from autosearch.study.artifacts import Artifacts
+    from autosearch.study.storage.artifacts import Artifacts
 
     root = tmp_path_factory.mktemp("bucket")
     arch = Architecture(space="x", genes={"a": 1})
@@ -397,7 +397,7 @@ def test_whatever_a_bucket_lists_nothing_lands_outside_the_attempt(
 @settings(max_examples=500, deadline=None, derandomize=True, database=None)
 @given(relative=st.text(alphabet="ab./\\\x00~L", max_size=12) | st.sampled_from(NAMES))
 def test_a_path_from_outside_is_confined_to_its_folder(relative, tmp_path_factory):
-    from autosearch.study._paths import inside
+    from autosearch.study.storage._paths import inside
 
     root = tmp_path_factory.mktemp("confined")
     base = root / "base"

@@ -15,7 +15,7 @@ import pytest
 # signals arrive; Python's handler runs when it returns.
 _CHILD = """
 import hashlib
-from autosearch.study.interrupts import Interrupts, StopNow
+from autosearch.study.workers.interrupts import Interrupts, StopNow
 
 interrupts = Interrupts()
 with interrupts.handled():
@@ -66,7 +66,7 @@ def test_a_previous_wakeup_descriptor_gets_every_delivery_and_is_restored():
     arrived while the block ran, and is its own again afterwards."""
     import os
 
-    from autosearch.study.interrupts import Interrupts
+    from autosearch.study.workers.interrupts import Interrupts
 
     read, write = os.pipe()
     os.set_blocking(read, False)
@@ -83,3 +83,43 @@ def test_a_previous_wakeup_descriptor_gets_every_delivery_and_is_restored():
         signal.set_wakeup_fd(before)
         os.close(read)
         os.close(write)
+
+
+def test_a_second_signal_that_lands_in_a_finalizer_is_not_lost():
+    """Seen in the chaos soak: a second SIGTERM whose handler ran inside SQLAlchemy's
+    garbage-collector callback was printed as "Exception ignored" and lost (the worker
+    finished its epoch). The stop is asked for again, and raised outside the callback;
+    other unraisable exceptions still reach the previous hook; the hook is restored."""
+    import gc
+
+    from autosearch.study.workers.interrupts import Interrupts, StopNow
+
+    class LandsHere:
+        """As the handler would raise it, had the signal come while this finalizer ran."""
+
+        def __del__(self):
+            raise StopNow("SIGTERM")
+
+    class Other:
+        def __del__(self):
+            raise ValueError("not a stop")
+
+    seen = []
+    before = sys.unraisablehook
+    sys.unraisablehook = lambda unraisable: seen.append(type(unraisable.exc_value).__name__)
+    try:
+        interrupts = Interrupts()
+        with pytest.raises(StopNow) as stopped:
+            with interrupts.handled():
+                signal.raise_signal(signal.SIGTERM)  # the first: stop after the epoch
+                assert interrupts.requested and interrupts.signal == "SIGTERM"
+                Other()  # collected at once: the previous hook hears of it
+                LandsHere()
+                gc.collect()
+                for _ in range(1000):  # the signal sent again is handled by now
+                    time.sleep(0.01)
+        assert stopped.value.signal == "SIGTERM"
+        assert seen == ["ValueError"]
+        assert sys.unraisablehook is not before  # ours, for this test, restored
+    finally:
+        sys.unraisablehook = before

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState
 
-from autosearch.study._heartbeat import HEARTBEAT
 from autosearch.study.jobs import Done, Held, JobClaim, Jobs, companion_name
+from autosearch.study.workers._heartbeat import HEARTBEAT
 
 GRACE = 60.0
 JOB = "supernet-abc-r0"
@@ -186,7 +186,7 @@ def clocks():
 
 
 def _storages(tmp_path):
-    from autosearch.study._storage import open_storage
+    from autosearch.study.storage._urls import open_storage
 
     return [optuna.storages.InMemoryStorage(), open_storage(f"sqlite:///{tmp_path}/j.db")]
 
@@ -291,7 +291,7 @@ def test_a_finished_job_of_another_supernet_is_refused_and_retrain_gets_out(tmp_
     import textwrap
 
     from autosearch.cli import main
-    from autosearch.study.supernet_job import SupernetJob
+    from autosearch.study.supernet.job import SupernetJob
 
     (tmp_path / "job.py").write_text(
         textwrap.dedent(

@@ -186,25 +186,25 @@ def test_the_top_level_holds_few_modules_and_a_package_per_concept():
 
 # Inside the study package: the facade at the top, the definition and codec at the bottom.
 STUDY_RANKS = {
-    "_failpoints": -3,  # places a chaos test makes a worker die on purpose (stdlib only)
-    "_paths": -2,  # paths from outside names, confined to their folder (stdlib only)
-    "_rdb": -2,  # Optuna's RDB storage, a trial created and ended in few statements
-    "_storage": -1,  # storage URLs to Optuna storages, with errors that say what works
-    "_heartbeat": -1,  # trial heartbeats on any Optuna storage, timed on the watcher's clock
+    "workers._failpoints": -3,  # places a chaos test makes a worker die on purpose (stdlib only)
+    "storage._paths": -2,  # paths from outside names, confined to their folder (stdlib only)
+    "storage._rdb": -2,  # Optuna's RDB storage, a trial created and ended in few statements
+    "storage._urls": -1,  # storage URLs to Optuna storages, with errors that say what works
+    "workers._heartbeat": -1,  # trial heartbeats on any storage, timed on the watcher's clock
     "_provenance": -1,  # what ran a trial (versions, machine), compared by rerun
-    "_ray_connect": -1,  # a Ray head checked before ray.init (answers; its token)
-    "_mps": -1,  # a CUDA MPS daemon for workers that share a GPU (stdlib only)
-    "_s3": 0,
-    "executors": 0,
-    "interrupts": 0,  # Ctrl-C and SIGTERM: stop after the epoch's checkpoint
+    "workers._ray_connect": -1,  # a Ray head checked before ray.init (answers; its token)
+    "workers._mps": -1,  # a CUDA MPS daemon for workers that share a GPU (stdlib only)
+    "storage._s3": 0,
+    "workers.executors": 0,
+    "workers.interrupts": 0,  # Ctrl-C and SIGTERM: stop after the epoch's checkpoint
     "jobs": 0,  # work done once per study (the supernet), claimed like a trial
-    "supernet_state": 0,  # what a study stores of its supernet, checked on read
-    "supernet_file": 0,  # a supernet's weights as a file of their own
-    "supernet_progress": 1,  # the supernet's training shown: an epoch bar, or a log line
+    "supernet.state": 0,  # what a study stores of its supernet, checked on read
+    "supernet.file": 0,  # a supernet's weights as a file of their own
+    "supernet.progress": 1,  # the supernet's training shown: an epoch bar, or a log line
     "definition": 0,  # the typed, frozen definition (JSON once each way)
     "records": 1,  # the codec: a trial written and read back as records
-    "artifacts": 1,  # weights and per-attempt work folders (a folder, or S3)
-    "stored": 1,  # the definition in storage: created once, read back, continued
+    "storage.artifacts": 1,  # weights and per-attempt work folders (a folder, or S3)
+    "storage.stored": 1,  # the definition in storage: created once, read back, continued
     "dataset": 1,  # the study's data, loaded when first needed
     "overlays": 2,  # measured figures laid over a trial's estimates; the latency model
     "trials": 3,  # the stored trials, read as records
@@ -212,12 +212,12 @@ STUDY_RANKS = {
     "claims": 2,
     "replay": 2,
     "results": 2,
-    "supernet_job": 2,  # the supernet's training as a job of the study; its evaluator
+    "supernet.job": 2,  # the supernet's training as a job of the study; its evaluator
     "loop": 4,
     "rebuild": 4,
     "measure": 5,  # the front's estimated points measured for real
-    "confirm": 5,  # the supernet's front confirmed by training, as trials of the study
-    "workers": 5,
+    "supernet.confirm": 5,  # the supernet's front confirmed by training, as trials of the study
+    "workers.pool": 5,
     "progress": 5,
     "_typed": 5,  # the definition's properties, typed, as the facade shows them
     "study": 6,  # the facade: composes the parts
@@ -226,22 +226,40 @@ STUDY_RANKS = {
 FACADE = "study"
 
 
+def _study_part(name: str) -> str | None:
+    """The part of the study package a module name is (``workers.pool``), or None."""
+    part = name.removeprefix("autosearch.study.")
+    while part and part != name:
+        if part in STUDY_RANKS:
+            return part
+        part = part.rpartition(".")[0]
+    return None
+
+
 def test_the_study_package_is_layered_too():
     folder = ROOT / "autosearch" / "study"
-    assert {p.stem for p in folder.glob("*.py")} - {"__init__"} == set(STUDY_RANKS)
+    parts = {
+        ".".join(p.relative_to(folder).with_suffix("").parts): p
+        for p in folder.rglob("*.py")
+        if p.stem != "__init__"
+    }
+    assert set(parts) == set(STUDY_RANKS)
     bad = []
-    for path in folder.glob("*.py"):
-        if path.stem == "__init__":
-            continue
-        deps = {
-            n.split(".")[2]
-            for n in _imports(path)  # type-checking imports too: a part is read alone
-            if n.startswith("autosearch.study.") and n.split(".")[2] in STUDY_RANKS
-        }
-        for dep in deps - {path.stem}:
-            if STUDY_RANKS[dep] >= STUDY_RANKS[path.stem]:
-                bad.append(f"study/{path.stem} imports study/{dep}")
+    for part, path in parts.items():
+        deps = {_study_part(n) for n in _imports(path)} - {None, part}
+        # type-checking imports too: a part is read alone
+        for dep in deps:
+            if STUDY_RANKS[dep] >= STUDY_RANKS[part]:
+                bad.append(f"study/{part} imports study/{dep}")
     assert not bad, "\n".join(bad)
+
+
+def test_the_study_package_groups_its_parts():
+    """No package of autosearch past about fifteen flat parts: the study's are grouped
+    (storage/, workers/, supernet/)."""
+    for package in (ROOT / "autosearch").rglob("__init__.py"):
+        flat = [p for p in package.parent.glob("*.py") if p.stem != "__init__"]
+        assert len(flat) <= 18, f"{package.parent.relative_to(ROOT)}: {len(flat)} flat parts"
 
 
 # The import graph of the three packages: no circles, no part that takes the facade.

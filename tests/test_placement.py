@@ -21,8 +21,9 @@ from hypothesis import strategies as st
 
 from autosearch import RayExecutor, TrainConfig
 from autosearch.errors import ConfigError
-from autosearch.study import _mps, workers
-from autosearch.study.executors import ProcessExecutor
+from autosearch.study.workers import _mps
+from autosearch.study.workers import pool as workers
+from autosearch.study.workers.executors import ProcessExecutor
 from autosearch.training.placement import HEADROOM, Need, assign, per_gpu, step_need
 
 GiB = 2**30

@@ -9,7 +9,7 @@ from optuna.trial import TrialState, create_trial
 import autosearch
 from autosearch import Compression
 from autosearch.study import records
-from autosearch.study._rdb import RDBStorage
+from autosearch.study.storage._rdb import RDBStorage
 from controllers import RandomSearch
 
 

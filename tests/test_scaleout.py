@@ -236,13 +236,15 @@ def test_workers_from_a_script_without_the_main_guard_are_refused(tmp_path):
 
 
 def test_the_main_guard_is_recognised(tmp_path):
-    from autosearch.study.workers import check_main_guard
+    from autosearch.study.workers.pool import check_main_guard
 
     check_main_guard()  # under pytest: its own entry point is guarded
     guarded = "\n".join(
         ['if "__main__" == __name__:', *(f"    {line}" for line in _STUDY.splitlines())]
     )
-    call = "    from autosearch.study.workers import check_main_guard\n    check_main_guard()\n"
+    call = (
+        "    from autosearch.study.workers.pool import check_main_guard\n    check_main_guard()\n"
+    )
     (tmp_path / "search.py").write_text(guarded + "\n" + call + "    print('ok')\n")
     done = subprocess.run(
         [sys.executable, "search.py"], cwd=tmp_path, capture_output=True, text=True, timeout=1800

@@ -1,4 +1,4 @@
-"""A trial created and ended in few statements (autosearch.study._rdb) stores what
+"""A trial created and ended in few statements (autosearch.study.storage._rdb) stores what
 Optuna's own path stores, row for row, refuses what Optuna refuses, and ends a trial
 all at once or not at all."""
 
@@ -23,8 +23,8 @@ from optuna.storages import RDBStorage as OptunaRDB
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
-from autosearch.study._rdb import RDBStorage
-from autosearch.study._storage import end_trial, open_storage
+from autosearch.study.storage._rdb import RDBStorage
+from autosearch.study.storage._urls import end_trial, open_storage
 
 NAMES = st.text("abcdefgh_", min_size=1, max_size=6)
 JSON = st.recursive(

@@ -397,7 +397,7 @@ def test_the_heartbeat_names_a_trial_id_as_an_id():
     import logging
     import threading
 
-    from autosearch.study._heartbeat import beating
+    from autosearch.study.workers._heartbeat import beating
 
     class Failing:
         def set_trial_system_attr(self, trial_id, key, value):
@@ -411,7 +411,7 @@ def test_the_heartbeat_names_a_trial_id_as_an_id():
             lines.append(record.getMessage())
             said.set()
 
-    logger = logging.getLogger("autosearch.study._heartbeat")
+    logger = logging.getLogger("autosearch.study.workers._heartbeat")
     handler, level = Seen(), logger.level
     logger.addHandler(handler)
     logger.setLevel(logging.DEBUG)

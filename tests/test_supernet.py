@@ -232,7 +232,7 @@ def test_the_epoch_line_scores_the_largest_subnet_as_the_search_would(digits, mo
 def test_the_epoch_line_names_what_it_shows(caplog):
     import logging
 
-    from autosearch.study import supernet_progress
+    from autosearch.study.supernet import progress as supernet_progress
     from autosearch.training.train import EpochResult
 
     epoch = EpochResult(epoch=3, train_loss=0.5, val_accuracy=0.875, val_loss=0.4, seconds=2.0)

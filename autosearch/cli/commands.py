@@ -39,9 +39,9 @@ from autosearch.study import (
     default_storage,
     load_study,
 )
-from autosearch.study._heartbeat import worker_id
-from autosearch.study.executors import Executor
-from autosearch.study.workers import start_worker
+from autosearch.study.workers._heartbeat import worker_id
+from autosearch.study.workers.executors import Executor
+from autosearch.study.workers.pool import start_worker
 from autosearch.studyfile import load_spec
 from autosearch.training.runtime import init_distributed, leave_distributed, world
 from autosearch.training.train import EpochResult, TrainConfig
@@ -180,7 +180,7 @@ def _confirm(study: Study, k: int) -> str | None:
     """Train the top ``k`` subnets of the supernet's front (fewer where it is smaller) and
     show them; what interrupted it, if anything."""
     from autosearch.cli.confirm import confirmations_table
-    from autosearch.study.confirm import candidates
+    from autosearch.study.supernet.confirm import candidates
 
     k = min(k, len(candidates(study.records(), study.objectives)))
     done = study.confirm(k)

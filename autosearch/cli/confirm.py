@@ -1,5 +1,5 @@
 """``autosearch confirm``: train the top ``k`` subnets of a supernet study's front from
-scratch, as trials of the study (autosearch.study.confirm), and compare each subnet's
+scratch, as trials of the study (autosearch.study.supernet.confirm), and compare each subnet's
 inherited accuracy with its confirmed one. Several of these commands on one study share
 the subnets (each is trained once); a cut run resumes where it stopped."""
 
@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from autosearch.errors import StudyError
 from autosearch.study import default_storage, load_study
-from autosearch.study.confirm import Confirmation
+from autosearch.study.supernet.confirm import Confirmation
 from autosearch.studyfile import load_spec
 
 __all__ = ["cmd_confirm", "confirmations_table"]

@@ -18,7 +18,6 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy import stats
 
 from autosearch.errors import ConfigError
 
@@ -124,6 +123,8 @@ def _squashed(features: np.ndarray) -> np.ndarray:
 def prior(features: np.ndarray) -> np.ndarray:
     """The mean rank of each column (every estimate counted the same, higher better):
     the ranking before anything is trained."""
+    from scipy import stats  # seconds to import: only where a ranking is made
+
     if features.size == 0:
         return np.zeros(len(features))
     filled = np.where(np.isfinite(features), features, -np.inf)

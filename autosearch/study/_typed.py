@@ -1,20 +1,27 @@
-"""What a study's stored definition says, typed: the properties the facade
-(study.py) shows of its :class:`StudyDefinition`."""
+"""What the facade (study.py) shows of a study, typed: the properties of its stored
+:class:`StudyDefinition`, and its stored trials read as records."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
+import optuna
+from optuna.storages import BaseStorage
+from optuna.trial import FrozenTrial
+
 from autosearch.compress import Compression, VariantSpec
 from autosearch.evaluation.supernet import SupernetConfig
 from autosearch.evaluation.tabular import Table
 from autosearch.scoring import Reward
+from autosearch.study import results
 from autosearch.study.definition import StudyDefinition
+from autosearch.study.records import Record, State
+from autosearch.study.trials import StoredTrials
 from autosearch.training.early_stopping import SuccessiveHalving
 from autosearch.training.train import TrainConfig
 
-__all__ = ["DefinitionView"]
+__all__ = ["DefinitionView", "TrialsView"]
 
 
 class DefinitionView:
@@ -67,3 +74,58 @@ class DefinitionView:
     @property
     def reward_name(self) -> str:
         return str(self.definition.reward)
+
+
+class TrialsView:
+    """A study's stored trials, read (autosearch.study.trials): Optuna's trials, the
+    records, the learning curves, the Pareto front."""
+
+    name: str
+    storage: BaseStorage
+    trials: StoredTrials
+
+    @property
+    def optuna_study(self) -> optuna.Study:
+        """The underlying Optuna study (same storage), for Optuna's own tools."""
+        return optuna.load_study(study_name=self.name, storage=self.storage)
+
+    def optuna_trials(self) -> list[FrozenTrial]:
+        return self.trials.all()
+
+    def optuna_trial(self, number: int) -> FrozenTrial:
+        """The stored Optuna trial number ``number``."""
+        return self.trials.get(number)
+
+    @property
+    def unreadable(self) -> dict[int, str]:
+        """Stored trials left out as unreadable: number -> why."""
+        return self.trials.unreadable
+
+    def decode(self, trial: FrozenTrial) -> list[Record]:
+        """A stored trial's records (see records.decode); an unreadable trial is logged
+        and left out."""
+        return self.trials.decode(trial)
+
+    def records(self, *, variants: bool = True) -> list[Record]:
+        """Every trial of the study as Records, in trial order: the base record, then
+        one per variant (``variants=False``: base records only)."""
+        return self.trials.records(variants=variants)
+
+    def record(self, trial: int, variant: str = "base") -> Record:
+        """The record of trial number ``trial`` and ``variant``."""
+        return self.trials.record(trial, variant)
+
+    def curves(self) -> dict[int, dict[int, float]]:
+        """Each trial's validation accuracy after every epoch it trained (learning
+        curves; also what early stopping compares)."""
+        return self.trials.curves()
+
+    def count(self, *states: State) -> int:
+        """Search trials (not variants or confirmations) in any of ``states`` (any state
+        when none is given)."""
+        return self.trials.count(*states)
+
+    def pareto(self) -> list[Record]:
+        """The complete (architecture, variant) records that no other complete record
+        dominates on the study's objectives, ordered by the second objective."""
+        return results.front(self.records(), self.trials.objectives)

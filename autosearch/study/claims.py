@@ -26,8 +26,6 @@ from autosearch.architecture import Architecture
 from autosearch.errors import ConfigError, StudyError
 from autosearch.space import SearchSpace
 from autosearch.study import records
-from autosearch.study._heartbeat import WORKER, Watch, beating, first_stamp
-from autosearch.study._storage import end_trial, trial_number
 from autosearch.study.records import (
     CONFIRMS,
     FAIL_REASON,
@@ -38,6 +36,8 @@ from autosearch.study.records import (
     VALUES_FROM,
     claim_key,
 )
+from autosearch.study.storage._urls import end_trial, trial_number
+from autosearch.study.workers._heartbeat import WORKER, Watch, beating, first_stamp
 
 __all__ = ["BudgetReached", "Claim", "Claims", "heartbeat_settings"]
 
@@ -86,7 +86,7 @@ class BudgetReached(StudyError):
 
 class Claims:
     """Claims on one study's trials, for one worker: of its search trials, or with
-    ``confirming=True`` of its confirmation trials (autosearch.study.confirm), which
+    ``confirming=True`` of its confirmation trials (autosearch.study.supernet.confirm), which
     hold ``confirm:ID`` rather than the architecture's id, and resume only their kind."""
 
     def __init__(

@@ -39,20 +39,21 @@ from autosearch.evaluation.runner import (
 )
 from autosearch.evaluation.trial import TrialPlan
 from autosearch.study import records
-from autosearch.study._failpoints import failpoint
-from autosearch.study._heartbeat import worker_id
 from autosearch.study._provenance import provenance
-from autosearch.study.artifacts import Artifacts
 from autosearch.study.claims import BudgetReached, Claim, Claims
 from autosearch.study.dataset import StudyData
 from autosearch.study.definition import trial_seed
-from autosearch.study.interrupts import Interrupts
 from autosearch.study.overlays import check_latency_model
 from autosearch.study.plans import Planner
 from autosearch.study.records import FINISHED, Record
 from autosearch.study.replay import ControllerReplay
 from autosearch.study.results import on_front
+from autosearch.study.storage._urls import connection_lost
+from autosearch.study.storage.artifacts import Artifacts
 from autosearch.study.trials import StoredTrials
+from autosearch.study.workers._failpoints import failpoint
+from autosearch.study.workers._heartbeat import worker_id
+from autosearch.study.workers.interrupts import Interrupts
 from autosearch.training.runtime import broadcast_object, world
 from autosearch.training.train import EpochResult
 
@@ -85,7 +86,7 @@ def platform_error(exc: BaseException, storage: str) -> PlatformError:
         return exc
     if isinstance(exc, OSError) and exc.filename:
         return PlatformError(f"cannot use {exc.filename}: {exc.strerror or exc}")
-    lost = _connection_lost(exc)
+    lost = connection_lost(exc)
     if lost is not None:  # Optuna's wrapper blames "invalid data in the commit"
         return PlatformError(
             f"storage {storage}: the connection to the database was lost ({lost}); run the "
@@ -95,24 +96,9 @@ def platform_error(exc: BaseException, storage: str) -> PlatformError:
     return PlatformError(f"storage {storage} failed: {type(exc).__name__}: {first}"[:500])
 
 
-def _connection_lost(exc: BaseException) -> str | None:
-    """The first line of a dropped database connection among ``exc``'s causes (the
-    server shut it, or it closed), or None."""
-    seen: BaseException | None = exc
-    for _ in range(10):
-        if seen is None:
-            return None
-        invalidated = getattr(seen, "connection_invalidated", False)
-        said = any(w in str(seen) for w in ("terminating connection", "server closed"))
-        if invalidated or (type(seen).__name__ in ("AdminShutdown", "OperationalError") and said):
-            return f"{type(seen).__name__}: {str(seen).strip().splitlines()[0]}"
-        seen = seen.__cause__ or seen.__context__
-    return None
-
-
 class AllClaimed(SpaceExhausted):
     """Every architecture this loop was given to run is held by a trial (a loop over a
-    fixed list: autosearch.study.confirm)."""
+    fixed list: autosearch.study.supernet.confirm)."""
 
 
 RecordCallback = Callable[[Record], None]

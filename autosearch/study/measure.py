@@ -22,12 +22,12 @@ from autosearch.compress import Derived
 from autosearch.errors import AutosearchError
 from autosearch.evaluation.runner import derive_variant, evaluation_splits, profile
 from autosearch.scoring.cost import Cost
-from autosearch.study._heartbeat import beating
 from autosearch.study.jobs import Done, Held, Jobs
 from autosearch.study.overlays import ESTIMATES, PREFIX, is_estimated, overlay, parse_overlay
 from autosearch.study.rebuild import Rebuilder
 from autosearch.study.records import Record
 from autosearch.study.results import front
+from autosearch.study.workers._heartbeat import beating
 from autosearch.training.train import evaluate
 
 __all__ = ["FrontMeasurer"]

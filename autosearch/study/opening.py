@@ -18,12 +18,12 @@ from autosearch.evaluation.proxies import ProxyConfig
 from autosearch.evaluation.supernet import SupernetConfig
 from autosearch.evaluation.tabular import Table
 from autosearch.space import SearchSpace
-from autosearch.study._storage import close_storage, default_storage, open_storage
-from autosearch.study.artifacts import location_of
 from autosearch.study.claims import heartbeat_settings
 from autosearch.study.definition import StudyDefinition, resolve_components
 from autosearch.study.jobs import COMPANION, is_companion
-from autosearch.study.stored import store_definition
+from autosearch.study.storage._urls import close_storage, default_storage, open_storage
+from autosearch.study.storage.artifacts import location_of
+from autosearch.study.storage.stored import store_definition
 from autosearch.study.study import Study
 from autosearch.training.early_stopping import SuccessiveHalving
 from autosearch.training.train import TrainConfig

@@ -15,9 +15,9 @@ from autosearch.compress import Compression
 from autosearch.evaluation.supernet import SubnetEvaluator
 from autosearch.evaluation.trial import TrialPlan
 from autosearch.space import SearchSpace
-from autosearch.study.artifacts import Artifacts
 from autosearch.study.definition import StudyDefinition, trial_seed
 from autosearch.study.records import CONFIRMS
+from autosearch.study.storage.artifacts import Artifacts
 
 __all__ = ["Planner"]
 
@@ -53,7 +53,7 @@ class Planner:
     ) -> TrialPlan:
         """How ``arch`` is evaluated as trial ``number`` (with its own seed unless
         ``seed`` is given). ``confirm``: trained from scratch with the study's training
-        config, as a supernet study confirms a subnet (autosearch.study.confirm)."""
+        config, as a supernet study confirms a subnet (autosearch.study.supernet.confirm)."""
         d = self.definition
         trained = confirm or not (d.table or d.supernet)
         return TrialPlan(

@@ -27,11 +27,11 @@ from autosearch.export import write_export
 from autosearch.space import SearchSpace
 from autosearch.study import records
 from autosearch.study._provenance import provenance
-from autosearch.study.artifacts import Artifacts
 from autosearch.study.dataset import StudyData
 from autosearch.study.definition import StudyDefinition
 from autosearch.study.plans import Planner
 from autosearch.study.records import Record
+from autosearch.study.storage.artifacts import Artifacts
 from autosearch.study.trials import StoredTrials
 from autosearch.training.train import evaluate, train
 

@@ -63,7 +63,7 @@ RESUME = "resume"  # on a superseded trial: its architecture still needs trainin
 RESUMES = "resumes"  # on a trial: the number of the superseded trial it continues
 VALUES_FROM = "values_from"  # on a complete trial: the variant its objective values are
 # On a confirmation trial: the number of the supernet trial whose subnet it trains from
-# scratch (autosearch.study.confirm). Left out of the controller's history.
+# scratch (autosearch.study.supernet.confirm). Left out of the controller's history.
 CONFIRMS = "confirms"
 
 State = Literal["complete", "failed", "running", "stopped", "waiting"]

@@ -10,37 +10,43 @@ from functools import cached_property, partial
 from pathlib import Path
 from typing import Any
 
-import optuna
 import torch.nn as nn
 from optuna.storages import BaseStorage
-from optuna.trial import FrozenTrial
 
 from autosearch.architecture import Architecture
 from autosearch.controller import Controller
 from autosearch.data import Dataset
 from autosearch.errors import StudyError
+from autosearch.evaluation.ranker import RankerConfig
 from autosearch.evaluation.supernet import SubnetEvaluator
 from autosearch.evaluation.trial import TrialPlan
 from autosearch.space import SearchSpace
-from autosearch.study import progress, results, workers
-from autosearch.study._typed import DefinitionView
-from autosearch.study.artifacts import Artifacts, opened_location
+from autosearch.study import progress, results
+from autosearch.study._typed import DefinitionView, TrialsView
 from autosearch.study.claims import Claims, heartbeat_settings
-from autosearch.study.confirm import Confirmation, Confirmer, confirmations
 from autosearch.study.dataset import StudyData
 from autosearch.study.definition import StudyDefinition
-from autosearch.study.executors import Executor, ProcessExecutor, resolve_executor
 from autosearch.study.jobs import Jobs
 from autosearch.study.loop import EpochCallback, RecordCallback, SearchLoop, SearchParts, check_run
 from autosearch.study.measure import FrontMeasurer
 from autosearch.study.overlays import is_estimated
 from autosearch.study.plans import Planner
 from autosearch.study.rebuild import Rebuilder
-from autosearch.study.records import Record, State
+from autosearch.study.records import Record
 from autosearch.study.replay import ControllerReplay
-from autosearch.study.stored import open_stored, study_uid
-from autosearch.study.supernet_job import SupernetJob
+from autosearch.study.storage.artifacts import Artifacts, opened_location
+from autosearch.study.storage.stored import open_stored, study_uid
+from autosearch.study.supernet.confirm import (
+    Confirmation,
+    Confirmer,
+    Estimate,
+    confirmations,
+    ranker_config,
+)
+from autosearch.study.supernet.job import SupernetJob
 from autosearch.study.trials import StoredTrials
+from autosearch.study.workers import pool
+from autosearch.study.workers.executors import Executor, ProcessExecutor, resolve_executor
 from autosearch.training.runtime import broadcast_object, world
 
 __all__ = ["Study", "TrialCallback"]
@@ -50,7 +56,7 @@ logger = logging.getLogger(__name__)
 TrialCallback = Callable[["Study", Record], None]  # called as each trial finishes
 
 
-class Study(DefinitionView):
+class Study(DefinitionView, TrialsView):
     """A running or stored architecture search. Make one with create_study / load_study.
 
     The facade over the study's parts, each of which reads only what it is given: the
@@ -158,53 +164,6 @@ class Study(DefinitionView):
         """Content hash of the data every trial trains on (None for table studies)."""
         return self.inputs.hash
 
-    # Reading ------------------------------------------------------------------------------
-    @property
-    def optuna_study(self) -> optuna.Study:
-        """The underlying Optuna study (same storage), for Optuna's own tools."""
-        return optuna.load_study(study_name=self.name, storage=self.storage)
-
-    def optuna_trials(self) -> list[FrozenTrial]:
-        return self.trials.all()
-
-    def optuna_trial(self, number: int) -> FrozenTrial:
-        """The stored Optuna trial number ``number``."""
-        return self.trials.get(number)
-
-    @property
-    def unreadable(self) -> dict[int, str]:
-        """Stored trials left out as unreadable: number -> why."""
-        return self.trials.unreadable
-
-    def decode(self, trial: FrozenTrial) -> list[Record]:
-        """A stored trial's records (see records.decode); an unreadable trial is logged
-        and left out."""
-        return self.trials.decode(trial)
-
-    def records(self, *, variants: bool = True) -> list[Record]:
-        """Every trial of the study as Records, in trial order: the base record, then
-        one per variant (``variants=False``: base records only)."""
-        return self.trials.records(variants=variants)
-
-    def record(self, trial: int, variant: str = "base") -> Record:
-        """The record of trial number ``trial`` and ``variant``."""
-        return self.trials.record(trial, variant)
-
-    def curves(self) -> dict[int, dict[int, float]]:
-        """Each trial's validation accuracy after every epoch it trained (learning
-        curves; also what early stopping compares)."""
-        return self.trials.curves()
-
-    def count(self, *states: State) -> int:
-        """Search trials (not variants or confirmations) in any of ``states`` (any state
-        when none is given)."""
-        return self.trials.count(*states)
-
-    def pareto(self) -> list[Record]:
-        """The complete (architecture, variant) records that no other complete record
-        dominates on the study's objectives, ordered by the second objective."""
-        return results.front(self.records(), self.objectives)
-
     def best(
         self,
         *,
@@ -274,20 +233,45 @@ class Study(DefinitionView):
         ``SupernetConfig(weights=path)``) to use without training."""
         return self._job().export_weights(self.data, path)  # type: ignore[no-any-return]
 
-    def confirm(self, k: int, *, callbacks: Iterable[TrialCallback] = ()) -> list[Record]:
+    def confirm(
+        self,
+        k: int,
+        *,
+        ranker: RankerConfig | bool | None = None,
+        callbacks: Iterable[TrialCallback] = (),
+    ) -> list[Record]:
         """Train the ``k`` most accurate subnets of the supernet's front from scratch with
-        the study's training config, as trials of the study (autosearch.study.confirm):
+        the study's training config, as trials of the study (autosearch.study.supernet.confirm):
         each once across workers, resumed after a kill or Ctrl-C (SIGTERM returns, with
         :attr:`interrupted` set). Returns their records; :meth:`confirmations` compares
-        inherited and confirmed accuracy, and :meth:`best` prefers confirmed subnets."""
+        inherited and confirmed accuracy, and :meth:`best` prefers confirmed subnets.
+
+        With ``ranker`` (True, or a :class:`RankerConfig`; its seed is the study's when
+        True), ``k`` subnets in all are trained, each chosen where the top is uncertain
+        by a ranker of every scored subnet fitted on those confirmed before it
+        (:meth:`ranking`); a resumed study or another worker continues the same
+        sequence."""
         self._job()  # a study without a supernet has nothing to confirm
         self._check_run(1, 1, [], here=True, max_failures_in_a_row=1)
         confirmer = Confirmer(self._search_parts())
-        done = confirmer.confirm(k, callbacks=[partial(c, self) for c in callbacks])
+        done = confirmer.confirm(
+            k,
+            ranker=ranker_config(ranker, seed=self.seed),
+            callbacks=[partial(c, self) for c in callbacks],
+        )
         self.interrupted = confirmer.signal
         if confirmer.signal == "SIGINT":
             raise KeyboardInterrupt
         return done
+
+    def ranking(self, ranker: RankerConfig | bool = True) -> list[Estimate]:
+        """Every subnet scored on the supernet, best estimate first, as the ranker of a
+        ranked :meth:`confirm` sees it now: fitted on the confirmed subnets (before
+        two are, the mean rank of the estimates: supernet accuracy, zero-cost proxies,
+        FLOPs, parameters)."""
+        self._job()
+        config = ranker_config(ranker, seed=self.seed) or RankerConfig(seed=self.seed)
+        return Confirmer(self._search_parts()).estimates(config)
 
     def confirmations(self) -> list[Confirmation]:
         """Each confirmed subnet's inherited against confirmed validation accuracy."""
@@ -330,7 +314,7 @@ class Study(DefinitionView):
         KeyboardInterrupt (a second Ctrl-C raises it at once); SIGTERM does the same but
         returns, with :attr:`interrupted` set to ``"SIGTERM"``. ``executor`` places
         the workers: ``"process"`` (this machine), ``"ray"`` or a ``RayExecutor``,
-        ``"slurm"`` or a ``SlurmExecutor`` (autosearch.study.executors); a Ray or
+        ``"slurm"`` or a ``SlurmExecutor`` (autosearch.study.workers.executors); a Ray or
         Slurm executor runs even one worker there, not in this process.
         """
         told = [partial(callback, self) for callback in callbacks]
@@ -340,7 +324,7 @@ class Study(DefinitionView):
         here = n_workers == 1 and isinstance(resolve_executor(executor), ProcessExecutor)
         rank, size = self._check_run(n_trials, n_workers, epoch_callbacks, here=here, **limits)
         if size > 1 and rank != 0:
-            return workers.follow(self.planner, self.inputs)  # under torchrun, rank 0 searches
+            return pool.follow(self.planner, self.inputs)  # under torchrun, rank 0 searches
         epochs = self.train_config.epochs if here and self.table is None else None
         with progress.bars(n_trials, epochs, show=show_progress_bar) as (trial_bar, epoch_bar):
             if not here:  # one worker of Ray or Slurm runs there, not here
@@ -418,7 +402,7 @@ class Study(DefinitionView):
         executor: str | Executor,
         **limits: Any,
     ) -> list[Record]:
-        return workers.run_pool(
+        return pool.run_pool(
             self.trials,
             self.replay,
             storage_url=self.storage_url,
@@ -428,7 +412,7 @@ class Study(DefinitionView):
             worker_main=_worker_main,
             callbacks=callbacks,
             executor=executor,
-            need=partial(workers.trial_need, self.space, self.train_config, self.training_data),
+            need=partial(pool.trial_need, self.space, self.train_config, self.training_data),
             **limits,
         )
 
@@ -486,7 +470,7 @@ def _worker_main(
     study = Study.open(name, storage=storage, data=data)
     # The pool's parent logs each finished trial; a worker logging it too would say it twice.
     logging.getLogger(progress.__name__).setLevel(logging.WARNING)
-    owed = workers.start_worker(
+    owed = pool.start_worker(
         study.trials,
         study.replay,
         study.worker_attrs,

@@ -11,7 +11,7 @@ as many such trials as :data:`HEADROOM` of a GPU's free memory holds, at most
 refuses, before any worker starts, more than fit.
 
 The same rule gives a Ray worker its ``num_gpus`` fraction (``1 / per_gpu``:
-autosearch.study.executors.RayExecutor with ``num_gpus="auto"``), and ``per_gpu=`` on
+autosearch.study.workers.executors.RayExecutor with ``num_gpus="auto"``), and ``per_gpu=`` on
 either executor overrides it.
 """
 

@@ -8,6 +8,12 @@ convolution, a blocking read) reach Python's handler once: the kernel and CPytho
 one "pending" flag per signal. Each delivery is also written, one byte each, to the
 process's wakeup file descriptor (``signal.set_wakeup_fd``): the handler counts those,
 so a second Ctrl-C a moment after the first is not lost.
+
+A handler's exception is raised wherever the main thread is, and where that is a
+finalizer or a garbage collector's callback (SQLAlchemy has some), Python prints it as
+"Exception ignored" and goes on: a second signal would be lost. While the block is
+active, such a lost stop is sent again (the same signal, to this process), to land
+outside the callback.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import contextlib
 import logging
 import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -67,11 +74,37 @@ class Interrupts:
                 )
 
             saved = {sig: signal.signal(sig, handle) for sig in _SIGNALS}
-            try:
-                yield self
-            finally:
-                for sig, handler in saved.items():
-                    signal.signal(sig, handler)
+            with _stops_not_lost():
+                try:
+                    yield self
+                finally:
+                    for sig, handler in saved.items():
+                        signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def _stops_not_lost() -> Iterator[None]:
+    """While active: a StopNow that Python could not raise (it came in a finalizer or a
+    garbage collector's callback) is asked for again by its signal."""
+    previous = sys.unraisablehook
+
+    def hook(unraisable: Any) -> None:
+        if isinstance(unraisable.exc_value, StopNow):
+            # Sent from a thread a moment later: a handler run inside this hook would be
+            # lost for good; by then the main thread is out of the callback (if not, the
+            # stop comes back here and is sent again).
+            sig = signal.Signals[unraisable.exc_value.signal]
+            again = threading.Timer(0.05, os.kill, (os.getpid(), sig))
+            again.daemon = True
+            again.start()
+            return
+        previous(unraisable)
+
+    sys.unraisablehook = hook
+    try:
+        yield
+    finally:
+        sys.unraisablehook = previous
 
 
 @contextlib.contextmanager

@@ -11,7 +11,7 @@ of the study's id, its supernet, the training settings and the round; N: the cla
 mirrored to the bucket), so a killed run resumes on this machine or another, and a
 stalled worker that wakes up never overwrites its successor's checkpoint.
 
-The stored state (autosearch.study.supernet_state) names the weights and their content
+The stored state (autosearch.study.supernet.state) names the weights and their content
 hash; every trial records the hash of the weights that scored it. Weights found missing
 or changed are never used: every message names the command that trains them again.
 """
@@ -41,13 +41,14 @@ from autosearch.evaluation.supernet import (
 )
 from autosearch.evaluation.trial import TRAIN_STATE, Interrupted, TakenOver
 from autosearch.space import SearchSpace
-from autosearch.study import supernet_file, supernet_progress
-from autosearch.study._heartbeat import beating
-from autosearch.study.artifacts import Artifacts
 from autosearch.study.definition import StudyDefinition
-from autosearch.study.interrupts import Interrupts
 from autosearch.study.jobs import Done, Held, JobClaim, Jobs
-from autosearch.study.supernet_state import SupernetState
+from autosearch.study.storage.artifacts import Artifacts
+from autosearch.study.supernet import file as supernet_file
+from autosearch.study.supernet import progress as supernet_progress
+from autosearch.study.supernet.state import SupernetState
+from autosearch.study.workers._heartbeat import beating
+from autosearch.study.workers.interrupts import Interrupts
 from autosearch.training.runtime import broadcast_object, resolve, world
 from autosearch.training.train import EpochResult
 

@@ -35,7 +35,7 @@ from optuna.storages._rdb import models
 from optuna.storages._rdb.storage import _create_scoped_session
 from optuna.trial import FrozenTrial, TrialState
 
-from autosearch.study._failpoints import failpoint
+from autosearch.study.workers._failpoints import failpoint
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session

@@ -30,9 +30,9 @@ from safetensors.torch import load_file, save_file
 from autosearch.architecture import Architecture
 from autosearch.errors import ConfigError, ExportError, PlatformError
 from autosearch.evaluation.trial import TRAIN_STATE
-from autosearch.study._paths import inside, plain_name
-from autosearch.study._s3 import S3Folder, is_s3
-from autosearch.study._storage import local_path
+from autosearch.study.storage._paths import inside, plain_name
+from autosearch.study.storage._s3 import S3Folder, is_s3
+from autosearch.study.storage._urls import local_path
 
 __all__ = ["Artifacts", "default_folder", "location_of", "opened_location"]
 

@@ -17,9 +17,9 @@ from optuna.storages import BaseStorage
 
 from autosearch.data import Dataset, load_data, spec_of
 from autosearch.errors import StorageError, StudyError, suggest
-from autosearch.study._storage import close_storage, open_storage
 from autosearch.study.definition import StudyDefinition
 from autosearch.study.jobs import is_companion
+from autosearch.study.storage._urls import close_storage, open_storage
 
 __all__ = ["open_stored", "read_definition", "store_definition", "study_uid", "write_definition"]
 

@@ -43,7 +43,7 @@ import torch
 
 from autosearch._checks import check_fields, flag, real, whole
 from autosearch.errors import ConfigError, PlatformError
-from autosearch.study import _mps, _ray_connect
+from autosearch.study.workers import _mps, _ray_connect
 from autosearch.training import placement
 from autosearch.training.placement import Need
 

@@ -28,12 +28,12 @@ from autosearch.evaluation.runner import run_trial
 from autosearch.space import SearchSpace
 from autosearch.study import records
 from autosearch.study.dataset import StudyData
-from autosearch.study.executors import Executor, ProcessExecutor, resolve_executor
 from autosearch.study.loop import RecordCallback
 from autosearch.study.plans import Planner
 from autosearch.study.records import Record
 from autosearch.study.replay import ControllerReplay, worker_stream
 from autosearch.study.trials import StoredTrials
+from autosearch.study.workers.executors import Executor, ProcessExecutor, resolve_executor
 from autosearch.training._batch import MAX_GROWTH
 from autosearch.training.placement import Need, step_need
 from autosearch.training.runtime import broadcast_object

@@ -24,12 +24,13 @@ from optuna.trial import TrialState
 
 from autosearch._files import NotReadable, check_regular
 from autosearch.errors import StorageError, UnknownNameError
-from autosearch.study._failpoints import failpoint
-from autosearch.study._paths import plain_name
-from autosearch.study._rdb import RDBStorage
+from autosearch.study.storage._paths import plain_name
+from autosearch.study.storage._rdb import RDBStorage
+from autosearch.study.workers._failpoints import failpoint
 
 __all__ = [
     "URL_FORMS",
+    "connection_lost",
     "default_storage",
     "end_trial",
     "local_path",
@@ -190,7 +191,9 @@ def _rdb(url: str, *, create: bool, attempts: int = 8, shown: str | None = None)
     Workers started together race to create Optuna's schema (on PostgreSQL two
     ``CREATE TABLE``\ s of one name collide on a unique index): a collision is retried
     against the schema the winner made; any other failure (a server that cannot be
-    reached, a wrong password) is said at once, with the driver's own words."""
+    reached, a wrong password) is said at once, with the driver's own words. So is a
+    connection the server cut while it opened (an administrator's
+    ``pg_terminate_backend``, a restart): opened again."""
     for attempt in range(attempts):
         try:
             storage = RDBStorage(
@@ -206,7 +209,14 @@ def _rdb(url: str, *, create: bool, attempts: int = 8, shown: str | None = None)
             ) from None
         except Exception as exc:  # SQLAlchemy raises many types; all mean "unusable"
             cause = _root_cause(exc)
-            if not _collided(cause) or attempt == attempts - 1:
+            lost = connection_lost(exc)
+            if lost is not None and attempt == attempts - 1:
+                raise StorageError(
+                    f"cannot open storage {shown or url!r}: the connection to the database "
+                    f"was lost {attempts} times while opening it ({lost}); run the same "
+                    "command again"[:500]
+                ) from None
+            if lost is None and (not _collided(cause) or attempt == attempts - 1):
                 first = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
                 again = "; it kept colliding with other workers: try again" if attempt else ""
                 raise StorageError(
@@ -214,6 +224,21 @@ def _rdb(url: str, *, create: bool, attempts: int = 8, shown: str | None = None)
                 ) from None
             time.sleep(0.1 * (attempt + 1))
     raise AssertionError("unreachable")  # the loop returns or raises
+
+
+def connection_lost(exc: BaseException) -> str | None:
+    """The first line of a dropped database connection among ``exc``'s causes (the
+    server shut it, or it closed), or None."""
+    seen: BaseException | None = exc
+    for _ in range(10):
+        if seen is None:
+            return None
+        invalidated = getattr(seen, "connection_invalidated", False)
+        said = any(w in str(seen) for w in ("terminating connection", "server closed"))
+        if invalidated or (type(seen).__name__ in ("AdminShutdown", "OperationalError") and said):
+            return f"{type(seen).__name__}: {str(seen).strip().splitlines()[0]}"
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def _root_cause(exc: BaseException) -> BaseException:
@@ -309,7 +334,7 @@ def end_trial(
     values: list[float] | None = None,
 ) -> None:
     """Set a running trial's ``user_attrs`` and end it: in one transaction on a database
-    (all stored or none; autosearch.study._rdb), else one write each, the state last."""
+    (all stored or none; autosearch.study.storage._rdb), else one write each, the state last."""
     backend = _backend(storage)
     failpoint("end_trial.before")
     if isinstance(backend, RDBStorage):

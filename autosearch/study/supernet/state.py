@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from autosearch.study._paths import plain_name
+from autosearch.study.storage._paths import plain_name
 
 __all__ = ["SupernetState"]
 
