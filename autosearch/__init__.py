@@ -32,7 +32,7 @@ from autosearch.errors import (
     UnknownNameError,
 )
 from autosearch.evaluation.proxies import ProxyConfig
-from autosearch.evaluation.ranker import RankerConfig
+from autosearch.evaluation.ranker import Ranker, RankerConfig
 from autosearch.evaluation.supernet import SupernetConfig
 from autosearch.evaluation.tabular import Table
 from autosearch.registry import register_controller, register_space
@@ -66,6 +66,7 @@ __all__ = [
     "PlatformError",
     "ProcessExecutor",
     "ProxyConfig",
+    "Ranker",
     "RankerConfig",
     "RayExecutor",
     "Record",
