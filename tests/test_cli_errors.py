@@ -273,6 +273,14 @@ CASES = {
     "train: not an export": (["train", "{root}"], "has no model.py"),
     "train: unknown data": (["train", EXPORT, "--data", "digitz"], "Did you mean 'digits'"),
     "train: zero epochs": (["train", EXPORT, "--epochs", "0"], "TrainConfig epochs=0"),
+    "train: unknown parallel": (
+        ["train", EXPORT, "--parallel", "zero3"],
+        "invalid choice: 'zero3'",
+    ),
+    "train: shard size without hsdp": (
+        ["train", EXPORT, "--shard-size", "2"],
+        "applies to parallel='hsdp' only",
+    ),
     "train: zero batch": (["train", EXPORT, "--batch-size", "0"], "TrainConfig batch_size=0"),
     "train: negative lr": (["train", EXPORT, "--lr", "-1"], "TrainConfig lr=-1.0"),
     "train: infinite lr": (["train", EXPORT, "--lr", "inf"], "TrainConfig lr=inf"),

@@ -262,7 +262,8 @@ def test_autosearch_train_refuses_data_of_another_shape(make_study, tmp_path, ca
 
 
 @pytest.mark.slow
-def test_autosearch_train_runs_two_ddp_processes(make_study, tmp_path):
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
+def test_autosearch_train_runs_two_processes(make_study, tmp_path, parallel):
     import os
     from pathlib import Path
 
@@ -270,8 +271,9 @@ def test_autosearch_train_runs_two_ddp_processes(make_study, tmp_path):
     study.optimize(1)
     out = study.export(study.best(), tmp_path / "best")
     cli = Path(sys.executable).with_name("autosearch")
+    command = [str(cli), "train", str(out), "--epochs", "2", "--nproc-per-node", "2"]
     done = subprocess.run(
-        [str(cli), "train", str(out), "--epochs", "2", "--nproc-per-node", "2"],
+        [*command, "--parallel", parallel],
         env={**os.environ, "OMP_NUM_THREADS": "1"},
         capture_output=True,
         text=True,
@@ -281,6 +283,13 @@ def test_autosearch_train_runs_two_ddp_processes(make_study, tmp_path):
     assert done.stdout.count("trained ") == 1  # rank 0 alone reports
     metrics = json.loads((out / "full" / "metrics.json").read_text())
     assert metrics["world_size"] == 2 and metrics["epochs"] == 2
+    assert metrics["train_config"]["parallel"] == parallel
+    from autosearch.export.retrain import load_export
+
+    model = load_export(out).build()
+    whole = sum(p.numel() * p.element_size() for p in model.parameters())
+    held = metrics["held_bytes"]["parameters"]  # rank 0's: half the model's under FSDP
+    assert held == pytest.approx(whole / 2, rel=0.1) if parallel == "fsdp" else held == whole
 
 
 _LOAD_AND_RUN = textwrap.dedent(

@@ -208,7 +208,8 @@ def test_two_torchrun_processes_match_one_process(digits, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_study_runs_under_torchrun_with_rank_0_storing(tmp_path):
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
+def test_a_study_runs_under_torchrun_with_rank_0_storing(tmp_path, parallel):
     import autosearch
 
     (tmp_path / "tiny.py").write_text(
@@ -223,11 +224,11 @@ def test_a_study_runs_under_torchrun_with_rank_0_storing(tmp_path):
             controller=RandomSearch(
                 ResNetSpace(max_stages=2, depths=(1,), widths=(4, 8), stem_widths=(4,)), seed=0
             ),
-            train=TrainConfig(epochs=1, batch_size=128, lr=0.1),
+            train=TrainConfig(epochs=1, batch_size=128, lr=0.1, parallel=PARALLEL),
             n_trials=2,
         )
         """
-        )
+        ).replace("PARALLEL", repr(parallel))
     )
     cli = Path(sys.executable).with_name("autosearch")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}

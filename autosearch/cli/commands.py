@@ -410,7 +410,16 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return 0
 
 
-_TRAIN_OPTIONS = ("epochs", "batch_size", "lr", "precision", "crop_padding", "flip")
+_TRAIN_OPTIONS = (
+    "epochs",
+    "batch_size",
+    "lr",
+    "precision",
+    "crop_padding",
+    "flip",
+    "parallel",
+    "shard_size",
+)
 
 
 def _torchrun(nproc: int, argv: list[str]) -> int:

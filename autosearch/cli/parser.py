@@ -312,5 +312,16 @@ def _add_train(sub: Subparsers) -> None:
     add("--flip", action=argparse.BooleanOptionalAction, help="random horizontal flips" + recipe)
     add("--seed", type=_integer(0), help="seed of the split and training" + recipe)
     add("--nproc-per-node", type=_integer(1), default=1, help="train with N processes (DDP)")
+    add(
+        "--parallel",
+        choices=("ddp", "fsdp", "hsdp"),
+        help="how the N processes share the model: whole copies (ddp), sharded over all "
+        "(fsdp), sharded within groups of --shard-size and replicated across (hsdp)" + recipe,
+    )
+    add(
+        "--shard-size",
+        type=_integer(1),
+        help="ranks a group under --parallel hsdp (default: a node's)",
+    )
     add("--json", action="store_true", help="print the metrics as JSON")
     full.set_defaults(func=commands.cmd_train)

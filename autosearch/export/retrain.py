@@ -153,6 +153,7 @@ def train_export(
             "seconds": result.seconds,
             "precision": result.precision,
             "world_size": result.world_size,
+            "held_bytes": result.held,  # rank 0's parameters and optimizer state
             "seed": seed,
             "train_config": dataclasses.asdict(config),
             "history": [vars(e) for e in result.history],

@@ -11,6 +11,7 @@ import io
 import json
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -35,18 +36,29 @@ class Resumable(Protocol):
 
 
 def save(
-    path: Path, epoch: int, history: list[dict[str, Any]], loop: Resumable, settings: dict[str, Any]
+    path: Path,
+    epoch: int,
+    history: list[dict[str, Any]],
+    loop: Resumable,
+    settings: dict[str, Any],
+    *,
+    shards: str | None = None,
 ) -> None:
     """Write the run's state after ``epoch``: to a temporary file of this process, then
     renamed, so a crash mid-write leaves the previous checkpoint whole. A file that
     cannot be written is the platform's failure (a read-only or full disk), not the
-    candidate's."""
+    candidate's. ``shards``: the folder beside it where a sharded run's ranks wrote the
+    model and optimizer (:mod:`autosearch.training.sharding`); the file names it."""
+    weights: dict[str, Any] = (
+        {"shards": shards}
+        if shards is not None
+        else {"model": loop.model.state_dict(), "optimizer": loop.optimizer.state_dict()}
+    )
     state = {
         "settings": json.dumps(settings, sort_keys=True),
         "epoch": epoch,
         "history": list(history),
-        "model": loop.model.state_dict(),
-        "optimizer": loop.optimizer.state_dict(),
+        **weights,
         "schedule": loop.schedule.state_dict(),
         "scaler": loop.scaler.state_dict(),
         "generator": loop.generator.get_state(),
@@ -68,17 +80,25 @@ def save(
 
 
 def restore(
-    path: Path, loop: Resumable, settings: dict[str, Any]
+    path: Path,
+    loop: Resumable,
+    settings: dict[str, Any],
+    *,
+    load_shards: Callable[[str], None] | None = None,
 ) -> tuple[int, list[dict[str, Any]]]:
     """Resume from the checkpoint at ``path``: (next epoch, history so far). One that
     cannot be read (corrupt, truncated, or holding anything but tensors and plain
     values) is moved aside and the run starts from scratch; one of a run with other
-    ``settings`` is not resumed (it is overwritten after the first epoch)."""
+    ``settings`` is not resumed (it is overwritten after the first epoch).
+    ``load_shards``: this run keeps its model and optimizer in shards (FSDP); it reads
+    them from the folder the file names (at this run's number of ranks)."""
     fresh = (copy.deepcopy(loop.model.state_dict()), copy.deepcopy(loop.optimizer.state_dict()))
     try:
         # weights_only: a checkpoint holds tensors and plain values, never objects.
         state = torch.load(path, weights_only=True, map_location="cpu")
         differ = _differences(state.get("settings"), settings)
+        if not differ and (load_shards is not None) != ("shards" in state):
+            differ = "parallel: " + ("sharded -> not" if "shards" in state else "not -> sharded")
         if differ:
             logger.warning(
                 "checkpoint %s is of a run with other settings (%s); training from scratch",
@@ -86,8 +106,11 @@ def restore(
                 differ,
             )
             return 1, []
-        loop.model.load_state_dict(state["model"])
-        loop.optimizer.load_state_dict(state["optimizer"])
+        if load_shards is not None:
+            load_shards(state["shards"])
+        else:
+            loop.model.load_state_dict(state["model"])
+            loop.optimizer.load_state_dict(state["optimizer"])
         loop.schedule.load_state_dict(state["schedule"])
         loop.scaler.load_state_dict(state["scaler"])
         loop.generator.set_state(state["generator"])
@@ -99,6 +122,8 @@ def restore(
         aside = path.with_name(f"{path.name}.unreadable")
         try:
             path.replace(aside)
+        except FileNotFoundError:
+            pass  # another rank of this run moved it already
         except OSError as err:
             raise PlatformError(
                 f"checkpoint {path} cannot be read and cannot be moved aside: {err.strerror}"

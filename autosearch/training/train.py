@@ -33,11 +33,13 @@ from autosearch._checks import Check, check_fields, flag, real, whole
 from autosearch.data import Dataset, FileSplit, Split
 from autosearch.errors import ConfigError, TrialFailed
 from autosearch.training import _checkpoint as checkpoint_file
+from autosearch.training import sharding
 from autosearch.training._batch import batch_cap, find_batch_size, grown
 from autosearch.training._feed import Batch, epoch_batches
 from autosearch.training._optim import OPTIMIZERS, SCHEDULES, make_optimizer, make_schedule
 from autosearch.training._step import GraphedStep, NonFiniteWatch, graph_refusal
 from autosearch.training.runtime import PRECISIONS, Runtime, autocast, resolve
+from autosearch.training.sharding import PARALLEL, Parallel
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +89,14 @@ class TrainConfig:
             small candidates are launch-bound). Used where it applies (one process,
             bf16 or fp32, cosine schedule, not a supernet or distillation); elsewhere,
             and where capture fails (logged once), steps run eagerly.
+        parallel: How ranks started by torchrun share the work: ``"ddp"`` (a whole
+            copy of the model on every rank), ``"fsdp"`` (parameters, gradients and
+            optimizer state sharded over every rank: candidates larger than one device)
+            or ``"hsdp"`` (sharded within groups of ``shard_size`` ranks, replicated
+            across the groups). Each rank reads its share of every batch in all three.
+            In one process it changes nothing but the checkpoint's format (sharded, so
+            that a run resumes at any number of ranks).
+        shard_size: Ranks a group under ``"hsdp"`` (default: the ranks of one node).
     """
 
     epochs: int = 10
@@ -107,9 +117,16 @@ class TrainConfig:
     compile: bool = False
     auto_batch_size: bool = False
     cuda_graphs: bool = True
+    parallel: Parallel = "ddp"
+    shard_size: int | None = None
 
     def __post_init__(self) -> None:
         check_fields("TrainConfig", self, _CHECKS)
+        if self.shard_size is not None and self.parallel != "hsdp":
+            raise ConfigError(
+                f"TrainConfig shard_size={self.shard_size} with parallel={self.parallel!r}: "
+                "a shard size applies to parallel='hsdp' only; set parallel='hsdp' or drop it"
+            )
         if self.warmup_epochs and self.schedule == "onecycle":
             raise ConfigError(
                 f"TrainConfig warmup_epochs={self.warmup_epochs} with schedule='onecycle', "
@@ -147,6 +164,8 @@ _CHECKS: tuple[Check, ...] = (
         (name, flag, "True or False")
         for name in ("flip", "channels_last", "compile", "auto_batch_size", "cuda_graphs")
     ),
+    ("parallel", lambda v: v in PARALLEL, "'ddp', 'fsdp' or 'hsdp'"),
+    ("shard_size", lambda v: v is None or whole(1)(v), "None or an integer >= 1"),
 )
 
 
@@ -164,6 +183,9 @@ class TrainResult:
     history: tuple[EpochResult, ...]
     precision: str = "fp32"
     world_size: int = 1
+    # Bytes this rank held while it trained ("parameters", "optimizer"), measured from
+    # the tensors: about 1/N of the whole under parallel="fsdp" with N ranks.
+    held: dict[str, int] = dataclasses.field(default_factory=dict)
 
     @property
     def val_accuracy(self) -> float:
@@ -226,13 +248,26 @@ def _train(
     loop = _prepare(model, data, config, seed, runtime, criterion)
     state_path = Path(checkpoint) if checkpoint else None
     first, history = 1, list[EpochResult]()
+    split = sharding.sharded(config.parallel)  # the checkpoint's format
+    together = split and runtime.distributed  # the model itself in shards
     if state_path is not None and state_path.is_file():
-        first, restored = checkpoint_file.restore(state_path, loop, _settings(config, seed, data))
+        first, restored = checkpoint_file.restore(
+            state_path,
+            loop,
+            _settings(config, seed, data),
+            load_shards=(
+                (lambda name: sharding.load_shards(state_path, name, loop.model, loop.optimizer))
+                if split
+                else None
+            ),
+        )
         history = [EpochResult(**e) for e in restored]
     for epoch in range(first, config.epochs + 1):
         start = time.perf_counter()
         train_loss = loop.epoch(epoch)
-        val_accuracy, val_loss = evaluate(model, data.val, data)
+        if together:
+            sharding.average_buffers(loop.model)  # batch-norm statistics, one value
+        val_accuracy, val_loss = evaluate(loop.model, data.val, data)
         result = EpochResult(
             epoch=epoch,
             train_loss=train_loss,
@@ -241,14 +276,38 @@ def _train(
             seconds=time.perf_counter() - start,
         )
         history.append(result)
-        if state_path is not None and runtime.rank == 0:
-            states = [vars(e) for e in history]
-            checkpoint_file.save(state_path, epoch, states, loop, _settings(config, seed, data))
+        if state_path is not None:
+            _save(state_path, epoch, history, loop, _settings(config, seed, data), split)
         if on_epoch is not None:
             on_epoch(result)
+    held = sharding.held_bytes(loop.model, loop.optimizer)
+    if together:
+        sharding.full_weights(loop.model, model)  # the candidate, whole, on every rank
     return TrainResult(
-        history=tuple(history), precision=runtime.precision, world_size=runtime.world_size
+        history=tuple(history),
+        precision=runtime.precision,
+        world_size=runtime.world_size,
+        held=held,
     )
+
+
+def _save(
+    path: Path,
+    epoch: int,
+    history: list[EpochResult],
+    loop: _Loop,
+    settings: dict[str, Any],
+    split: bool,
+) -> None:
+    """The checkpoint after ``epoch``: rank 0's file; under sharding, every rank's
+    shards first, then the file that names them (a checkpoint is whole or not there)."""
+    rank = loop.runtime.rank
+    shards = sharding.save_shards(path, epoch, loop.model, loop.optimizer) if split else None
+    if rank == 0:
+        states = [vars(e) for e in history]
+        checkpoint_file.save(path, epoch, states, loop, settings, shards=shards)
+        if shards is not None:
+            sharding.drop_older_shards(path, keep=shards)
 
 
 @dataclass(kw_only=True, eq=False)
@@ -323,17 +382,7 @@ def _prepare(
     criterion: Criterion | None,
 ) -> _Loop:
     device = runtime.device
-    model.to(device)
-    if config.channels_last:  # supported by Module.to, though missing from its type stubs
-        model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
-    net: nn.Module = model
-    if runtime.distributed:
-        ids = [device.index] if device.type == "cuda" else None
-        # A model whose steps use different parts of it (a supernet's sandwich) says so.
-        unused = bool(getattr(model, "find_unused_parameters", False))
-        net = nn.parallel.DistributedDataParallel(
-            model, device_ids=ids, find_unused_parameters=unused
-        )
+    model, net = _placed(model, config, runtime)
     if config.compile:
         net = torch.compile(net)  # type: ignore[assignment]
     # Data order and augmentation draw from a CPU generator: the same on every device
@@ -372,6 +421,28 @@ def _prepare(
     return loop
 
 
+def _placed(model: nn.Module, config: TrainConfig, runtime: Runtime) -> tuple[nn.Module, nn.Module]:
+    """(the model trained, the model as stepped) on the run's device and ranks: whole and
+    DDP-wrapped, or a sharded copy (FSDP / HSDP), which goes to the device in shards."""
+    device = runtime.device
+    together = runtime.distributed and sharding.sharded(config.parallel)
+    if not together:
+        model.to(device)
+    if config.channels_last:  # supported by Module.to, though missing from its type stubs
+        model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+    if together:
+        mesh = sharding.make_mesh(config.parallel, device, config.shard_size)
+        model = sharding.shard_model(model, mesh, device)
+        return model, model
+    if not runtime.distributed:
+        return model, model
+    ids = [device.index] if device.type == "cuda" else None
+    # A model whose steps use different parts of it (a supernet's sandwich) says so.
+    unused = bool(getattr(model, "find_unused_parameters", False))
+    ddp = nn.parallel.DistributedDataParallel(model, device_ids=ids, find_unused_parameters=unused)
+    return model, ddp
+
+
 def _step(
     loss: torch.Tensor,
     model: nn.Module,
@@ -397,8 +468,11 @@ def _step(
 def _settings(config: TrainConfig, seed: int, data: Dataset) -> dict[str, Any]:
     """What a run's result depends on besides the model: a checkpoint resumes only a run
     with the same (the same training config, seed and data)."""
+    # How ranks share the work does not change the run: a checkpoint resumes at another
+    # number of ranks, or the other sharding (its format is checked apart).
+    shared = {"parallel", "shard_size"}
     return {
-        **dataclasses.asdict(config),
+        **{k: v for k, v in dataclasses.asdict(config).items() if k not in shared},
         "seed": seed,
         "data": data.name,
         "images": [len(data.train), len(data.val)],
