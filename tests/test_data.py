@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import gzip
+import logging
 import os
 import pickle
+import threading
 from collections import Counter
 from pathlib import Path
 
@@ -365,3 +367,35 @@ def test_a_folder_with_one_class_is_refused(tmp_path, stream):
         Image.fromarray(np.full((8, 8), i * 10, np.uint8)).save(folder / f"{i}.png")
     with pytest.raises(DataError, match="needs at least two"):
         load_data(f"folder:{tmp_path / 'only-cats'}", stream=stream)
+
+
+def test_a_cache_entry_rewritten_by_other_ranks_is_always_read_whole(tmp_path, monkeypatch, caplog):
+    """Ranks of one run may write the same entry while another reads it: every read
+    sees a whole entry (never half a file, never a miss once it exists)."""
+    from autosearch.data._cache import load_cached, store
+    from autosearch.data._readers import Raw
+
+    monkeypatch.setenv("AUTOSEARCH_CACHE", str(tmp_path))
+    images, labels = _images(64, 3, shape=(6, 6))
+    raw = Raw(images=images, labels=labels, test_images=None, test_labels=None,
+              classes=["a", "b", "c"], problems=["x.png"])  # fmt: skip
+    store("k", raw)
+    stop = threading.Event()
+
+    def rewrite() -> None:
+        while not stop.is_set():
+            store("k", raw)
+
+    writers = [threading.Thread(target=rewrite) for _ in range(2)]
+    for writer in writers:
+        writer.start()
+    try:
+        with caplog.at_level(logging.WARNING):
+            reads = [load_cached("k") for _ in range(200)]
+    finally:
+        stop.set()
+        for writer in writers:
+            writer.join()
+    assert all(r is not None and r.classes == ["a", "b", "c"] for r in reads)
+    assert "unreadable" not in caplog.text
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["k.json", "k.safetensors"]

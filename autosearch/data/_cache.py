@@ -6,6 +6,7 @@ import hashlib
 import json
 import logging
 import os
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -64,14 +65,17 @@ def store(key: str, raw: Raw) -> None:
         arrays = {"images": raw.images, "labels": raw.labels}
         if raw.test_images is not None and raw.test_labels is not None:
             arrays |= {"test_images": raw.test_images, "test_labels": raw.test_labels}
-        tmp = folder / f"{key}.{os.getpid()}.tmp"  # ranks may write the same entry at once
+        writer = f"{os.getpid()}.{threading.get_ident()}"  # ranks may write the entry at once
+        tmp = folder / f"{key}.{writer}.tmp"
         save_file(
             {k: torch.from_numpy(np.array(v, order="C", copy=True)) for k, v in arrays.items()},
             str(tmp),
         )
-        folder.joinpath(f"{key}.json").write_text(
-            json.dumps({"classes": raw.classes, "problems": raw.problems})
-        )
-        tmp.replace(folder / f"{key}.safetensors")  # atomic: readers never see half a file
+        meta = folder / f"{key}.{writer}.json.tmp"
+        meta.write_text(json.dumps({"classes": raw.classes, "problems": raw.problems}))
+        # Each file renamed whole, the metadata first: a reader (another rank reading the
+        # entry this one rewrites) never sees half of either.
+        meta.replace(folder / f"{key}.json")
+        tmp.replace(folder / f"{key}.safetensors")
     except OSError as exc:  # a read-only home is no reason to fail
         logger.warning("could not write the dataset cache in %s: %s", folder, exc)
