@@ -17,11 +17,15 @@
 #   study folder resumed from .gpu/nb201-work.tar.gz where an earlier session left one; stopped
 #   with SIGINT after SECONDS (the epoch's checkpoint finishes), its folder packed into
 #   $OUT/nb201-work.tar.gz: copy that to .gpu/ to go on in the next session.
+# sharding: FSDP / HSDP against DDP (benchmarks/sharding.py, ResNet-18 on CIFAR-10 images,
+#   bf16): the peak CUDA memory and the bytes each rank holds, on as many ranks as the
+#   machine has GPUs (one process only on a one-GPU machine: nccl takes a GPU a rank).
+#   run(command="bash benchmarks/gpu_session.sh sharding", carry=[".gpu"], timeout_s=300)
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
 gpu=.gpu
-mode=${1:?usage: gpu_session.sh prepare | measure | nb201 SECONDS}
+mode=${1:?usage: gpu_session.sh prepare | measure | nb201 SECONDS | sharding}
 
 if [ "$mode" = prepare ]; then
     mkdir -p "$gpu/wheels" "$gpu/shared/datasets" "$gpu/shared/benchdata"
@@ -72,8 +76,19 @@ nb201)
     tar -C "$work" --exclude='./datasets' -czf "$out/nb201-work.tar.gz" .
     tail -5 "$out/nb201.log"
     ;;
+sharding)
+    gpus=$(nvidia-smi -L | wc -l)
+    only=("one process")
+    [ "$gpus" -ge 2 ] && only+=("ddp x2" "fsdp x2")
+    [ "$gpus" -ge 4 ] && only+=("ddp x4" "fsdp x4" "hsdp 2x2")
+    timeout -k 10 250 python3 benchmarks/sharding.py --device cuda --precision bf16 \
+        --data cifar10-sample --images 8192 \
+        --batch-size 256 --only "${only[@]}" >"$out/sharding.json" 2>"$out/sharding.log"
+    tail -3 "$out/sharding.log"
+    cat "$out/sharding.json"
+    ;;
 *)
-    echo "unknown mode $mode: prepare | measure | nb201 SECONDS" >&2
+    echo "unknown mode $mode: prepare | measure | nb201 SECONDS | sharding" >&2
     exit 2
     ;;
 esac
