@@ -16,7 +16,15 @@ from typing import Any, Protocol
 import torch
 import torch.nn as nn
 
-__all__ = ["OPTIMIZERS", "SCHEDULES", "Recipe", "make_optimizer", "make_schedule", "warmup_steps"]
+__all__ = [
+    "OPTIMIZERS",
+    "SCHEDULES",
+    "Recipe",
+    "make_optimizer",
+    "make_schedule",
+    "retune",
+    "warmup_steps",
+]
 
 
 class Recipe(Protocol):
@@ -95,3 +103,26 @@ def make_schedule(
         return 0.5 * (1 + math.cos(math.pi * (step - warmup) / (steps - warmup)))
 
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def retune(
+    optimizer: torch.optim.Optimizer, schedule: Any, *, lr: float, weight_decay: float
+) -> None:
+    """Give a restored run new settings: the learning-rate schedule rescaled so that its
+    peak is ``lr`` (where it is in its course is kept: cosine, warm-up and one-cycle are
+    all proportional to their peak), and ``weight_decay``. Tensors the optimizer holds
+    (a CUDA graph's learning rate) change in place."""
+    factors = []
+    for group in optimizer.param_groups:
+        peak = group.get("max_lr", group.get("initial_lr", group["lr"]))
+        factor = lr / float(peak)
+        factors.append(factor)
+        for key in ("lr", "initial_lr", "max_lr", "min_lr"):
+            if key in group:
+                if isinstance(group[key], torch.Tensor):
+                    group[key].mul_(factor)
+                else:
+                    group[key] = group[key] * factor
+        group["weight_decay"] = weight_decay
+    if hasattr(schedule, "base_lrs"):
+        schedule.base_lrs = [b * f for b, f in zip(schedule.base_lrs, factors, strict=True)]

@@ -23,7 +23,7 @@ from autosearch.errors import TrialFailed
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["GraphedStep", "NonFiniteWatch", "graph_refusal"]
+__all__ = ["GraphedStep", "NonFiniteWatch", "backward_and_step", "graph_refusal"]
 
 # (images, labels) -> the loss; a step's forward pass and loss, under autocast.
 Forward = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -192,3 +192,25 @@ class NonFiniteWatch:
                 f"loss became {loss.item()} at epoch {epoch}, step {step}; "
                 "lower the learning rate or check the data"
             )
+
+
+def backward_and_step(
+    loss: torch.Tensor,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler,
+    grad_clip: float | None,
+) -> None:
+    """Backward and optimizer step; through the loss scaler only when fp16 needs it."""
+    if scaler.is_enabled():
+        scaler.scale(loss).backward()
+        if grad_clip is not None:
+            scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
+            nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        scaler.step(optimizer)
+        scaler.update()
+        return
+    loss.backward()
+    if grad_clip is not None:
+        nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    optimizer.step()

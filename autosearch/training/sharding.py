@@ -38,11 +38,12 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from autosearch.errors import ConfigError
+from autosearch.training import _checkpoint
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
 
-__all__ = ["PARALLEL", "Parallel", "held_bytes", "make_mesh", "shard_model", "sharded"]
+__all__ = ["PARALLEL", "Parallel", "held_bytes", "make_mesh", "place", "shard_model", "sharded"]
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +59,35 @@ UNIT_SHARE = 1 / 8
 def sharded(parallel: str) -> bool:
     """Whether ``parallel`` shards the model (FSDP or HSDP) rather than replicating it."""
     return parallel in ("fsdp", "hsdp")
+
+
+def place(
+    model: nn.Module,
+    device: torch.device,
+    *,
+    distributed: bool,
+    parallel: str,
+    shard_size: int | None,
+    channels_last: bool,
+) -> tuple[nn.Module, nn.Module]:
+    """(the model trained, the model as stepped) on the run's device and ranks: whole
+    (DDP-wrapped under torchrun), or a sharded copy (FSDP / HSDP), which goes to the
+    device in shards, never whole."""
+    together = distributed and sharded(parallel)
+    if not together:
+        model.to(device)
+    if channels_last:  # supported by Module.to, though missing from its type stubs
+        model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+    if together:
+        model = shard_model(model, make_mesh(parallel, device, shard_size), device)
+        return model, model
+    if not distributed:
+        return model, model
+    ids = [device.index] if device.type == "cuda" else None
+    # A model whose steps use different parts of it (a supernet's sandwich) says so.
+    unused = bool(getattr(model, "find_unused_parameters", False))
+    ddp = nn.parallel.DistributedDataParallel(model, device_ids=ids, find_unused_parameters=unused)
+    return model, ddp
 
 
 def make_mesh(parallel: str, device: torch.device, shard_size: int | None) -> DeviceMesh:
@@ -216,3 +246,21 @@ def drop_older_shards(path: Path, keep: str) -> None:
     for folder in path.parent.glob(f"{path.name}.shards-*"):
         if folder.name != keep:
             shutil.rmtree(folder, ignore_errors=True)
+
+
+def save_checkpoint(
+    path: Path,
+    epoch: int,
+    history: list[dict[str, Any]],
+    loop: _checkpoint.Resumable,
+    settings: dict[str, Any],
+    split: bool,
+    rank: int,
+) -> None:
+    """A run's checkpoint after ``epoch``: rank 0's file; when ``split`` (sharded),
+    every rank's shards first, then the file that names them (whole or not there)."""
+    shards = save_shards(path, epoch, loop.model, loop.optimizer) if split else None
+    if rank == 0:
+        _checkpoint.save(path, epoch, history, loop, settings, shards=shards)
+        if shards is not None:
+            drop_older_shards(path, keep=shards)

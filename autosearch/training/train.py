@@ -19,7 +19,7 @@ import logging
 import math
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -36,8 +36,19 @@ from autosearch.training import _checkpoint as checkpoint_file
 from autosearch.training import sharding
 from autosearch.training._batch import batch_cap, find_batch_size, grown
 from autosearch.training._feed import Batch, epoch_batches
-from autosearch.training._optim import OPTIMIZERS, SCHEDULES, make_optimizer, make_schedule
-from autosearch.training._step import GraphedStep, NonFiniteWatch, graph_refusal
+from autosearch.training._optim import (
+    OPTIMIZERS,
+    SCHEDULES,
+    make_optimizer,
+    make_schedule,
+    retune,
+)
+from autosearch.training._step import (
+    GraphedStep,
+    NonFiniteWatch,
+    backward_and_step,
+    graph_refusal,
+)
 from autosearch.training.runtime import PRECISIONS, Runtime, autocast, resolve
 from autosearch.training.sharding import PARALLEL, Parallel
 
@@ -206,6 +217,8 @@ def train(
     checkpoint: str | Path | None = None,
     runtime: Runtime | None = None,
     criterion: Criterion | None = None,
+    until: int | None = None,
+    adaptive: Collection[str] = (),
 ) -> TrainResult:
     """Train ``model`` in place on ``data.train``, validating after each epoch.
 
@@ -217,6 +230,12 @@ def train(
     scaler, RNG states, history) is written there, and a run that finds one resumes
     from it. Under torchrun every rank calls this; rank 0 writes the checkpoint.
 
+    ``until`` stops after that epoch (the schedule still spans ``config.epochs``); a later
+    call with the same checkpoint goes on. ``adaptive`` names settings that may change
+    between such calls (population-based training: ``lr``, ``weight_decay``,
+    ``label_smoothing``): a checkpoint resumes whatever they were, and this call's values
+    win over the restored ones (the learning-rate schedule rescaled to the new peak).
+
     Raises:
         TrialFailed: the loss became NaN or infinite, or the device ran out of memory.
     """
@@ -226,8 +245,15 @@ def train(
         fits = find_batch_size(model, data, config, runtime, limit=cap)
         config, said = grown(config, fits, cap=cap, images=len(data.train))
         logger.info("auto_batch_size: %s", said)
+    unknown = set(adaptive) - set(ADAPTIVE)
+    if unknown:
+        raise ConfigError(
+            f"{sorted(unknown)} cannot change while a run trains: the adaptive settings are "
+            f"{', '.join(ADAPTIVE)}"
+        )
+    options = _Options(on_epoch, checkpoint, criterion, until, frozenset(adaptive))
     try:
-        return _train(model, data, config, seed, on_epoch, checkpoint, runtime, criterion)
+        return _train(model, data, config, seed, runtime, options)
     except torch.OutOfMemoryError:
         raise TrialFailed(
             f"out of memory on {runtime.device} at batch size "
@@ -235,26 +261,38 @@ def train(
         ) from None
 
 
+# Settings a run may change between calls on one checkpoint (population-based training).
+ADAPTIVE = ("lr", "weight_decay", "label_smoothing")
+
+
+@dataclass(frozen=True)
+class _Options:
+    on_epoch: Callable[[EpochResult], None] | None
+    checkpoint: str | Path | None
+    criterion: Criterion | None
+    until: int | None
+    adaptive: frozenset[str]
+
+
 def _train(
     model: nn.Module,
     data: Dataset,
     config: TrainConfig,
     seed: int,
-    on_epoch: Callable[[EpochResult], None] | None,
-    checkpoint: str | Path | None,
     runtime: Runtime,
-    criterion: Criterion | None = None,
+    options: _Options,
 ) -> TrainResult:
-    loop = _prepare(model, data, config, seed, runtime, criterion)
-    state_path = Path(checkpoint) if checkpoint else None
+    loop = _prepare(model, data, config, seed, runtime, options.criterion)
+    state_path = Path(options.checkpoint) if options.checkpoint else None
     first, history = 1, list[EpochResult]()
     split = sharding.sharded(config.parallel)  # the checkpoint's format
     together = split and runtime.distributed  # the model itself in shards
+    settings = _settings(config, seed, data, options.adaptive)
     if state_path is not None and state_path.is_file():
         first, restored = checkpoint_file.restore(
             state_path,
             loop,
-            _settings(config, seed, data),
+            settings,
             load_shards=(
                 (lambda name: sharding.load_shards(state_path, name, loop.model, loop.optimizer))
                 if split
@@ -262,7 +300,10 @@ def _train(
             ),
         )
         history = [EpochResult(**e) for e in restored]
-    for epoch in range(first, config.epochs + 1):
+        if options.adaptive and restored:  # this call's settings, not the restored ones
+            retune(loop.optimizer, loop.schedule, lr=config.lr, weight_decay=config.weight_decay)
+    last = config.epochs if options.until is None else min(options.until, config.epochs)
+    for epoch in range(first, last + 1):
         start = time.perf_counter()
         train_loss = loop.epoch(epoch)
         if together:
@@ -277,9 +318,10 @@ def _train(
         )
         history.append(result)
         if state_path is not None:
-            _save(state_path, epoch, history, loop, _settings(config, seed, data), split)
-        if on_epoch is not None:
-            on_epoch(result)
+            states = [vars(e) for e in history]
+            sharding.save_checkpoint(state_path, epoch, states, loop, settings, split, runtime.rank)
+        if options.on_epoch is not None:
+            options.on_epoch(result)
     held = sharding.held_bytes(loop.model, loop.optimizer)
     if together:
         sharding.full_weights(loop.model, model)  # the candidate, whole, on every rank
@@ -289,25 +331,6 @@ def _train(
         world_size=runtime.world_size,
         held=held,
     )
-
-
-def _save(
-    path: Path,
-    epoch: int,
-    history: list[EpochResult],
-    loop: _Loop,
-    settings: dict[str, Any],
-    split: bool,
-) -> None:
-    """The checkpoint after ``epoch``: rank 0's file; under sharding, every rank's
-    shards first, then the file that names them (a checkpoint is whole or not there)."""
-    rank = loop.runtime.rank
-    shards = sharding.save_shards(path, epoch, loop.model, loop.optimizer) if split else None
-    if rank == 0:
-        states = [vars(e) for e in history]
-        checkpoint_file.save(path, epoch, states, loop, settings, shards=shards)
-        if shards is not None:
-            sharding.drop_older_shards(path, keep=shards)
 
 
 @dataclass(kw_only=True, eq=False)
@@ -370,7 +393,7 @@ class _Loop:
             return self.criterion(logits, x, y)
 
     def _backward(self, loss: torch.Tensor) -> None:
-        _step(loss, self.model, self.optimizer, self.scaler, self.config)
+        backward_and_step(loss, self.model, self.optimizer, self.scaler, self.config.grad_clip)
 
 
 def _prepare(
@@ -382,7 +405,14 @@ def _prepare(
     criterion: Criterion | None,
 ) -> _Loop:
     device = runtime.device
-    model, net = _placed(model, config, runtime)
+    model, net = sharding.place(
+        model,
+        device,
+        distributed=runtime.distributed,
+        parallel=config.parallel,
+        shard_size=config.shard_size,
+        channels_last=config.channels_last,
+    )
     if config.compile:
         net = torch.compile(net)  # type: ignore[assignment]
     # Data order and augmentation draw from a CPU generator: the same on every device
@@ -421,56 +451,14 @@ def _prepare(
     return loop
 
 
-def _placed(model: nn.Module, config: TrainConfig, runtime: Runtime) -> tuple[nn.Module, nn.Module]:
-    """(the model trained, the model as stepped) on the run's device and ranks: whole and
-    DDP-wrapped, or a sharded copy (FSDP / HSDP), which goes to the device in shards."""
-    device = runtime.device
-    together = runtime.distributed and sharding.sharded(config.parallel)
-    if not together:
-        model.to(device)
-    if config.channels_last:  # supported by Module.to, though missing from its type stubs
-        model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
-    if together:
-        mesh = sharding.make_mesh(config.parallel, device, config.shard_size)
-        model = sharding.shard_model(model, mesh, device)
-        return model, model
-    if not runtime.distributed:
-        return model, model
-    ids = [device.index] if device.type == "cuda" else None
-    # A model whose steps use different parts of it (a supernet's sandwich) says so.
-    unused = bool(getattr(model, "find_unused_parameters", False))
-    ddp = nn.parallel.DistributedDataParallel(model, device_ids=ids, find_unused_parameters=unused)
-    return model, ddp
-
-
-def _step(
-    loss: torch.Tensor,
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    scaler: torch.amp.GradScaler,
-    config: TrainConfig,
-) -> None:
-    """Backward and optimizer step; through the loss scaler only when fp16 needs it."""
-    if scaler.is_enabled():
-        scaler.scale(loss).backward()
-        if config.grad_clip is not None:
-            scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
-            nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-        scaler.step(optimizer)
-        scaler.update()
-        return
-    loss.backward()
-    if config.grad_clip is not None:
-        nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-    optimizer.step()
-
-
-def _settings(config: TrainConfig, seed: int, data: Dataset) -> dict[str, Any]:
+def _settings(
+    config: TrainConfig, seed: int, data: Dataset, adaptive: Collection[str] = ()
+) -> dict[str, Any]:
     """What a run's result depends on besides the model: a checkpoint resumes only a run
     with the same (the same training config, seed and data)."""
     # How ranks share the work does not change the run: a checkpoint resumes at another
     # number of ranks, or the other sharding (its format is checked apart).
-    shared = {"parallel", "shard_size"}
+    shared = {"parallel", "shard_size", *adaptive}
     return {
         **{k: v for k, v in dataclasses.asdict(config).items() if k not in shared},
         "seed": seed,

@@ -38,8 +38,10 @@ __all__ = [
     "Watch",
     "beating",
     "first_stamp",
+    "gone",
     "last_beat",
     "process_gone",
+    "this_process",
     "worker_id",
 ]
 
@@ -107,7 +109,12 @@ def process_gone(trial: FrozenTrial) -> bool:
     """Whether the process that holds ``trial`` is known to have ended: it ran on this
     machine (same boot, same pid namespace) and its pid is gone, a zombie, or another
     process's. False whenever that cannot be told (another machine, no /proc)."""
-    recorded = trial.system_attrs.get(PROCESS)
+    return gone(trial.system_attrs.get(PROCESS))
+
+
+def gone(recorded: object) -> bool:
+    """Whether the process :func:`this_process` described as ``recorded`` is known to
+    have ended (False whenever that cannot be told)."""
     if not isinstance(recorded, str):
         return False
     machine, pid, start = (*recorded.rsplit("/", 2), "", "")[:3]

@@ -1,0 +1,221 @@
+"""Population-based training: explore stays in its ranges, a restored run takes its new
+settings, a population exploits and explores through its record, its winner replays to
+the same weights, and a killed worker or two workers at once change nothing of it."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+from autosearch import ConfigError, TrainConfig
+from autosearch.study.population import replay, train_population
+from autosearch.training._optim import make_optimizer, make_schedule, retune
+from autosearch.training.pbt import PopulationBasedTraining, draw, explore, perturb
+from autosearch.training.train import train
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+from test_training_stack import _net  # noqa: E402
+
+MUTATIONS = {
+    "lr": FloatDistribution(0.01, 0.2, log=True),
+    "weight_decay": FloatDistribution(0.0, 1e-3),
+    "label_smoothing": CategoricalDistribution([0.0, 0.05, 0.1]),
+}
+
+
+def _inside(distribution, value) -> bool:
+    if isinstance(distribution, CategoricalDistribution):
+        return value in distribution.choices
+    return distribution.low <= value <= distribution.high
+
+
+distributions = st.one_of(
+    st.tuples(st.floats(1e-4, 1.0), st.floats(1.01, 100.0), st.booleans()).map(
+        lambda t: FloatDistribution(t[0], t[0] * t[1], log=t[2])
+    ),
+    st.tuples(st.integers(1, 50), st.integers(0, 40), st.integers(1, 4)).map(
+        lambda t: IntDistribution(t[0], t[0] + t[1] * t[2], step=t[2])
+    ),
+    st.lists(st.integers(0, 9), min_size=1, max_size=5, unique=True).map(CategoricalDistribution),
+)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(distribution=distributions, seed=st.integers(0, 2**32 - 1), factor=st.floats(0.01, 100))
+def test_drawn_perturbed_and_explored_settings_stay_inside_their_ranges(distribution, seed, factor):
+    rng = np.random.default_rng(seed)
+    value = draw(distribution, rng)
+    assert _inside(distribution, value)
+    assert _inside(distribution, perturb(distribution, value, factor))
+    config = PopulationBasedTraining(mutations={"lr": distribution}, resample=0.5)
+    assert _inside(distribution, explore({"lr": value}, config, rng)["lr"])
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{}, {"warmup_epochs": 1.0}, {"schedule": "onecycle"}],
+    ids=["cosine", "warmup", "onecycle"],
+)
+def test_a_restored_schedule_takes_the_new_peak_where_it_is_in_its_course(changes):
+    def stepped(lr: float, steps: int):
+        config = TrainConfig(epochs=4, lr=lr, **changes)
+        optimizer = make_optimizer([torch.nn.Parameter(torch.zeros(1))], config, False)
+        schedule = make_schedule(optimizer, config, 10, config.epochs)
+        for _ in range(steps):
+            optimizer.step()
+            schedule.step()
+        return optimizer, schedule
+
+    optimizer, schedule = stepped(0.05, 17)
+    retune(optimizer, schedule, lr=0.2, weight_decay=1e-3)
+    expected, expected_schedule = stepped(0.2, 17)
+    for _ in range(9):  # and it goes on as the schedule of the new peak would
+        assert optimizer.param_groups[0]["lr"] == pytest.approx(expected.param_groups[0]["lr"])
+        assert optimizer.param_groups[0]["weight_decay"] == 1e-3
+        optimizer.step(), schedule.step(), expected.step(), expected_schedule.step()
+
+
+def test_a_run_in_parts_is_the_run_straight_and_new_settings_win_over_restored_ones(
+    digits, tmp_path
+):
+    config = TrainConfig(epochs=3, lr=0.05, crop_padding=1, device="cpu")
+    straight = _net()
+    train(straight, digits, config, seed=1)
+    parts, checkpoint = _net(), tmp_path / "train.pt"
+    first = train(parts, digits, config, seed=1, checkpoint=checkpoint, until=2)
+    assert [e.epoch for e in first.history] == [1, 2]
+    train(parts, digits, config, seed=1, checkpoint=checkpoint)
+    for name, value in straight.state_dict().items():
+        assert torch.equal(parts.state_dict()[name], value), name
+
+    faster = TrainConfig(epochs=3, lr=0.1, weight_decay=1e-4, crop_padding=1, device="cpu")
+    resumed = tmp_path / "resumed.pt"
+    train(_net(), digits, config, seed=1, checkpoint=resumed, until=2, adaptive=["lr"])
+    train(_net(), digits, faster, seed=1, checkpoint=resumed, adaptive=["lr", "weight_decay"])
+    group = torch.load(resumed, weights_only=True)["optimizer"]["param_groups"][0]
+    assert group["initial_lr"] == pytest.approx(0.1) and group["weight_decay"] == 1e-4
+    with pytest.raises(ConfigError, match=r"\['batch_size'\] cannot change while a run trains"):
+        train(_net(), digits, config, seed=1, adaptive=["batch_size"])
+
+
+def _population(**changes) -> PopulationBasedTraining:
+    return PopulationBasedTraining(
+        **{"size": 4, "interval": 1, "quantile": 0.25, "mutations": MUTATIONS, **changes}
+    )
+
+
+CONFIG = TrainConfig(epochs=3, batch_size=64, lr=0.05, crop_padding=1, device="cpu")
+
+
+def test_a_population_exploits_explores_and_its_winner_replays_to_the_same_weights(
+    digits, tmp_path
+):
+    population = _population(seed=3)
+    result = train_population(_net, digits, CONFIG, population, tmp_path / "pop", seed=7)
+    assert [r["epoch"] for r in result.rounds] == [1, 2]  # a round a boundary, none at the end
+    for round_ in result.rounds:
+        (exploit,) = round_["exploits"]  # the bottom quarter of 4
+        assert exploit["member"] == round_["ranking"][-1]
+        assert exploit["from"] == round_["ranking"][0]
+        assert all(_inside(MUTATIONS[k], v) for k, v in exploit["after"].items())
+    for member in result.members:
+        assert member["epoch"] == 3 and set(member["scores"]) == {"1", "2", "3"}
+        assert [s["to"] for s in member["schedule"]][-1] == 3
+        assert member["schedule"][0]["from"] == 0
+    scores = {m["id"]: m["scores"]["3"] for m in result.members}
+    assert result.val_accuracy == max(scores.values()) == scores[result.winner]
+    record = json.loads((tmp_path / "pop" / "population.json").read_text())
+    assert record["rounds"] == result.rounds  # what it did is stored
+
+    replayed, history = replay(_net, digits, CONFIG, result.schedule, seed=7)
+    winner = result.load(_net())
+    for name, value in winner.state_dict().items():
+        assert torch.equal(replayed.state_dict()[name], value), name
+    assert history[-1].val_accuracy == result.val_accuracy
+
+    # The same folder, asked again: nothing trains, the same result.
+    again = train_population(_net, digits, CONFIG, population, tmp_path / "pop", seed=7)
+    assert again.rounds == result.rounds and again.winner == result.winner
+    with pytest.raises(ConfigError, match="holds another population .*seed"):
+        train_population(_net, digits, CONFIG, population, tmp_path / "pop", seed=8)
+
+
+_WORKER = textwrap.dedent(
+    """
+    import os, signal, sys
+    sys.path.insert(0, {tests!r})
+    from test_population import CONFIG, _population
+    from test_training_stack import _net
+    from autosearch.data import load_data
+    from autosearch.study.population import train_population
+
+    KILL = {kill!r}  # (member, epoch): die there, mid-interval, like a lost machine
+
+    def on_epoch(member, epoch):
+        if KILL and (member, epoch.epoch) == tuple(KILL):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    train_population(_net, load_data("digits"), CONFIG, _population(seed=3), {folder!r},
+                     seed=7, on_epoch=on_epoch, poll=0.05)
+    """
+)
+
+
+def _worker(folder: Path, kill: tuple[int, int] | None = None) -> subprocess.Popen:
+    code = _WORKER.format(tests=str(ROOT / "tests"), folder=str(folder), kill=kill)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE)
+
+
+@pytest.mark.slow
+def test_a_killed_worker_and_two_workers_at_once_give_the_population_of_one(digits, tmp_path):
+    alone = train_population(_net, digits, CONFIG, _population(seed=3), tmp_path / "a", seed=7)
+
+    killed = _worker(tmp_path / "b", kill=(2, 2))  # member 2, in the middle of its round
+    _, err = killed.communicate(timeout=1800)
+    assert killed.returncode == -signal.SIGKILL, err.decode()[-2000:]
+    record = json.loads((tmp_path / "b" / "population.json").read_text())
+    assert "2" in record["claims"]  # held by a process that is gone
+    resumed = train_population(_net, digits, CONFIG, _population(seed=3), tmp_path / "b", seed=7)
+
+    workers = [_worker(tmp_path / "c") for _ in range(2)]
+    for worker in workers:
+        _, err = worker.communicate(timeout=1800)
+        assert worker.returncode == 0, err.decode()[-2000:]
+    shared = train_population(_net, digits, CONFIG, _population(seed=3), tmp_path / "c", seed=7)
+
+    for other in (resumed, shared):
+        assert other.rounds == alone.rounds  # the same choices, in the same rounds
+        assert [m["scores"] for m in other.members] == [m["scores"] for m in alone.members]
+        assert other.winner == alone.winner and other.schedule == alone.schedule
+        assert other.members == alone.members
+    assert all(math.isfinite(m["scores"]["3"]) for m in alone.members)
+
+
+def test_bad_population_settings_are_refused_in_one_line():
+    for changes, match in [
+        ({"size": 1}, "size=1: a population needs 2 or more members"),
+        ({"quantile": 0.7}, r"quantile=0.7: expected a share in \(0, 0.5\]"),
+        ({"mutations": {"batch_size": IntDistribution(16, 64)}}, "only lr, weight_decay"),
+        ({"mutations": {}}, "name at least one setting"),
+        ({"factors": (0.8, -1)}, "factors="),
+    ]:
+        with pytest.raises(ConfigError, match=match):
+            PopulationBasedTraining(**changes)
+    population = PopulationBasedTraining(mutations={"label_smoothing": FloatDistribution(0.5, 2.0)})
+    with pytest.raises(ConfigError, match="label_smoothing"):
+        population.check(CONFIG)
