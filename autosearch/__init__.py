@@ -46,7 +46,9 @@ from autosearch.study import (
     create_study,
     load_study,
 )
+from autosearch.study.population import PopulationResult, train_population
 from autosearch.studyfile import StudySpec
+from autosearch.training.pbt import PopulationBasedTraining
 from autosearch.training.train import TrainConfig
 
 __all__ = [
@@ -64,6 +66,8 @@ __all__ = [
     "NetworkSpec",
     "Outcome",
     "PlatformError",
+    "PopulationBasedTraining",
+    "PopulationResult",
     "ProcessExecutor",
     "ProxyConfig",
     "Ranker",
@@ -88,6 +92,7 @@ __all__ = [
     "load_study",
     "register_controller",
     "register_space",
+    "train_population",
 ]
 
 

@@ -281,6 +281,18 @@ CASES = {
         ["train", EXPORT, "--shard-size", "2"],
         "applies to parallel='hsdp' only",
     ),
+    "train: population of one": (
+        ["train", EXPORT, "--population", "1"],
+        "--population: expected an integer >= 2",
+    ),
+    "train: zero population interval": (
+        ["train", EXPORT, "--population", "2", "--population-interval", "0"],
+        "--population-interval: expected an integer >= 1",
+    ),
+    "train: missing schedule": (
+        ["train", EXPORT, "--schedule", "{root}/nope.json"],
+        "cannot read the schedule",
+    ),
     "train: zero batch": (["train", EXPORT, "--batch-size", "0"], "TrainConfig batch_size=0"),
     "train: negative lr": (["train", EXPORT, "--lr", "-1"], "TrainConfig lr=-1.0"),
     "train: infinite lr": (["train", EXPORT, "--lr", "inf"], "TrainConfig lr=inf"),

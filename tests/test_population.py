@@ -219,3 +219,35 @@ def test_bad_population_settings_are_refused_in_one_line():
     population = PopulationBasedTraining(mutations={"label_smoothing": FloatDistribution(0.5, 2.0)})
     with pytest.raises(ConfigError, match="label_smoothing"):
         population.check(CONFIG)
+
+
+def test_autosearch_train_runs_a_population_and_replays_its_schedule(make_study, tmp_path, capsys):
+    from safetensors.torch import load_file
+
+    from autosearch.cli import main
+
+    study = make_study()
+    study.optimize(1)
+    out = study.export(study.best(), tmp_path / "best")
+    population = ["--population", "3", "--population-interval", "1"]
+    assert main(["train", str(out), "--epochs", "2", *population]) == 0
+    said = capsys.readouterr().out
+    assert "population of 3: member" in said and "schedule.json" in said
+    metrics = json.loads((out / "full" / "metrics.json").read_text())
+    assert metrics["population"]["size"] == 3 and len(metrics["population"]["rounds"]) == 1
+    assert metrics["epochs"] == 2 and metrics["val_accuracy"] == pytest.approx(
+        max(metrics["population"]["final"].values())
+    )
+    schedule = out / "full" / "schedule.json"
+    trained = load_file(out / "full" / "model.safetensors")
+    again = tmp_path / "again"
+    again.mkdir()
+    for name in ("model.py", "arch.json"):
+        (again / name).write_bytes((out / name).read_bytes())
+    assert main(["train", str(again), "--epochs", "2", "--schedule", str(schedule)]) == 0
+    replayed = load_file(again / "full" / "model.safetensors")
+    assert trained.keys() == replayed.keys()
+    for name, value in trained.items():  # the same network, from the schedule alone
+        assert torch.equal(replayed[name], value), name
+    assert main(["train", str(again), "--epochs", "3", "--schedule", str(schedule)]) == 2
+    assert "schedules 2 epochs but the run trains 3" in capsys.readouterr().err

@@ -360,7 +360,13 @@ def cmd_train(args: argparse.Namespace) -> int:
 
         try:
             metrics = train_export(
-                args.export_dir, data, config, seed=seed, on_epoch=progress, trained_on=trained_on
+                args.export_dir,
+                data,
+                config,
+                seed=seed,
+                on_epoch=progress,
+                trained_on=trained_on,
+                trainer=_trainer(args, config, seed),
             )
         finally:
             for bar in bars:
@@ -373,13 +379,54 @@ def cmd_train(args: argparse.Namespace) -> int:
                     f"trained {args.export_dir} for {metrics['epochs']} epochs on {spec}: "
                     f"val {metrics['val_accuracy']:.4f}, test {metrics['test_accuracy']:.4f} "
                     f"({metrics['seconds']:.1f} s, {metrics['world_size']} process(es), "
-                    f"{metrics['precision']})\nweights and metrics: "
+                    f"{metrics['precision']})"
+                    + _population_line(metrics)
+                    + "\nweights and metrics: "
                     f"{Path(args.export_dir) / 'full'}/"
                 )
         return 0
     finally:
         if distributed:
             leave_distributed()
+
+
+def _trainer(args: argparse.Namespace, config: TrainConfig, seed: int) -> Any:
+    """How ``autosearch train`` trains: a population (``--population N``: the learning
+    rate adapted within 1/10 to 10 times the recipe's), a replayed schedule
+    (``--schedule FILE``), or one plain run (None)."""
+    if args.population and args.schedule:
+        raise ConfigError("--population and --schedule: give one (a schedule replays one member)")
+    if args.population:
+        from optuna.distributions import FloatDistribution
+
+        from autosearch.study.population.full import population_trainer
+        from autosearch.training.pbt import PopulationBasedTraining
+
+        lr = FloatDistribution(config.lr / 10, config.lr * 10, log=True)
+        population = PopulationBasedTraining(
+            size=args.population,
+            interval=args.population_interval,
+            mutations={"lr": lr},
+            seed=seed,
+        )
+        return population_trainer(population)
+    if args.schedule:
+        from autosearch.study.population.full import read_schedule, schedule_trainer
+
+        return schedule_trainer(read_schedule(args.schedule, config.epochs))
+    return None
+
+
+def _population_line(metrics: dict[str, Any]) -> str:
+    population = metrics.get("population")
+    if not population:
+        return ""
+    copies = len(population["lineage"])
+    return (
+        f"\npopulation of {population['size']}: member {population['winner']} won "
+        f"({copies} exploit(s) in its lineage); its schedule: schedule.json "
+        "(replay it with --schedule)"
+    )
 
 
 def cmd_worker(args: argparse.Namespace) -> int:

@@ -323,5 +323,18 @@ def _add_train(sub: Subparsers) -> None:
         type=_integer(1),
         help="ranks a group under --parallel hsdp (default: a node's)",
     )
+    add(
+        "--population",
+        type=_integer(2),
+        help="train N copies together as a population, the learning rate adapted while "
+        "they train (population-based training); the best is kept",
+    )
+    add(
+        "--population-interval",
+        type=_integer(1),
+        default=2,
+        help="epochs between a population's exploit / explore rounds (default 2)",
+    )
+    add("--schedule", help="replay a population's schedule.json (the same network again)")
     add("--json", action="store_true", help="print the metrics as JSON")
     full.set_defaults(func=commands.cmd_train)

@@ -33,9 +33,16 @@ from autosearch._files import read_json, save_tensors
 from autosearch.data import Dataset
 from autosearch.errors import ExportError
 from autosearch.training.runtime import Runtime, resolve
-from autosearch.training.train import EpochResult, TrainConfig, evaluate, train
+from autosearch.training.train import EpochResult, TrainConfig, TrainResult, evaluate, train
 
-__all__ = ["load_export", "recipe", "train_export"]
+__all__ = ["Trainer", "load_export", "recipe", "train_export"]
+
+# (build, data, config, seed, the output folder) -> (the trained model, its result, what
+# else metrics.json records): how an export is trained where not by one plain run.
+Trainer = Callable[
+    [Callable[[], torch.nn.Module], Dataset, TrainConfig, int, Path],
+    tuple[torch.nn.Module, TrainResult, dict[str, Any]],
+]
 
 
 def load_export(folder: str | Path) -> ModuleType:
@@ -120,26 +127,30 @@ def train_export(
     runtime: Runtime | None = None,
     on_epoch: Callable[[EpochResult], None] | None = None,
     trained_on: str | None = None,
+    trainer: Trainer | None = None,
 ) -> dict[str, Any]:
     """Train the export in ``folder`` from scratch on ``data``; see the module docstring.
     ``trained_on``: the data spec the export's trial used, named when ``data`` does not
-    fit. Returns the metrics written to ``metrics.json``."""
+    fit. ``trainer``: how, where not by one plain run (a population, a replayed
+    schedule: :mod:`autosearch.study.population`). Returns the metrics written to
+    ``metrics.json``."""
     exported = load_export(folder)
     _check_fits(exported, data, folder, trained_on)
     data = dataclasses.replace(data, mean=tuple(exported.MEAN), std=tuple(exported.STD))
     out = _writable(Path(folder) / "full")  # refused before training, not after it
     runtime = runtime or resolve(device=config.device, precision=config.precision)
-    torch.manual_seed(seed)
-    model = exported.build()  # seeded initial weights
-    result = train(
-        model,
-        data,
-        config,
-        seed=seed,
-        on_epoch=on_epoch,
-        checkpoint=out / "checkpoint.pt",
-        runtime=runtime,
-    )
+
+    def build() -> torch.nn.Module:
+        torch.manual_seed(seed)
+        return exported.build()  # seeded initial weights
+
+    def plain(build: Callable[[], torch.nn.Module], *_: Any) -> tuple[Any, TrainResult, dict]:
+        model = build()
+        checkpoint = out / "checkpoint.pt"
+        return model, train(model, data, config, seed=seed, on_epoch=on_epoch,
+                            checkpoint=checkpoint, runtime=runtime), {}  # fmt: skip
+
+    model, result, extra = (trainer or plain)(build, data, config, seed, out)
     metrics: dict[str, Any] = {}
     if runtime.rank == 0:
         val_accuracy, val_loss = evaluate(model, data.val, data)
@@ -157,6 +168,7 @@ def train_export(
             "seed": seed,
             "train_config": dataclasses.asdict(config),
             "history": [vars(e) for e in result.history],
+            **extra,
         }
         try:
             save_tensors(model.state_dict(), out / "model.safetensors")
