@@ -55,6 +55,7 @@ RANKS = {
     "export": 10,  # an export folder (the package's own module)
     "export.retrain": 10,  # trains an export folder in full with the shared stack
     "study": 11,
+    "report.population": 11,  # a population's accuracy and adapted setting, drawn
     "report.plots": 12,
     "studyfile": 12,
     "report": 13,  # the HTML report (the package's own module)

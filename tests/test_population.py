@@ -233,6 +233,8 @@ def test_autosearch_train_runs_a_population_and_replays_its_schedule(make_study,
     assert main(["train", str(out), "--epochs", "2", *population]) == 0
     said = capsys.readouterr().out
     assert "population of 3: member" in said and "schedule.json" in said
+    page = (out / "full" / "population.html").read_text()
+    assert "population of 3: 1 exploits in 1 rounds" in page and "member 2" in page
     metrics = json.loads((out / "full" / "metrics.json").read_text())
     assert metrics["population"]["size"] == 3 and len(metrics["population"]["rounds"]) == 1
     assert metrics["epochs"] == 2 and metrics["val_accuracy"] == pytest.approx(
@@ -251,3 +253,18 @@ def test_autosearch_train_runs_a_population_and_replays_its_schedule(make_study,
         assert torch.equal(replayed[name], value), name
     assert main(["train", str(again), "--epochs", "3", "--schedule", str(schedule)]) == 2
     assert "schedules 2 epochs but the run trains 3" in capsys.readouterr().err
+
+
+def test_a_worker_stopped_by_ctrl_c_frees_its_member_and_goes_on_later(digits, tmp_path):
+    def stop(member, epoch):
+        if (member, epoch.epoch) == (1, 2):
+            raise KeyboardInterrupt
+
+    folder = tmp_path / "pop"
+    with pytest.raises(KeyboardInterrupt):
+        train_population(_net, digits, CONFIG, _population(seed=3), folder, seed=7, on_epoch=stop)
+    record = json.loads((folder / "population.json").read_text())
+    assert record["claims"] == {}  # free at once, not after the grace of a lost worker
+    resumed = train_population(_net, digits, CONFIG, _population(seed=3), folder, seed=7)
+    alone = train_population(_net, digits, CONFIG, _population(seed=3), tmp_path / "a", seed=7)
+    assert resumed.rounds == alone.rounds and resumed.members == alone.members

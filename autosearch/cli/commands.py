@@ -380,7 +380,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                     f"val {metrics['val_accuracy']:.4f}, test {metrics['test_accuracy']:.4f} "
                     f"({metrics['seconds']:.1f} s, {metrics['world_size']} process(es), "
                     f"{metrics['precision']})"
-                    + _population_line(metrics)
+                    + _population_line(metrics, Path(args.export_dir) / "full")
                     + "\nweights and metrics: "
                     f"{Path(args.export_dir) / 'full'}/"
                 )
@@ -417,15 +417,19 @@ def _trainer(args: argparse.Namespace, config: TrainConfig, seed: int) -> Any:
     return None
 
 
-def _population_line(metrics: dict[str, Any]) -> str:
+def _population_line(metrics: dict[str, Any], out: Path) -> str:
+    """What a population did, in a line, and its figure written (population.html)."""
     population = metrics.get("population")
     if not population:
         return ""
+    from autosearch.report.population import population as figure
+
+    figure(out / "population").write_html(out / "population.html", include_plotlyjs=True)
     copies = len(population["lineage"])
     return (
         f"\npopulation of {population['size']}: member {population['winner']} won "
         f"({copies} exploit(s) in its lineage); its schedule: schedule.json "
-        "(replay it with --schedule)"
+        "(replay it with --schedule); every member: population.html"
     )
 
 

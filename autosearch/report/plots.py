@@ -6,7 +6,8 @@
 * :func:`hypervolume` — the area the accuracy / cost front dominates, trial by trial;
 * :func:`learning_curves` — validation accuracy per epoch of every trial;
 * :func:`compare` — best-so-far curves of several studies (controllers) side by side;
-* :func:`importance` — which genes matter most for accuracy (Optuna's fANOVA).
+* :func:`importance` — which genes matter most for accuracy (Optuna's fANOVA);
+* :func:`population` — a population's accuracy and adapted setting per member, exploits.
 
 Cost axes show FLOPs per image = 2 × MACs of conv/linear layers (see autosearch.scoring.cost).
 """
@@ -23,12 +24,21 @@ from plotly.colors import sample_colorscale
 
 from autosearch.compress import parse_variant
 from autosearch.errors import ConfigError
+from autosearch.report.population import population
 from autosearch.scoring import objective, pareto_mask
 from autosearch.scoring.metrics import metric
 from autosearch.study import Record, Study
 from autosearch.study.overlays import figures
 
-__all__ = ["compare", "history", "hypervolume", "importance", "learning_curves", "pareto"]
+__all__ = [
+    "compare",
+    "history",
+    "hypervolume",
+    "importance",
+    "learning_curves",
+    "pareto",
+    "population",
+]
 
 _PALETTE = ("#d1495b", "#00798c", "#edae49", "#30638e", "#66a182", "#8d96a3", "#5b2a86")
 

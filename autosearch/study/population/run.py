@@ -317,6 +317,11 @@ def _train_member(
     except TrialFailed as exc:  # diverged: the worst score, so the next round replaces it
         failed, score = str(exc), 0.0
         logger.warning("population member %d failed before epoch %d: %s", member, until, exc)
+    except BaseException:  # stopped (Ctrl-C, a platform error): the member is free again
+        with ledger.locked() as state:
+            if state["claims"].get(str(member), {}).get("worker") == me:
+                del state["claims"][str(member)]
+        raise
     with ledger.locked() as state:
         if state["claims"].get(str(member), {}).get("worker") != me:
             logger.warning(
