@@ -21,6 +21,7 @@ and its wall time. Needs ``ray[tune]`` (``pip install 'ray[tune]'``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -197,6 +198,7 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=6000)
     parser.add_argument("--data", default="fashion-mnist")
     parser.add_argument("--methods", nargs="+", default=["fixed", "autosearch", "ray"])
+    parser.add_argument("--keep", help="keep every run's folder (population records) here")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--method", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
@@ -213,7 +215,10 @@ def main() -> None:
     for seed in args.seeds:
         args.seed = seed
         row: dict = {}
-        with tempfile.TemporaryDirectory() as scratch:
+        keep = Path(args.keep) / f"seed{seed}" if args.keep else None
+        with (
+            contextlib.nullcontext(str(keep)) if keep else tempfile.TemporaryDirectory() as scratch
+        ):
             for method in args.methods:
                 workers = 1 if method == "ray" else 2  # Ray runs 2 trials at once itself
                 outs, seconds = _launch(method, args, Path(scratch) / method, workers)
