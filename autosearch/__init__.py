@@ -47,8 +47,8 @@ from autosearch.study import (
     load_study,
 )
 from autosearch.study.population import PopulationResult, train_population
+from autosearch.study.population.rules import PopulationBasedTraining
 from autosearch.studyfile import StudySpec
-from autosearch.training.pbt import PopulationBasedTraining
 from autosearch.training.train import TrainConfig
 
 __all__ = [

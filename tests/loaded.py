@@ -31,6 +31,8 @@ FILES = (
     "tests/test_heartbeat.py",
     "tests/test_interrupts.py",
     "tests/test_chaos.py",
+    "tests/test_population.py",  # workers sharing a population, one killed
+    "tests/test_sharding.py",  # torchrun ranks, one killed mid-epoch
 )
 HOG = (
     "import torch\n"

@@ -44,7 +44,6 @@ RANKS = {
     "training._step": 6,  # one training step, eager or replayed from a CUDA graph; NaN watch
     "training._checkpoint": 1,  # a training run's state after each epoch, resumed by the run
     "training.sharding": 5,  # FSDP / HSDP: a model sharded over ranks, its checkpoints (DCP)
-    "training.pbt": 8,  # population-based training's settings and explore rule
     "training.train": 7,
     "training": 7,  # the package: its docstring only
     "compress": 8,  # derives variants with the trainer
@@ -202,6 +201,7 @@ STUDY_RANKS = {
     "workers.interrupts": 0,  # Ctrl-C and SIGTERM: stop after the epoch's checkpoint
     "jobs": 0,  # work done once per study (the supernet), claimed like a trial
     "population.ledger": 0,  # a population's record in its folder, under a lock
+    "population.rules": 0,  # PopulationBasedTraining: its settings and explore rule
     "population.run": 1,  # a population trained round by round, by any number of workers
     "population.full": 2,  # an export trained as a population, or by a schedule replayed
     "supernet.state": 0,  # what a study stores of its supernet, checked on read

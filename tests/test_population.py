@@ -22,8 +22,8 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 
 from autosearch import ConfigError, TrainConfig
 from autosearch.study.population import replay, train_population
+from autosearch.study.population.rules import PopulationBasedTraining, draw, explore, perturb
 from autosearch.training._optim import make_optimizer, make_schedule, retune
-from autosearch.training.pbt import PopulationBasedTraining, draw, explore, perturb
 from autosearch.training.train import train
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -400,7 +400,7 @@ def _trainer(args: argparse.Namespace, config: TrainConfig, seed: int) -> Any:
         from optuna.distributions import FloatDistribution
 
         from autosearch.study.population.full import population_trainer
-        from autosearch.training.pbt import PopulationBasedTraining
+        from autosearch.study.population.rules import PopulationBasedTraining
 
         lr = FloatDistribution(config.lr / 10, config.lr * 10, log=True)
         population = PopulationBasedTraining(

@@ -6,7 +6,10 @@
 - ``_step``: one training step, eager or replayed from a CUDA graph, and the NaN watch;
 - ``_feed``: each epoch's batches, drawn and augmented on the device, each rank its share;
 - ``_optim``: the optimizers and learning-rate schedules (warm-up, cosine, one-cycle);
-- ``_checkpoint``: a run's state after each epoch, resumed by the same run;
+- ``_checkpoint``: a run's state after each epoch, resumed by the same run (or stopped
+  after an epoch and continued with new settings: ``train(until=, adaptive=)``);
+- ``sharding``: where a model trains on torchrun's ranks: whole (DDP) or sharded (FSDP,
+  HSDP), and a sharded run's checkpoints (``torch.distributed.checkpoint``);
 - ``early_stopping``: successive halving and Hyperband over a study's learning curves.
 
 The data it reads is ``autosearch.data``. Nothing here imports Optuna: a trainer reports

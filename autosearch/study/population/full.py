@@ -22,8 +22,8 @@ import torch.nn as nn
 from autosearch.data import Dataset
 from autosearch.errors import ConfigError
 from autosearch.export.retrain import Trainer
+from autosearch.study.population.rules import PopulationBasedTraining
 from autosearch.study.population.run import replay, train_population
-from autosearch.training.pbt import PopulationBasedTraining
 from autosearch.training.train import EpochResult, TrainConfig, TrainResult
 
 __all__ = ["population_trainer", "read_schedule", "schedule_trainer"]

@@ -36,8 +36,8 @@ import torch.nn as nn
 from autosearch.data import Dataset
 from autosearch.errors import ConfigError, TrialFailed
 from autosearch.study.population.ledger import Ledger, State, claim, held
+from autosearch.study.population.rules import PopulationBasedTraining, explore
 from autosearch.study.workers._heartbeat import worker_id
-from autosearch.training.pbt import PopulationBasedTraining, explore
 from autosearch.training.runtime import world
 from autosearch.training.train import EpochResult, TrainConfig, train
 

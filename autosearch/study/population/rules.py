@@ -10,7 +10,7 @@ choice among categories moves to a neighbour), and always kept inside its range.
 What may change while a run trains is what the trainer can take mid-run without
 restarting: the learning rate's peak (the schedule keeps its course), weight decay and
 label smoothing (:data:`autosearch.training.train.ADAPTIVE`). The population itself
-(members, rounds, lineage, several workers) is :mod:`autosearch.study.population`.
+(members, rounds, lineage, several workers) is :mod:`autosearch.study.population.run`.
 """
 
 from __future__ import annotations
