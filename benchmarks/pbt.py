@@ -64,7 +64,7 @@ def task(args: argparse.Namespace):
     config = TrainConfig(epochs=args.epochs, batch_size=128, crop_padding=2, device="cpu")
     population = PopulationBasedTraining(
         size=SIZE, interval=INTERVAL, quantile=0.25, resample=0.25, mutations=MUTATIONS,
-        seed=args.seed,
+        seed=args.seed, burn_in=args.burn_in,
     )  # fmt: skip
     return data, config, population
 
@@ -134,6 +134,7 @@ def run_ray(args) -> dict:
     scheduler = RayPBT(
         time_attr="training_iteration",
         perturbation_interval=INTERVAL,
+        burn_in_period=args.burn_in,
         quantile_fraction=0.25,
         resample_probability=0.25,
         perturbation_factors=(1.2, 0.8),
@@ -173,7 +174,7 @@ def _launch(method: str, args, folder: Path, workers: int) -> tuple[list[dict], 
     """``workers`` processes of ``method`` at once; their outputs and the wall time."""
     base = [sys.executable, __file__, "--worker", "--method", method, "--seed", str(args.seed)]
     base += ["--epochs", str(args.epochs), "--images", str(args.images), "--data", args.data]
-    base += ["--folder", str(folder)]
+    base += ["--folder", str(folder), "--burn-in", str(args.burn_in)]
     home = folder / "home"  # Ray reads nothing of the user's (~/.ray) here
     home.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HOME": str(home)}
@@ -199,6 +200,7 @@ def main() -> None:
     parser.add_argument("--data", default="fashion-mnist")
     parser.add_argument("--methods", nargs="+", default=["fixed", "autosearch", "ray"])
     parser.add_argument("--keep", help="keep every run's folder (population records) here")
+    parser.add_argument("--burn-in", type=int, default=0, help="epochs before the first round")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--method", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
@@ -211,7 +213,8 @@ def main() -> None:
         _worker(args)
         return
     report: dict = {"epochs": args.epochs, "images": args.images, "data": args.data,
-                    "size": SIZE, "interval": INTERVAL, "seeds": {}}  # fmt: skip
+                    "size": SIZE, "interval": INTERVAL, "burn_in": args.burn_in,
+                    "seeds": {}}  # fmt: skip
     for seed in args.seeds:
         args.seed = seed
         row: dict = {}

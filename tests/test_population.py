@@ -147,6 +147,12 @@ def test_a_population_exploits_explores_and_its_winner_replays_to_the_same_weigh
         assert torch.equal(replayed.state_dict()[name], value), name
     assert history[-1].val_accuracy == result.val_accuracy
 
+    burnt = train_population(_net, digits, CONFIG, _population(seed=3, burn_in=2),
+                             tmp_path / "burn", seed=7)  # fmt: skip
+    assert [r["epoch"] for r in burnt.rounds] == [2]  # no round before the burn-in's end
+    assert all(link["epoch"] >= 2 for m in burnt.members for link in m["lineage"])
+    assert sum(len(m["lineage"]) for m in burnt.members) == 1
+
     # The same folder, asked again: nothing trains, the same result.
     again = train_population(_net, digits, CONFIG, population, tmp_path / "pop", seed=7)
     assert again.rounds == result.rounds and again.winner == result.winner

@@ -233,7 +233,8 @@ def _next(
     if low >= epochs:
         return ("done",)
     decided = {r["epoch"] for r in state["rounds"]}
-    if low > 0 and low not in decided and all(m["epoch"] == low for m in members):
+    ready = low >= max(population.burn_in, 1) and low not in decided
+    if ready and all(m["epoch"] == low for m in members):
         return ("decide", low)  # every member at the boundary: the round comes first
     boundary = min((low // population.interval + 1) * population.interval, epochs)
     behind = [m["id"] for m in members if m["epoch"] < boundary]
