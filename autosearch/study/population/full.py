@@ -22,6 +22,7 @@ import torch.nn as nn
 from autosearch.data import Dataset
 from autosearch.errors import ConfigError
 from autosearch.export.retrain import Trainer
+from autosearch.study.population.ledger import Ledger
 from autosearch.study.population.rules import PopulationBasedTraining
 from autosearch.study.population.run import replay, train_population
 from autosearch.training.train import EpochResult, TrainConfig, TrainResult
@@ -42,11 +43,8 @@ def population_trainer(
             build, data, config, population, out / "population", seed=seed, on_epoch=on_epoch
         )
         model = result.load(build())
-        state = torch.load(
-            out / "population" / "members" / str(result.winner) / "train.pt",
-            weights_only=True,
-            map_location="cpu",
-        )
+        winner = Ledger(result.folder).checkpoint(result.winner)
+        state = torch.load(winner, weights_only=True, map_location="cpu")
         history = tuple(EpochResult(**e) for e in state["history"])
         (out / "schedule.json").write_text(json.dumps(result.schedule, indent=2) + "\n")
         extra = {
