@@ -70,6 +70,12 @@ class StudySpec:
             initialization, on one batch of the training images drawn with the study's
             seed; stored with its metrics beside accuracy and costs, and ranked against
             the trained accuracy in the report.
+        mlflow: Show the study live in MLflow: a tracking URI (``sqlite:///mlflow.db``,
+            ``http://host:5000``), or True for MLflow's default; one run per trial,
+            nested under the study's (autosearch.study.tracking; ``--mlflow`` on the
+            command line).
+        tensorboard: Show the study live in TensorBoard: a folder, one run per trial
+            (``--tensorboard``).
         n_trials: How many trials ``autosearch run`` runs the study to.
         confirm: With ``supernet``: after the search, ``autosearch run`` trains the
             ``confirm`` most accurate subnets of the supernet's front from scratch
@@ -93,6 +99,8 @@ class StudySpec:
     early_stopping: SuccessiveHalving | None = None
     supernet: SupernetConfig | None = None
     proxies: ProxyConfig | None = None
+    mlflow: str | bool | None = None
+    tensorboard: str | None = None
     n_trials: int = 10
     confirm: int = 0
 
@@ -114,12 +122,18 @@ class StudySpec:
         *,
         storage: str | None = None,
         artifacts: str | None = None,
+        mlflow: str | None = None,
+        tensorboard: str | None = None,
         load_if_exists: bool = True,
     ) -> Study:
+        """The study (created, or continued where stored); the keywords given override
+        the file's own."""
         options = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         del options["name"], options["n_trials"], options["confirm"]
         options["storage"] = storage or self.storage
         options["artifacts"] = artifacts or self.artifacts
+        options["mlflow"] = self.mlflow if mlflow is None else mlflow
+        options["tensorboard"] = self.tensorboard if tensorboard is None else tensorboard
         return create_study(self.name, **options, load_if_exists=load_if_exists)
 
 

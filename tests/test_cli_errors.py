@@ -103,6 +103,14 @@ CASES = {
         ["run", F, "--artifacts", "{root}/elsewhere"],
         "keeps its weights in",
     ),
+    "run: a tracking URI of no MLflow kind": (
+        ["run", F, "--mlflow", "mongodb://x/y"],
+        "unknown MLflow tracking URI scheme 'mongodb'",
+    ),
+    "run: a TensorBoard folder that is a file": (
+        ["run", F, "--tensorboard", "/dev/null"],
+        "tensorboard='/dev/null' is not a folder",
+    ),
     "run: unwritable output": (
         ["run", F, "--out", "/proc/autosearch/out"],
         "cannot write the report",
@@ -251,6 +259,14 @@ CASES = {
     "worker: no study named": (
         ["worker", "--study", "nope", "--storage", DB],
         "no study named 'nope'",
+    ),
+    "worker: an empty tracking URI": (
+        ["worker", "--study", "errs", "--storage", DB, "--mlflow", " "],
+        "expected a tracking URI",
+    ),
+    "worker: a TensorBoard folder that is a file": (
+        ["worker", "--study", "errs", "--storage", DB, "--tensorboard", "/dev/null"],
+        "is not a folder",
     ),
     "worker: bad storage": (["worker", "--study", "errs", "--storage", "errs.db"], "has no scheme"),
     "worker: a storage that does not exist": (  # B8: made the folder and an empty study

@@ -199,6 +199,11 @@ STUDY_RANKS = {
     "storage._s3": 0,
     "workers.executors": 0,
     "workers.interrupts": 0,  # Ctrl-C and SIGTERM: stop after the epoch's checkpoint
+    "tracking.spec": -1,  # what a study stores of its live tracking (MLflow URI, TensorBoard)
+    "tracking._sender": -1,  # calls to a tracker in a thread of their own (stdlib only)
+    "tracking.mlflow_runs": 0,  # a study's runs in MLflow, found again by their tags
+    "tracking.tensorboard_logs": 0,  # a study's event files for TensorBoard
+    "tracking.tracker": 3,  # what one process shows of the trials it runs, live
     "jobs": 0,  # work done once per study (the supernet), claimed like a trial
     "population.ledger": 0,  # a population's record in its folder, under a lock
     "population.rules": 0,  # PopulationBasedTraining: its settings and explore rule

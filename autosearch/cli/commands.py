@@ -218,7 +218,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             return _run_to_budget(study, 0, out)
     with _out_dir(args, spec.name) as out:
         if not init_distributed(spec.train.device):
-            study = spec.create(storage=url, artifacts=args.artifacts)
+            study = spec.create(storage=url, artifacts=args.artifacts, **_tracking(args))
             return _supernet_first(study) or _run_to_budget(
                 study, total, out, args=args, confirm=spec.confirm
             )
@@ -226,7 +226,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         rank, _ = world()
         try:
             if rank == 0:
-                study = spec.create(storage=url, artifacts=args.artifacts)
+                study = spec.create(storage=url, artifacts=args.artifacts, **_tracking(args))
             dist.barrier()
             if rank != 0:
                 study = load_study(spec.name, storage=url)
@@ -237,6 +237,11 @@ def cmd_run(args: argparse.Namespace) -> int:
             return _supernet_first(study) or _run_to_budget(study, total, out)
         finally:
             leave_distributed()
+
+
+def _tracking(args: argparse.Namespace) -> dict[str, Any]:
+    """``--mlflow`` and ``--tensorboard``, where the command has them."""
+    return {k: getattr(args, k, None) for k in ("mlflow", "tensorboard")}
 
 
 def _supernet_first(study: Study, *, retrain: bool = False, as_json: bool = False) -> int:
@@ -284,7 +289,7 @@ def cmd_supernet(args: argparse.Namespace) -> int:
     try:
         rank, _ = world()
         if rank == 0:
-            study = spec.create(storage=url, artifacts=args.artifacts)
+            study = spec.create(storage=url, artifacts=args.artifacts, **_tracking(args))
         if distributed:
             dist.barrier()
         if rank != 0:
@@ -436,6 +441,8 @@ def _population_line(metrics: dict[str, Any], out: Path) -> str:
 def cmd_worker(args: argparse.Namespace) -> int:
     """Join a stored study and run trials until ``--n-trials`` are done (or Ctrl-C)."""
     study = load_study(args.study, storage=args.storage)
+    if args.mlflow is not None or args.tensorboard is not None:
+        study.track(**_tracking(args))
     code = _supernet_first(study)  # trained once, by whichever worker comes first
     if code:
         return code

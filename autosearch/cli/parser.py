@@ -103,6 +103,20 @@ ARTIFACTS_HELP = (
 )
 
 
+def _add_tracking(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--mlflow",
+        metavar="URI",
+        help="show the study live in MLflow at this tracking URI (sqlite:///mlflow.db, "
+        "http://host:5000); stored with the study, for every worker",
+    )
+    parser.add_argument(
+        "--tensorboard",
+        metavar="DIR",
+        help="show the study live in TensorBoard: event files under DIR; stored with the study",
+    )
+
+
 def _add_run(sub: Subparsers) -> None:
     run = sub.add_parser("run", help="run a study file until its trial budget is spent")
     run.add_argument("study_file")
@@ -114,6 +128,7 @@ def _add_run(sub: Subparsers) -> None:
     )
     run.add_argument("--out", help="folder for report.html and best/ (default runs/NAME)")
     run.add_argument("--artifacts", help=ARTIFACTS_HELP)
+    _add_tracking(run)
     run.add_argument(
         "--workers",
         type=_integer(1),
@@ -295,6 +310,7 @@ def _add_worker(sub: Subparsers) -> None:
         default=10,
         help="stop after this many failures in a row",
     )
+    _add_tracking(worker)
     worker.set_defaults(func=commands.cmd_worker)
 
 

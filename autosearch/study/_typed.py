@@ -1,9 +1,11 @@
 """What the facade (study.py) shows of a study, typed: the properties of its stored
-:class:`StudyDefinition`, and its stored trials read as records."""
+:class:`StudyDefinition`, its stored trials read as records, and where it is shown
+live (its tracking)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import optuna
@@ -17,11 +19,15 @@ from autosearch.scoring import Reward
 from autosearch.study import results
 from autosearch.study.definition import StudyDefinition
 from autosearch.study.records import Record, State
+from autosearch.study.supernet.job import SupernetJob
+from autosearch.study.tracking import spec as tracking_spec
+from autosearch.study.tracking.spec import Tracking
+from autosearch.study.tracking.tracker import Tracker
 from autosearch.study.trials import StoredTrials
 from autosearch.training.early_stopping import SuccessiveHalving
 from autosearch.training.train import TrainConfig
 
-__all__ = ["DefinitionView", "TrialsView"]
+__all__ = ["DefinitionView", "TrackingView", "TrialsView"]
 
 
 class DefinitionView:
@@ -129,3 +135,41 @@ class TrialsView:
         """The complete (architecture, variant) records that no other complete record
         dominates on the study's objectives, ordered by the second objective."""
         return results.front(self.records(), self.trials.objectives)
+
+
+class TrackingView:
+    """Where a study is shown live (MLflow, TensorBoard: autosearch.study.tracking),
+    stored with it and read by every process that runs its trials."""
+
+    name: str
+    definition: StudyDefinition
+    storage: BaseStorage
+    tracker: Tracker
+    supernet_job: SupernetJob | None
+    _study_id: int
+    _uid: str
+
+    @property
+    def tracking(self) -> Tracking:
+        """Where the study is shown live (MLflow, TensorBoard), as stored with it."""
+        return self.tracker.tracking
+
+    def track(
+        self, *, mlflow: str | bool | None = None, tensorboard: str | Path | bool | None = None
+    ) -> Tracking:
+        """Show the study live in MLflow (a tracking URI; True: MLflow's default) and/or
+        TensorBoard (a folder), from every process that runs its trials from now on
+        (stored with the study; a process already running keeps what it read). None
+        keeps a setting, False switches it off. See autosearch.study.tracking."""
+        tracking = self.tracking.changed(mlflow=mlflow, tensorboard=tensorboard)
+        if tracking != self.tracking:
+            tracking_spec.store(self.storage, self._study_id, tracking)
+            self.tracker.close()
+            self.tracker = self._tracker(tracking)
+            if self.supernet_job is not None:
+                self.supernet_job.on_epoch = self.tracker.supernet_epoch if tracking.on else None
+        return tracking
+
+    def _tracker(self, tracking: Tracking | None = None) -> Tracker:
+        tracking = tracking or tracking_spec.stored(self.storage, self._study_id)
+        return Tracker(tracking, study=self.name, uid=self._uid, definition=self.definition)

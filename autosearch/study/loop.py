@@ -50,6 +50,7 @@ from autosearch.study.replay import ControllerReplay
 from autosearch.study.results import on_front
 from autosearch.study.storage._urls import connection_lost
 from autosearch.study.storage.artifacts import Artifacts
+from autosearch.study.tracking.tracker import Tracker
 from autosearch.study.trials import StoredTrials
 from autosearch.study.workers._failpoints import failpoint
 from autosearch.study.workers._heartbeat import worker_id
@@ -112,7 +113,8 @@ class SearchParts:
     study's name and storage URL (for messages), its objectives and seed, its stored
     trials, the claims and the controller's replay, where attempts keep their work, how
     an architecture is evaluated, the data, the distillation teacher, the heartbeat
-    interval and the attributes this worker adds to each trial."""
+    interval, the attributes this worker adds to each trial, and what shows its trials
+    live (MLflow, TensorBoard: autosearch.study.tracking)."""
 
     name: str
     where: str
@@ -127,6 +129,7 @@ class SearchParts:
     teacher: Teacher
     heartbeat_interval: float
     worker_attrs: Mapping[str, Any] = field(default_factory=dict)
+    tracker: Tracker | None = None
 
 
 class SearchLoop:
@@ -149,10 +152,17 @@ class SearchLoop:
 
     def run(self, n_trials: int) -> list[Record]:
         done: list[Record] = []
-        failures = dropped = 0
         if n_trials:
             trials, definition = self.parts.trials, self.parts.planner.definition
             check_latency_model(trials.storage, trials.study_id, self.parts.name, definition)
+        try:
+            return self._run(n_trials, done)
+        finally:
+            if self.parts.tracker is not None:
+                self.parts.tracker.close()
+
+    def _run(self, n_trials: int, done: list[Record]) -> list[Record]:
+        failures = dropped = 0
         while len(done) < n_trials and not self.interrupted:
             try:
                 record = self.run_one()
@@ -228,12 +238,14 @@ class SearchLoop:
         parts = self.parts
         plan = self._plan(claim)
         logger.debug("trial %d: %s", claim.number, parts.planner.space.describe(claim.arch))
+        track = _Tracked(parts, claim, plan)
         try:
             if plan.work is not None:
                 parts.artifacts.start_attempt(claim.arch, claim.number)
             if world()[1] > 1:  # the other ranks train it too
                 broadcast_object({"arch": claim.arch.to_json(), "number": claim.number})
-            result = run_trial(plan, parts.data.training, StudyContext(self, claim))
+            track.started()
+            result = run_trial(plan, parts.data.training, StudyContext(self, claim, track))
             outcome = self._store(claim, result)
         except (TakenOver, UpdateFinishedTrialError) as exc:
             logger.warning(
@@ -245,6 +257,7 @@ class SearchLoop:
             parts.claims.supersede(
                 claim.trial_id, f"interrupted by the user ({exc}); it resumes from its checkpoint"
             )
+            track.ended(reason=f"interrupted ({exc or 'Ctrl-C'})")
             if isinstance(exc, KeyboardInterrupt):
                 raise
             return None
@@ -266,6 +279,7 @@ class SearchLoop:
             record = parts.trials.record(claim.number)
         except PLATFORM_FAILURES as exc:  # stored already: it is told on the next replay
             raise platform_error(exc, parts.where) from None
+        track.ended()
         logger.debug("trial %d %s: %s", claim.number, record.state, _summary(record))
         return record
 
@@ -372,11 +386,44 @@ class SearchLoop:
         return self.interrupts.handled()
 
 
+class _Tracked:
+    """A claimed trial told to the study's tracker (where tracking is on): its run
+    started (continued where it resumes one), its epochs, its stored records."""
+
+    def __init__(self, parts: SearchParts, claim: Claim, plan: TrialPlan) -> None:
+        self.parts, self.claim, self.plan = parts, claim, plan
+        self.tracker = parts.tracker if parts.tracker is not None and parts.tracker.on else None
+        self.key = parts.claims.key(claim.arch)
+
+    def started(self) -> None:
+        if self.tracker is None:
+            return
+        resumed_at = 0
+        if self.claim.resumes is not None:  # the epochs its earlier attempt checkpointed
+            cut = self.parts.trials.get(self.claim.resumes).intermediate_values
+            resumed_at = max(cut, default=0)
+        worker = str(self.parts.worker_attrs.get("worker") or worker_id())
+        self.tracker.trial_started(
+            self.key, self.claim.number, self.plan, resumed_at=resumed_at, worker=worker
+        )
+
+    def epoch(self, epoch: EpochResult) -> None:
+        if self.tracker is not None:
+            self.tracker.epoch(self.key, epoch)
+
+    def ended(self, *, reason: str = "") -> None:
+        if self.tracker is None:
+            return
+        found = [] if reason else self.parts.trials.decode(self.parts.trials.get(self.claim.number))
+        facts = {} if reason else records.result_facts(self.parts.trials.get(self.claim.number))
+        self.tracker.trial_ended(self.key, self.plan, found, reason=reason, facts=facts)
+
+
 class StudyContext(TrialContext):
     """What a running trial may ask of its study, answered from storage."""
 
-    def __init__(self, loop: SearchLoop, claim: Claim) -> None:
-        self.loop, self.claim = loop, claim
+    def __init__(self, loop: SearchLoop, claim: Claim, track: _Tracked | None = None) -> None:
+        self.loop, self.claim, self.track = loop, claim, track
 
     def epoch_done(self, epoch: EpochResult) -> None:
         parts = self.loop.parts
@@ -385,6 +432,8 @@ class StudyContext(TrialContext):
         parts.claims.report(self.claim.trial_id, epoch.epoch, epoch.val_accuracy)
         self.work_saved()  # the epoch's checkpoint, to the bucket (where there is one)
         failpoint("epoch.saved")
+        if self.track is not None:
+            self.track.epoch(epoch)
         for callback in self.loop.epoch_callbacks:
             callback(self.claim.number, epoch)
 

@@ -25,6 +25,7 @@ from autosearch.study.storage._urls import close_storage, default_storage, open_
 from autosearch.study.storage.artifacts import location_of
 from autosearch.study.storage.stored import store_definition
 from autosearch.study.study import Study
+from autosearch.study.tracking.spec import Tracking
 from autosearch.training.early_stopping import SuccessiveHalving
 from autosearch.training.train import TrainConfig
 
@@ -69,11 +70,12 @@ def create_study(
     early_stopping: SuccessiveHalving | None = None,
     supernet: SupernetConfig | None = None,
     proxies: ProxyConfig | None = None,
+    mlflow: str | bool | None = None,
+    tensorboard: str | Path | None = None,
     load_if_exists: bool = False,
 ) -> Study:
     """Create a study (or, with ``load_if_exists``, continue the stored one of the same
-    name and definition). The arguments are the fields of :class:`autosearch.StudySpec`,
-    documented there (a study file declares the same).
+    name and definition): the arguments are :class:`autosearch.StudySpec`'s fields.
 
     Raises:
         UnknownNameError, ConfigError: an unknown name, or a setting that cannot be used.
@@ -83,6 +85,7 @@ def create_study(
     """
     check_study_name(name)
     heartbeat_settings()  # every setting is checked before data or storage is touched
+    tracking = Tracking.of(mlflow=mlflow, tensorboard=tensorboard)
     space, controller = resolve_components(space, controller, seed)
     definition = StudyDefinition.define(
         space=space,
@@ -106,7 +109,9 @@ def create_study(
     backend, definition = _store(name, url, definition, artifacts, load_if_exists)
     source = None if isinstance(data, str) else data
     opened: dict[str, Any] = {"storage": backend, "definition": definition, "data_source": source}
-    return Study(name=name, url=url, controller=controller, data=dataset, **opened)
+    study = Study(name=name, url=url, controller=controller, data=dataset, **opened)
+    study.track(mlflow=tracking.mlflow, tensorboard=tracking.tensorboard)  # None: kept
+    return study
 
 
 def _store(

@@ -29,6 +29,8 @@ __all__ = [
     "ESTIMATES",
     "PREFIX",
     "check_latency_model",
+    "estimated_names",
+    "figures",
     "is_estimated",
     "measured_overlays",
     "overlay",
@@ -50,6 +52,13 @@ def is_estimated(record: Record) -> bool:
     return any(record.metrics.get(flag) for flag in ESTIMATED_FLAGS) and not record.metrics.get(
         "measure_failed"
     )
+
+
+def estimated_names(record: Record) -> set[str]:
+    """The figures of ``record`` that are estimates not measured since (none once its
+    measurement is laid over it; a point whose measurement failed keeps them)."""
+    flags = [flag for flag in ESTIMATED_FLAGS if record.metrics.get(flag)]
+    return {name for flag in flags for name in _OVERLAID[flag] if name in record.metrics}
 
 
 def figures(record: Record) -> str:

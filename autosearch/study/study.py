@@ -22,7 +22,7 @@ from autosearch.evaluation.supernet import SubnetEvaluator
 from autosearch.evaluation.trial import TrialPlan
 from autosearch.space import SearchSpace
 from autosearch.study import progress, results
-from autosearch.study._typed import DefinitionView, TrialsView
+from autosearch.study._typed import DefinitionView, TrackingView, TrialsView
 from autosearch.study.claims import Claims, heartbeat_settings
 from autosearch.study.dataset import StudyData
 from autosearch.study.definition import StudyDefinition
@@ -56,7 +56,7 @@ logger = logging.getLogger(__name__)
 TrialCallback = Callable[["Study", Record], None]  # called as each trial finishes
 
 
-class Study(DefinitionView, TrialsView):
+class Study(DefinitionView, TrialsView, TrackingView):
     """A running or stored architecture search. Make one with create_study / load_study.
 
     The facade over the study's parts, each of which reads only what it is given: the
@@ -92,6 +92,8 @@ class Study(DefinitionView, TrialsView):
         self.claims = Claims(storage, self._study_id, self.space, grace=self.heartbeat_grace)
         self.replay = ControllerReplay(controller, storage, self._study_id, self.objectives)
         self.replay.restore()
+        self._uid = uid
+        self.tracker = self._tracker()
         self.supernet_job = self._supernet_job(uid)
         supernet = (lambda: self.supernet_evaluator) if self.supernet_job else None
         parts: dict[str, Any] = {"space": self.space, "artifacts": self.artifacts}
@@ -111,7 +113,7 @@ class Study(DefinitionView, TrialsView):
     def _supernet_job(self, uid: str) -> SupernetJob | None:
         if self.definition.supernet is None:
             return None
-        return SupernetJob(
+        job = SupernetJob(
             study=self.name,
             storage=self.storage,
             study_id=self._study_id,
@@ -121,6 +123,8 @@ class Study(DefinitionView, TrialsView):
             artifacts=self.artifacts,
             heartbeat=(self.heartbeat_interval, self.heartbeat_grace),
         )
+        job.on_epoch = self.tracker.supernet_epoch if self.tracker.on else None
+        return job
 
     @classmethod
     def open(
@@ -218,7 +222,10 @@ class Study(DefinitionView, TrialsView):
         ``retrain``: train it again if its stored weights are missing or damaged
         (without it, that is a PlatformError that says so).
         """
-        state = self._job().train(self.data, retrain=retrain, show_progress_bar=show_progress_bar)
+        with self.tracker.supernet():
+            state = self._job().train(
+                self.data, retrain=retrain, show_progress_bar=show_progress_bar
+            )
         return state.to_json() if state is not None else {}
 
     @cached_property
@@ -338,6 +345,8 @@ class Study(DefinitionView, TrialsView):
         if done and self.interrupted is None:
             self.measurer.front()  # what the front shows is measured, not estimated
             fresh = {(r.trial, r.variant): r for r in self.records()}
+            ended = not pool.in_pool(self.worker_attrs)  # the search's own process
+            self.tracker.search_ended(done, fresh, self.pareto, ended=ended)
             done = [fresh.get((r.trial, r.variant), r) for r in done]
         return done
 
@@ -431,6 +440,7 @@ class Study(DefinitionView, TrialsView):
             teacher=self.rebuilder.teacher,
             heartbeat_interval=self.heartbeat_interval,
             worker_attrs=self.worker_attrs,
+            tracker=self.tracker,
         )
 
     def rerun(self, trial: int) -> dict[str, Any]:

@@ -106,6 +106,8 @@ class SupernetJob:
         self.jobs = Jobs(storage, study, grace=grace)
         self.interrupts = Interrupts()
         self._loaded: tuple[str, nn.Module, str] | None = None  # (weights, net, digest)
+        # Called with each epoch this process trains (rank 0): the study's live tracking.
+        self.on_epoch: Callable[[EpochResult], None] | None = None
         self._waited = False  # said once that another worker trains it
 
     # The stored state -------------------------------------------------------------------
@@ -296,6 +298,8 @@ class SupernetJob:
 
             def epoch_done(epoch: EpochResult) -> None:
                 shown(epoch)
+                if self.on_epoch is not None and rank == 0:
+                    self.on_epoch(epoch)
                 stop = self._should_stop(claim, attempt) if claim else None
                 stop = broadcast_object(stop)
                 if stop is not None:

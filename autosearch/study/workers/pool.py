@@ -39,7 +39,7 @@ from autosearch.training.placement import Need, step_need
 from autosearch.training.runtime import broadcast_object
 from autosearch.training.train import TrainConfig
 
-__all__ = ["check_main_guard", "follow", "run_pool", "start_worker", "trial_need"]
+__all__ = ["check_main_guard", "follow", "in_pool", "run_pool", "start_worker", "trial_need"]
 
 logger = logging.getLogger(__name__)
 
@@ -108,6 +108,11 @@ def run_pool(
     replay.sync()
     _report(trials, run, callbacks, reported)
     return [trials.record(n) for n in _finished(trials, run)]
+
+
+def in_pool(worker_attrs: dict[str, Any]) -> bool:
+    """Whether this process is a worker of a pool run (its attributes say so)."""
+    return _RUN in worker_attrs
 
 
 def _finished(trials: StoredTrials, run: str, slot: int | None = None) -> list[int]:

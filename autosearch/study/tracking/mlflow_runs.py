@@ -1,0 +1,272 @@
+"""A study in MLflow: one experiment named as the study, one run for the study, and one
+run per trial nested under it (``mlflow.parentRunId``), found again by tags, so that a
+trial resumed by any worker, on any machine, continues its run.
+
+Every method here is called in the tracking thread (``_sender``) and talks to MLflow
+through its own client (``MlflowClient``), never through MLflow's process-wide active
+run, which stays the user's."""
+
+from __future__ import annotations
+
+import re
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+try:
+    import fcntl
+except ImportError:  # Windows: no lock (one process per SQLite store there)
+    fcntl = None  # type: ignore[assignment]
+
+if TYPE_CHECKING:
+    from mlflow.tracking import MlflowClient
+
+__all__ = ["MLflowRuns", "metric_key"]
+
+T = TypeVar("T")
+
+UID, ROLE, KEY, TRIAL = "autosearch.uid", "autosearch.role", "autosearch.key", "autosearch.trial"
+_BAD = re.compile(r"[^\w.\- /:]")  # what MLflow refuses in a metric or parameter name
+_TRIES = 6  # a SQLite store that several workers write: "database is locked" retried
+
+
+def metric_key(name: str) -> str:
+    """``name`` as MLflow takes it (``prune-l1@0.5.accuracy`` → ``prune-l1_0.5.accuracy``)."""
+    return _BAD.sub("_", name)[:250]
+
+
+class MLflowRuns:
+    """The runs of study ``study`` (creation id ``uid``) at tracking URI ``uri``."""
+
+    def __init__(self, uri: str, study: str, uid: str) -> None:
+        self.uri, self.study, self.uid = uri, study, uid
+        self._client: MlflowClient | None = None
+        self._experiment = ""
+        self._study_run: str | None = None
+        self._runs: dict[str, str] = {}  # a trial's key → its run id
+
+    # -- the experiment and the study's run ----------------------------------------------
+
+    def client(self) -> MlflowClient:
+        if self._client is None:
+            _probe(self.uri)
+            from mlflow.tracking import MlflowClient
+
+            with _sqlite_lock(self.uri):  # a new store's tables made by one process at a time
+                client = MlflowClient(tracking_uri=self.uri)
+                self._experiment = _retry(lambda: self._find_experiment(client))
+            self._client = client
+        return self._client
+
+    def _find_experiment(self, client: MlflowClient) -> str:
+        found = client.get_experiment_by_name(self.study)
+        if found is not None:
+            if found.lifecycle_stage == "deleted":
+                client.restore_experiment(found.experiment_id)
+            return str(found.experiment_id)
+        try:
+            return str(
+                client.create_experiment(
+                    self.study, artifact_location=_artifacts_beside(self.uri), tags={UID: self.uid}
+                )
+            )
+        except Exception:  # made meanwhile by another worker
+            found = client.get_experiment_by_name(self.study)
+            if found is None:
+                raise
+            return str(found.experiment_id)
+
+    def study_run(self, params: Mapping[str, Any], tags: Mapping[str, str]) -> str:
+        """The study's run (made by the first worker that tracks the study), RUNNING."""
+        if self._study_run is None:
+            client = self.client()
+            run, made = self._one_run({ROLE: "study"}, name=self.study, tags=tags)
+            if made:
+                _retry(lambda: client.log_batch(run, params=_params(params)))
+            else:  # ended by an earlier run of the study: running again
+                _retry(lambda: client.update_run(run, status="RUNNING"))
+            self._study_run = run
+        return self._study_run
+
+    def study_ended(self, status: str = "FINISHED") -> None:
+        run = self._study_run
+        if run is not None:
+            client = self.client()
+            _retry(lambda: client.set_terminated(run, status=status))
+
+    # -- a trial's run ----------------------------------------------------------------
+
+    def trial_started(
+        self,
+        key: str,
+        name: str,
+        params: Mapping[str, Any],
+        tags: Mapping[str, str],
+        study: tuple[Mapping[str, Any], Mapping[str, str]],
+    ) -> None:
+        """The trial's run (made, or found where an earlier attempt made it), RUNNING,
+        its parameters logged once, ``tags`` set."""
+        client = self.client()
+        parent = self.study_run(*study)
+        nested = {**tags, "mlflow.parentRunId": parent}
+        run, made = self._one_run({KEY: key}, name=name, tags=nested)
+        self._runs[key] = run
+        if made:
+            _retry(lambda: client.log_batch(run, params=_params(params)))
+        else:
+            logged = client.get_run(run).data.params
+            fresh = {k: v for k, v in params.items() if metric_key(k) not in logged}
+            tag_list = _tags(nested)
+            _retry(lambda: client.log_batch(run, params=_params(fresh), tags=tag_list))
+            _retry(lambda: client.update_run(run, status="RUNNING", name=name))
+
+    def log(self, key: str, metrics: Mapping[str, float], step: int | None = None) -> None:
+        from mlflow.entities import Metric
+
+        run, client = self._run(key), self.client()
+        now = int(time.time() * 1000)
+        batch = [
+            Metric(metric_key(k), float(v), now, step or 0)
+            for k, v in metrics.items()
+            if _finite_number(v)
+        ]
+        _retry(lambda: client.log_batch(run, metrics=batch))
+
+    def trial_ended(
+        self,
+        key: str,
+        status: str,
+        metrics: Mapping[str, float],
+        tags: Mapping[str, str],
+        texts: Mapping[str, str],
+    ) -> None:
+        """Its last figures, tags and small text artifacts (``arch.json``), then its
+        status: FINISHED, FAILED or KILLED."""
+        run, client = self._run(key), self.client()
+        self.log(key, metrics)
+        _retry(lambda: client.log_batch(run, tags=_tags(tags)))
+        for path, text in texts.items():
+            client.log_text(run, text, path)
+        _retry(lambda: client.set_terminated(run, status=status))
+
+    def _run(self, key: str) -> str:
+        if key not in self._runs:  # a run this process did not start (the supernet's)
+            self._runs[key], _ = self._one_run({KEY: key}, name=key, tags={})
+        return self._runs[key]
+
+    def _one_run(
+        self, match: Mapping[str, str], *, name: str, tags: Mapping[str, str]
+    ) -> tuple[str, bool]:
+        """The oldest run of this study tagged ``match``; made when there is none
+        (where two workers make one at once, the younger is deleted): its id, and
+        whether this call made it."""
+        client = self.client()
+        found = self._oldest(match)
+        if found is not None:
+            return found, False
+        all_tags = {**tags, **match, UID: self.uid}
+        mine = _retry(
+            lambda: client.create_run(self._experiment, run_name=name, tags=all_tags)
+        ).info.run_id
+        oldest = self._oldest(match)
+        if oldest is not None and oldest != mine:
+            _retry(lambda: client.delete_run(mine))
+            return oldest, False
+        return mine, True
+
+    def _oldest(self, match: Mapping[str, str]) -> str | None:
+        client = self.client()
+        where = " and ".join(
+            f"tags.`{k}` = '{_quoted(v)}'" for k, v in {**match, UID: self.uid}.items()
+        )
+        runs = _retry(
+            lambda: client.search_runs(
+                [self._experiment],
+                filter_string=where,
+                order_by=["attributes.start_time ASC"],
+                max_results=50,
+            )
+        )
+        if not runs:
+            return None
+        first = min(runs, key=lambda r: (r.info.start_time, r.info.run_id))
+        return str(first.info.run_id)
+
+
+def _probe(uri: str) -> None:
+    """A tracking server that does not answer, said at once (MLflow's own client would
+    retry for minutes)."""
+    if not uri.startswith(("http://", "https://")):
+        return
+    try:
+        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=5):
+            pass
+    except urllib.error.HTTPError:
+        return  # it answers (a server behind a path or a proxy may lack /health)
+    except OSError as exc:
+        raise ConnectionError(f"{uri} does not answer ({getattr(exc, 'reason', exc)})") from None
+
+
+def _artifacts_beside(uri: str) -> str | None:
+    """A SQLite store's artifacts in ``mlartifacts`` beside its file; elsewhere MLflow's
+    default for the store."""
+    if uri.startswith("sqlite:///"):
+        return (Path(uri.removeprefix("sqlite:///")).parent / "mlartifacts").as_uri()
+    return None
+
+
+def _retry(call: Callable[[], T]) -> T:
+    """``call()``, tried again while a SQLite store is locked by another writer."""
+    for attempt in range(_TRIES):
+        try:
+            return call()
+        except Exception as exc:
+            if "locked" not in str(exc) or attempt == _TRIES - 1:
+                raise
+            time.sleep(0.1 * 2**attempt)
+    raise AssertionError("unreachable")
+
+
+@contextmanager
+def _sqlite_lock(uri: str) -> Iterator[None]:
+    """Held while this process first opens a SQLite store (MLflow makes a new store's
+    tables then, and two processes making them at once fail): a lock file beside it."""
+    if not uri.startswith("sqlite:///") or fcntl is None:
+        yield
+        return
+    path = Path(uri.removeprefix("sqlite:///"))
+    with open(path.with_name(path.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _params(params: Mapping[str, Any]) -> list[Any]:
+    from mlflow.entities import Param
+
+    return [Param(metric_key(k), str(v)[:6000]) for k, v in sorted(params.items())]
+
+
+def _tags(tags: Mapping[str, str]) -> list[Any]:
+    from mlflow.entities import RunTag
+
+    return [RunTag(k, str(v)[:8000]) for k, v in sorted(tags.items())]
+
+
+def _quoted(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("'", "\\'")
+
+
+def _finite_number(value: Any) -> bool:
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and value == value
+        and abs(value) != float("inf")
+    )

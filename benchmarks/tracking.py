@@ -1,0 +1,150 @@
+"""What showing a study live in MLflow and TensorBoard costs. Prints JSON; every ratio
+is measured within this run.
+
+1. cost: a digits study (small ResNets, ``--trials`` trials of ``--epochs`` epochs) run
+   without tracking, with MLflow (a SQLite store, MLflow's default kind), with
+   TensorBoard, and with both; each setting ``--repeats`` times, interleaved, each in a
+   fresh folder. Seconds per trial (the whole ``optimize``, its end-of-run wait for
+   the tracker included) and the ratio to no tracking (target: <= 1.05). MLflow's
+   one-time creation of a new store's tables is timed apart (``store_seconds``).
+2. growth: a study that trains nothing (NB201 cells, the study's machinery alone), run
+   in chunks with MLflow on and off side by side: ms per trial by chunk, the wait for
+   the tracker at each chunk's end included (target: flat, the last chunks within 1.2x
+   the first).
+
+    python benchmarks/tracking.py [--trials 6] [--epochs 4] [--growth-trials 400]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+import autosearch
+from autosearch import TrainConfig
+from autosearch.evaluation.runner import TrialPlan, TrialResult, VariantResult
+from autosearch.study import loop
+from controllers import RandomSearch
+from search_spaces import NB201Space, ResNetSpace
+
+SPACE = ResNetSpace(
+    min_stages=2, max_stages=2, depths=(1, 2), widths=(8, 16), stem_widths=(8,), blocks=("basic",)
+)
+SETTINGS = ("off", "mlflow", "tensorboard", "both")
+
+
+def _tracking(setting: str, folder: str) -> dict[str, str]:
+    chosen = {}
+    if setting in ("mlflow", "both"):
+        chosen["mlflow"] = f"sqlite:///{folder}/mlflow.db"
+    if setting in ("tensorboard", "both"):
+        chosen["tensorboard"] = f"{folder}/tb"
+    return chosen
+
+
+def _store_seconds(folder: str) -> float:
+    """MLflow's tables made in a new SQLite store, once (as a study's first worker does)."""
+    from mlflow.tracking import MlflowClient
+
+    start = time.perf_counter()
+    MlflowClient(tracking_uri=f"sqlite:///{folder}/mlflow.db").search_experiments()
+    return time.perf_counter() - start
+
+
+def bench_cost(trials: int, epochs: int, repeats: int) -> dict[str, object]:
+    seconds: dict[str, list[float]] = {s: [] for s in SETTINGS}
+    stores = []
+    for rep in range(repeats):
+        for setting in SETTINGS:
+            with tempfile.TemporaryDirectory() as folder:
+                if setting in ("mlflow", "both"):
+                    stores.append(_store_seconds(folder))
+                study = autosearch.create_study(
+                    f"cost-{rep}",
+                    controller=RandomSearch(SPACE, seed=rep),
+                    storage=f"sqlite:///{folder}/study.db",
+                    train=TrainConfig(epochs=epochs, batch_size=64, lr=0.1),
+                    **_tracking(setting, folder),
+                )
+                start = time.perf_counter()
+                done = study.optimize(trials)
+                seconds[setting].append((time.perf_counter() - start) / trials)
+                assert all(r.state == "complete" for r in done), done
+    med = {s: statistics.median(v) for s, v in seconds.items()}
+    return {
+        "trials": trials,
+        "epochs": epochs,
+        "repeats": repeats,
+        "seconds_per_trial": {s: [round(x, 3) for x in v] for s, v in seconds.items()},
+        "ratio_to_off": {s: round(med[s] / med["off"], 3) for s in SETTINGS},
+        "store_seconds": round(statistics.median(stores), 2) if stores else None,
+    }
+
+
+def _no_training() -> None:
+    metrics = {"accuracy": 0.5, "flops": 1e6, "macs": 5e5, "params": 1e4}
+
+    def evaluate(plan: TrialPlan, data: object, context: object = None) -> TrialResult:
+        point = VariantResult(name="base", metrics={**metrics, "reward": plan.reward(metrics)})
+        return TrialResult(status="complete", points=(point,))
+
+    loop.run_trial = evaluate  # type: ignore[assignment]
+
+
+def bench_growth(trials: int, chunk: int) -> dict[str, object]:
+    _no_training()
+    rows: dict[str, list[float]] = {"off": [], "mlflow": []}
+    with tempfile.TemporaryDirectory() as folder:
+        studies = {
+            setting: autosearch.create_study(
+                f"growth-{setting}",
+                controller=RandomSearch(NB201Space(), seed=0),
+                storage=f"sqlite:///{folder}/{setting}.db",
+                **_tracking(setting, folder),
+            )
+            for setting in rows
+        }
+        for _ in range(trials // chunk):
+            for setting, study in studies.items():
+                start = time.perf_counter()
+                study.optimize(chunk)
+                rows[setting].append(round(1000 * (time.perf_counter() - start) / chunk, 1))
+    med = statistics.median
+    ours = rows["mlflow"]
+    return {
+        "trials": trials,
+        "chunk": chunk,
+        "ms_per_trial": rows,
+        "last3_over_first3": round(med(ours[-3:]) / med(ours[:3]), 2),
+        "mlflow_over_off_last3": round(med(ours[-3:]) / med(rows["off"][-3:]), 2),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=6)
+    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--growth-trials", type=int, default=400)
+    parser.add_argument("--chunk", type=int, default=50)
+    parser.add_argument("--only", choices=("cost", "growth"))
+    args = parser.parse_args()
+    logging.getLogger("autosearch").setLevel(logging.WARNING)
+    out: dict[str, object] = {}
+    if args.only in (None, "cost"):
+        out["cost"] = bench_cost(args.trials, args.epochs, args.repeats)
+    if args.only in (None, "growth"):
+        out["growth"] = bench_growth(args.growth_trials, args.chunk)
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,258 @@
+"""A study shown live in MLflow and TensorBoard (autosearch/study/tracking): runs,
+params, metrics and artifacts read back with MLflow's own client and TensorBoard's
+event reader; a resumed trial continuing its run; a failed trial's run failed; two
+workers; a tracker that refuses connections or hangs costing a trial nothing."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+
+import pytest
+
+import autosearch
+from autosearch.errors import ConfigError
+from autosearch.study.tracking import Tracking
+from autosearch.study.tracking._sender import Sender
+
+mlflow = pytest.importorskip("mlflow")
+pytest.importorskip("tensorboard")
+
+
+def _client(uri):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=uri)
+
+
+def _runs(uri, study):
+    client = _client(uri)
+    experiment = client.get_experiment_by_name(study)
+    assert experiment is not None, f"no experiment {study!r} at {uri}"
+    runs = client.search_runs([experiment.experiment_id], max_results=1000)
+    by_role = {}
+    for run in runs:
+        by_role.setdefault(run.data.tags.get("autosearch.role", "trial"), []).append(run)
+    return by_role
+
+
+def _scalars(folder):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(folder))
+    events.Reload()
+    return {
+        tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]
+    }
+
+
+def test_settings_are_checked_and_local_paths_made_absolute(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    made = Tracking.of(mlflow="sqlite:///mlflow.db", tensorboard="tb")
+    assert made.mlflow == f"sqlite:///{tmp_path}/mlflow.db"
+    assert made.tensorboard == str(tmp_path / "tb")
+    assert Tracking.of(mlflow="http://127.0.0.1:5000").mlflow == "http://127.0.0.1:5000"
+    assert Tracking.of(mlflow="runs/mlruns").mlflow == (tmp_path / "runs/mlruns").as_uri()
+    assert Tracking.of(mlflow=True).mlflow.startswith("sqlite:////")  # MLflow's default
+    assert Tracking.from_json(made.to_json()) == made
+    assert not Tracking.from_json("damaged").on
+    with pytest.raises(ConfigError, match="expected a tracking URI"):
+        Tracking.of(mlflow=5)
+    with pytest.raises(ConfigError, match="expected a folder"):
+        Tracking.of(tensorboard="")
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda n, *a: None if n == "mlflow" else real(n, *a)
+    )
+    with pytest.raises(ConfigError, match=r"pip install 'autosearch\[mlflow\]'"):
+        Tracking.of(mlflow="sqlite:///x.db")
+
+
+def test_a_tracker_that_fails_or_hangs_never_holds_the_caller(caplog):
+    sender = Sender("a tool")
+    release = threading.Event()
+    sender.send(release.wait)  # hangs until released
+    for _ in range(1000):
+        sender.send(lambda: None)  # returns at once: queued
+    with caplog.at_level(logging.WARNING):
+        assert sender.close(timeout=0.2) is False
+    assert "did not answer within 0.2 s; 1001 update(s)" in caplog.text
+    release.set()
+    caplog.clear()
+    failing = Sender("another tool")
+    calls = []
+
+    def broken():
+        raise ConnectionRefusedError("[Errno 111] Connection refused")
+
+    failing.send(broken)
+    failing.send(calls.append, 1)
+    with caplog.at_level(logging.WARNING):
+        assert failing.close(timeout=60) is False
+    assert calls == [] and failing.down.startswith("ConnectionRefusedError")
+    (said,) = caplog.records
+    assert "another tool failed (ConnectionRefusedError" in said.getMessage()
+    assert "the study goes on" in said.getMessage()
+
+
+def test_a_study_in_mlflow_and_tensorboard(make_study, tmp_path):
+    """Each trial a run nested under the study's, its genes and settings as params,
+    its epochs as step metrics, every variant's figures and its state at the end,
+    ``arch.json`` as an artifact; TensorBoard's scalars and hparams per trial."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    study = make_study(variants=("base", "int8"), mlflow=uri, tensorboard=str(tmp_path / "tb"))
+    done = study.optimize(2)
+    runs = _runs(uri, "t")
+    (parent,) = runs["study"]
+    trials = sorted(runs["trial"], key=lambda r: int(r.data.tags["autosearch.trial"]))
+    assert [int(r.data.tags["autosearch.trial"]) for r in trials] == [0, 1]
+    client = _client(uri)
+    measured = 0
+    for run, record in zip(trials, [r for r in done if r.is_base], strict=True):
+        tags, params, metrics = run.data.tags, run.data.params, run.data.metrics
+        assert run.info.status == "FINISHED" and tags["autosearch.state"] == "complete"
+        assert tags["mlflow.parentRunId"] == parent.info.run_id
+        assert tags["autosearch.controller"] == "random"
+        assert tags["autosearch.arch_id"] == record.arch.arch_id
+        for gene, value in record.arch.genes.items():
+            assert params[gene] == str(value)
+        assert params["train.epochs"] == str(study.train_config.epochs)
+        assert params["train.lr"] == str(study.train_config.lr)
+        assert metrics["accuracy"] == pytest.approx(record.accuracy)
+        assert metrics["flops"] == record.metrics["flops"]
+        int8 = study.trials.record(record.trial, "int8")
+        assert metrics["int8.accuracy_estimate"] == pytest.approx(
+            int8.metrics.get("accuracy_estimate", int8.accuracy)
+        )
+        assert tags["autosearch.figures.int8"] == "accuracy estimated (fake quantization)"
+        if int8.metrics.get("accuracy_estimate") is not None:  # on the front: measured after
+            assert metrics["int8.accuracy"] == pytest.approx(int8.accuracy)
+            measured += 1
+        history = client.get_metric_history(run.info.run_id, "val_accuracy")
+        assert [m.step for m in history] == list(range(1, study.train_config.epochs + 1))
+        arch = client.download_artifacts(run.info.run_id, "arch.json", str(tmp_path))
+        assert autosearch.Architecture.from_json(open(arch).read()) == record.arch
+    assert measured >= 1
+    assert parent.data.params["controller"] == "random" and parent.info.status == "FINISHED"
+    assert (tmp_path / "mlartifacts").is_dir()  # beside the SQLite store
+    board = tmp_path / "tb" / "t"
+    for record in done:
+        if record.is_base:
+            scalars = _scalars(board / f"trial-{record.trial:05d}")
+            steps = [s for s, _ in scalars["val/accuracy"]]
+            assert steps == list(range(1, study.train_config.epochs + 1))
+            assert scalars["hparam/accuracy"][0][1] == pytest.approx(record.accuracy)
+    front = _scalars(board / "front")["front/accuracy"]
+    assert sorted(front) == sorted(
+        (round(r.flops), pytest.approx(r.accuracy)) for r in study.pareto()
+    )
+
+
+def test_a_resumed_trial_continues_its_run_and_a_failed_one_is_marked_failed(make_study, tmp_path):
+    import os
+    import signal
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    study = make_study(train=autosearch.TrainConfig(epochs=3, batch_size=128, lr=0.1), mlflow=uri,
+                       tensorboard=str(tmp_path / "tb"))  # fmt: skip
+
+    def ctrl_c(trial, epoch):
+        if epoch.epoch == 1:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    with pytest.raises(KeyboardInterrupt):
+        study.optimize(1, epoch_callbacks=[ctrl_c])
+    (cut,) = _runs(uri, "t")["trial"]
+    assert cut.info.status == "KILLED" and cut.data.tags["autosearch.state"] == "interrupted"
+    (done,) = study.optimize(1)
+    (run,) = _runs(uri, "t")["trial"]
+    assert run.info.run_id == cut.info.run_id and run.info.status == "FINISHED"
+    assert run.data.tags["autosearch.trial"] == str(done.trial) != "0"
+    history = _client(uri).get_metric_history(run.info.run_id, "val_accuracy")
+    assert sorted({m.step for m in history}) == [1, 2, 3]
+    scalars = _scalars(tmp_path / "tb" / "t" / f"trial-{done.trial:05d}")
+    assert [s for s, _ in scalars["val/accuracy"]] == [2, 3]  # the resume's own epochs
+
+    from autosearch.evaluation import runner
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the candidate's loss is NaN")
+
+    import unittest.mock
+
+    with unittest.mock.patch.object(runner, "train_candidate", broken):
+        (failed,) = study.optimize(1)
+    assert failed.state == "failed"
+    (run,) = [
+        r for r in _runs(uri, "t")["trial"] if r.data.tags["autosearch.trial"] == str(failed.trial)
+    ]
+    assert run.info.status == "FAILED" and run.data.tags["autosearch.state"] == "failed"
+    assert "the candidate's loss is NaN" in run.data.tags["autosearch.reason"]
+
+
+def test_a_tracker_that_refuses_connections_costs_the_study_one_line(make_study, tmp_path, caplog):
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    study = make_study(mlflow=f"http://127.0.0.1:{port}")
+    with caplog.at_level(logging.WARNING, logger="autosearch"):
+        done = study.optimize(2)
+    assert [r.state for r in done] == ["complete", "complete"]
+    said = [r.getMessage() for r in caplog.records if "MLflow at" in r.getMessage()]
+    assert len(said) == 1 and "does not answer" in said[0] and "the study goes on" in said[0]
+
+
+def test_tracking_is_stored_with_the_study_and_switched_on_later(make_study, tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    study = make_study()
+    assert not study.tracking.on
+    study.track(mlflow=uri)
+    again = autosearch.load_study("t", storage=f"sqlite:///{tmp_path}/t.db")
+    assert again.tracking == Tracking(mlflow=uri)
+    again.optimize(1)
+    assert len(_runs(uri, "t")["trial"]) == 1
+    kept = make_study(load_if_exists=True)  # created again without tracking: it stays on
+    assert kept.tracking.mlflow == uri
+    kept.track(mlflow=False)
+    assert not autosearch.load_study("t", storage=f"sqlite:///{tmp_path}/t.db").tracking.on
+
+
+@pytest.mark.slow
+def test_two_workers_track_their_trials_into_one_experiment(tmp_path):
+    import subprocess
+    import sys
+    import textwrap
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    code = textwrap.dedent(
+        f"""
+        import autosearch
+        from autosearch import TrainConfig
+        from controllers import RandomSearch
+        from search_spaces import ResNetSpace
+        space = ResNetSpace(min_stages=2, max_stages=2, depths=(1,), widths=(4,),
+                            stem_widths=(4, 8), blocks=("basic",))
+        study = autosearch.create_study(
+            "p", controller=RandomSearch(space, seed=0), storage="sqlite:///{tmp_path}/p.db",
+            train=TrainConfig(epochs=2, batch_size=128, lr=0.1), mlflow="{uri}",
+            tensorboard="{tmp_path}/tb")
+        study.optimize(4, n_workers=2)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=1800
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "failed" not in done.stderr, done.stderr[-2000:]
+    runs = _runs(uri, "p")
+    assert len(runs["study"]) == 1
+    trials = runs["trial"]
+    assert sorted(int(r.data.tags["autosearch.trial"]) for r in trials) == [0, 1, 2, 3]
+    assert all(r.info.status == "FINISHED" for r in trials)
+    assert len({r.data.tags["autosearch.worker"] for r in trials}) == 2  # each worker's own
+    assert {r.data.tags["mlflow.parentRunId"] for r in trials} == {runs["study"][0].info.run_id}
+    boards = sorted(p.name for p in (tmp_path / "tb" / "p").iterdir())
+    assert boards == ["front", "trial-00000", "trial-00001", "trial-00002", "trial-00003"]
