@@ -1,23 +1,26 @@
 """What showing a study live in MLflow and TensorBoard costs. Prints JSON; every ratio
 is measured within this run.
 
-1. cost: a digits study (small ResNets, ``--trials`` trials of ``--epochs`` epochs) run
-   without tracking, with MLflow (a SQLite store, MLflow's default kind), with
-   TensorBoard, and with both; each setting ``--repeats`` times, interleaved, each in a
-   fresh folder. Seconds per trial (the whole ``optimize``, its end-of-run wait for
-   the tracker included) and the ratio to no tracking (target: <= 1.05). MLflow's
-   one-time creation of a new store's tables is timed apart (``store_seconds``).
+1. cost: the default study (studies/digits_quick.py: small ResNets on digits, 10 epochs,
+   pruned and int8 variants of the front), ``--trials`` of its trials, run without
+   tracking, with MLflow (a SQLite store, MLflow's default kind), with TensorBoard, and
+   with both; each setting ``--repeats`` times, interleaved, each in a fresh folder,
+   after one untimed warm-up trial. Seconds per trial (the whole ``optimize``, its
+   end-of-run wait for the tracker included) and the ratio of medians to no tracking
+   (target: <= 1.05). MLflow's one-time creation of a new store's tables is timed
+   apart (``store_seconds``).
 2. growth: a study that trains nothing (NB201 cells, the study's machinery alone), run
    in chunks with MLflow on and off side by side: ms per trial by chunk, the wait for
    the tracker at each chunk's end included (target: flat, the last chunks within 1.2x
    the first).
 
-    python benchmarks/tracking.py [--trials 6] [--epochs 4] [--growth-trials 400]
+    python benchmarks/tracking.py [--trials 6] [--repeats 2] [--growth-trials 400]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import statistics
@@ -29,15 +32,13 @@ from pathlib import Path
 sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 import autosearch
-from autosearch import TrainConfig
 from autosearch.evaluation.runner import TrialPlan, TrialResult, VariantResult
 from autosearch.study import loop
+from autosearch.studyfile import load_spec
 from controllers import RandomSearch
-from search_spaces import NB201Space, ResNetSpace
+from search_spaces import NB201Space
 
-SPACE = ResNetSpace(
-    min_stages=2, max_stages=2, depths=(1, 2), widths=(8, 16), stem_widths=(8,), blocks=("basic",)
-)
+ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = ("off", "mlflow", "tensorboard", "both")
 
 
@@ -59,29 +60,32 @@ def _store_seconds(folder: str) -> float:
     return time.perf_counter() - start
 
 
-def bench_cost(trials: int, epochs: int, repeats: int) -> dict[str, object]:
+def bench_cost(trials: int, repeats: int) -> dict[str, object]:
+    spec = load_spec(str(ROOT / "studies" / "digits_quick.py"))
     seconds: dict[str, list[float]] = {s: [] for s in SETTINGS}
     stores = []
+
+    def run(name: str, setting: str, n: int, folder: str) -> float:
+        study = dataclasses.replace(spec, name=name).create(
+            storage=f"sqlite:///{folder}/study.db", **_tracking(setting, folder)
+        )
+        start = time.perf_counter()
+        done = study.optimize(n)
+        assert all(r.state == "complete" for r in done), done
+        return (time.perf_counter() - start) / n
+
+    with tempfile.TemporaryDirectory() as folder:
+        run("warm-up", "off", 1, folder)
     for rep in range(repeats):
         for setting in SETTINGS:
             with tempfile.TemporaryDirectory() as folder:
                 if setting in ("mlflow", "both"):
                     stores.append(_store_seconds(folder))
-                study = autosearch.create_study(
-                    f"cost-{rep}",
-                    controller=RandomSearch(SPACE, seed=rep),
-                    storage=f"sqlite:///{folder}/study.db",
-                    train=TrainConfig(epochs=epochs, batch_size=64, lr=0.1),
-                    **_tracking(setting, folder),
-                )
-                start = time.perf_counter()
-                done = study.optimize(trials)
-                seconds[setting].append((time.perf_counter() - start) / trials)
-                assert all(r.state == "complete" for r in done), done
+                seconds[setting].append(run(f"cost-{rep}", setting, trials, folder))
     med = {s: statistics.median(v) for s, v in seconds.items()}
     return {
+        "study": "studies/digits_quick.py",
         "trials": trials,
-        "epochs": epochs,
         "repeats": repeats,
         "seconds_per_trial": {s: [round(x, 3) for x in v] for s, v in seconds.items()},
         "ratio_to_off": {s: round(med[s] / med["off"], 3) for s in SETTINGS},
@@ -107,7 +111,7 @@ def bench_growth(trials: int, chunk: int) -> dict[str, object]:
             setting: autosearch.create_study(
                 f"growth-{setting}",
                 controller=RandomSearch(NB201Space(), seed=0),
-                storage=f"sqlite:///{folder}/{setting}.db",
+                storage=f"sqlite:///{folder}/study-{setting}.db",
                 **_tracking(setting, folder),
             )
             for setting in rows
@@ -131,7 +135,6 @@ def bench_growth(trials: int, chunk: int) -> dict[str, object]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=6)
-    parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--growth-trials", type=int, default=400)
     parser.add_argument("--chunk", type=int, default=50)
@@ -140,7 +143,7 @@ def main() -> None:
     logging.getLogger("autosearch").setLevel(logging.WARNING)
     out: dict[str, object] = {}
     if args.only in (None, "cost"):
-        out["cost"] = bench_cost(args.trials, args.epochs, args.repeats)
+        out["cost"] = bench_cost(args.trials, args.repeats)
     if args.only in (None, "growth"):
         out["growth"] = bench_growth(args.growth_trials, args.chunk)
     print(json.dumps(out, indent=2))

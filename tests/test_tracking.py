@@ -216,6 +216,8 @@ def test_tracking_is_stored_with_the_study_and_switched_on_later(make_study, tmp
     assert len(_runs(uri, "t")["trial"]) == 1
     kept = make_study(load_if_exists=True)  # created again without tracking: it stays on
     assert kept.tracking.mlflow == uri
+    with pytest.raises(ConfigError, match="is the study's own storage"):
+        kept.track(mlflow=f"sqlite:///{tmp_path}/t.db")
     kept.track(mlflow=False)
     assert not autosearch.load_study("t", storage=f"sqlite:///{tmp_path}/t.db").tracking.on
 

@@ -144,6 +144,7 @@ class TrackingView:
     name: str
     definition: StudyDefinition
     storage: BaseStorage
+    storage_url: str
     tracker: Tracker
     supernet_job: SupernetJob | None
     _study_id: int
@@ -162,6 +163,7 @@ class TrackingView:
         (stored with the study; a process already running keeps what it read). None
         keeps a setting, False switches it off. See autosearch.study.tracking."""
         tracking = self.tracking.changed(mlflow=mlflow, tensorboard=tensorboard)
+        tracking.check_apart(self.storage_url)
         if tracking != self.tracking:
             tracking_spec.store(self.storage, self._study_id, tracking)
             self.tracker.close()

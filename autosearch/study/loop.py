@@ -398,14 +398,12 @@ class _Tracked:
     def started(self) -> None:
         if self.tracker is None:
             return
-        resumed_at = 0
-        if self.claim.resumes is not None:  # the epochs its earlier attempt checkpointed
-            cut = self.parts.trials.get(self.claim.resumes).intermediate_values
-            resumed_at = max(cut, default=0)
+        resumes, resumed_at = self.claim.resumes, 0
+        if resumes is not None:  # the epochs its earlier attempt checkpointed
+            resumed_at = max(self.parts.trials.get(resumes).intermediate_values, default=0)
         worker = str(self.parts.worker_attrs.get("worker") or worker_id())
-        self.tracker.trial_started(
-            self.key, self.claim.number, self.plan, resumed_at=resumed_at, worker=worker
-        )
+        self.tracker.trial_started(self.key, self.claim.number, self.plan, first=resumes is None,
+                                   resumed_at=resumed_at, worker=worker)  # fmt: skip
 
     def epoch(self, epoch: EpochResult) -> None:
         if self.tracker is not None:
@@ -414,8 +412,9 @@ class _Tracked:
     def ended(self, *, reason: str = "") -> None:
         if self.tracker is None:
             return
-        found = [] if reason else self.parts.trials.decode(self.parts.trials.get(self.claim.number))
-        facts = {} if reason else records.result_facts(self.parts.trials.get(self.claim.number))
+        stored = None if reason else self.parts.trials.get(self.claim.number)
+        found = self.parts.trials.decode(stored) if stored else []
+        facts = records.result_facts(stored) if stored else {}
         self.tracker.trial_ended(self.key, self.plan, found, reason=reason, facts=facts)
 
 

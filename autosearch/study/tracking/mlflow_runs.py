@@ -107,24 +107,39 @@ class MLflowRuns:
         params: Mapping[str, Any],
         tags: Mapping[str, str],
         study: tuple[Mapping[str, Any], Mapping[str, str]],
+        *,
+        first: bool = False,
     ) -> None:
-        """The trial's run (made, or found where an earlier attempt made it), RUNNING,
-        its parameters logged once, ``tags`` set."""
+        """The trial's run (made, or found where an earlier attempt made it: not looked
+        for on its ``first`` attempt), RUNNING, its parameters logged once, ``tags`` set.
+        One worker holds a trial at a time (its claim), so no other makes its run."""
         client = self.client()
         parent = self.study_run(*study)
         nested = {**tags, "mlflow.parentRunId": parent}
-        run, made = self._one_run({KEY: key}, name=name, tags=nested)
-        self._runs[key] = run
-        if made:
+        found = None if first else self._oldest({KEY: key})
+        if found is None:
+            made = {**nested, KEY: key, UID: self.uid}
+            run = _retry(
+                lambda: client.create_run(self._experiment, run_name=name, tags=made)
+            ).info.run_id
             _retry(lambda: client.log_batch(run, params=_params(params)))
         else:
+            run = found
             logged = client.get_run(run).data.params
             fresh = {k: v for k, v in params.items() if metric_key(k) not in logged}
             tag_list = _tags(nested)
             _retry(lambda: client.log_batch(run, params=_params(fresh), tags=tag_list))
             _retry(lambda: client.update_run(run, status="RUNNING", name=name))
+        self._runs[key] = run
 
-    def log(self, key: str, metrics: Mapping[str, float], step: int | None = None) -> None:
+    def log(
+        self,
+        key: str,
+        metrics: Mapping[str, float],
+        step: int | None = None,
+        tags: Mapping[str, str] | None = None,
+    ) -> None:
+        """Metrics (at ``step``) and tags of the run of ``key``, in one call."""
         from mlflow.entities import Metric
 
         run, client = self._run(key), self.client()
@@ -134,7 +149,7 @@ class MLflowRuns:
             for k, v in metrics.items()
             if _finite_number(v)
         ]
-        _retry(lambda: client.log_batch(run, metrics=batch))
+        _retry(lambda: client.log_batch(run, metrics=batch, tags=_tags(tags or {})))
 
     def trial_ended(
         self,
@@ -147,8 +162,7 @@ class MLflowRuns:
         """Its last figures, tags and small text artifacts (``arch.json``), then its
         status: FINISHED, FAILED or KILLED."""
         run, client = self._run(key), self.client()
-        self.log(key, metrics)
-        _retry(lambda: client.log_batch(run, tags=_tags(tags)))
+        self.log(key, metrics, tags=tags)
         for path, text in texts.items():
             client.log_text(run, text, path)
         _retry(lambda: client.set_terminated(run, status=status))

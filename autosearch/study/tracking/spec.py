@@ -93,6 +93,15 @@ class Tracking:
             raise ConfigError("tensorboard=True: give the folder to write to (False: off)")
         return Tracking.of(mlflow=mlflow, tensorboard=None if board is False else board)
 
+    def check_apart(self, storage: str) -> None:
+        """Refuse an MLflow store that is the study's own storage (``storage``): MLflow
+        and Optuna would each take the other's tables for an old version of theirs."""
+        if self.mlflow is not None and self.mlflow == _absolute(storage):
+            raise ConfigError(
+                f"mlflow={self.mlflow!r} is the study's own storage: give MLflow a store of "
+                "its own (sqlite:///mlflow.db beside it, or a server)"
+            )
+
     @property
     def on(self) -> bool:
         return self.mlflow is not None or self.tensorboard is not None

@@ -65,10 +65,18 @@ class Tracker:
         return bool(self._senders)
 
     def trial_started(
-        self, key: str, number: int, plan: TrialPlan, *, resumed_at: int = 0, worker: str = ""
+        self,
+        key: str,
+        number: int,
+        plan: TrialPlan,
+        *,
+        first: bool = False,
+        resumed_at: int = 0,
+        worker: str = "",
     ) -> None:
-        """Trial ``number`` (its claim's ``key``) starts, or resumes after epoch
-        ``resumed_at``: its genes and training settings as parameters."""
+        """Trial ``number`` (its claim's ``key``) starts (on its ``first`` attempt: no
+        earlier run to look for), or resumes after epoch ``resumed_at``: its genes and
+        training settings as parameters."""
         if self._mlflow:
             runs, sender = self._mlflow
             params = trial_params(plan)
@@ -80,7 +88,10 @@ class Tracker:
                 "autosearch.worker": worker,
                 "mlflow.note.content": plan.space.describe(plan.arch),
             }
-            sender.send(runs.trial_started, key, f"trial {number}", params, tags, self._study)
+            first = first and not resumed_at
+            sender.send(
+                runs.trial_started, key, f"trial {number}", params, tags, self._study, first=first
+            )
         if self._tensorboard:
             logs, sender = self._tensorboard
             sender.send(logs.trial_started, key, number, resumed_at + 1 if resumed_at else 0)
