@@ -65,6 +65,8 @@ def bench_cost(trials: int, repeats: int) -> dict[str, object]:
     seconds: dict[str, list[float]] = {s: [] for s in SETTINGS}
     stores = []
 
+    busy: dict[str, list[float]] = {s: [] for s in SETTINGS}
+
     def run(name: str, setting: str, n: int, folder: str) -> float:
         study = dataclasses.replace(spec, name=name).create(
             storage=f"sqlite:///{folder}/study.db", **_tracking(setting, folder)
@@ -72,6 +74,8 @@ def bench_cost(trials: int, repeats: int) -> dict[str, object]:
         start = time.perf_counter()
         done = study.optimize(n)
         assert all(r.state == "complete" for r in done), done
+        if not name.startswith("warm-up"):
+            busy[setting].append(study.tracker.busy / n)
         return (time.perf_counter() - start) / n
 
     with tempfile.TemporaryDirectory() as folder:
@@ -89,6 +93,14 @@ def bench_cost(trials: int, repeats: int) -> dict[str, object]:
         "repeats": repeats,
         "seconds_per_trial": {s: [round(x, 3) for x in v] for s, v in seconds.items()},
         "ratio_to_off": {s: round(med[s] / med["off"], 3) for s in SETTINGS},
+        # CPU seconds the tracking thread spent per trial, and as a share of a trial's
+        # wall time without tracking: what tracking takes from the machine.
+        "tracking_cpu_seconds_per_trial": {
+            s: round(statistics.median(busy[s]), 4) for s in SETTINGS
+        },
+        "tracking_cpu_share": {
+            s: round(statistics.median(busy[s]) / med["off"], 4) for s in SETTINGS
+        },
         "store_seconds": round(statistics.median(stores), 2) if stores else None,
     }
 

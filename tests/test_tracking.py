@@ -258,3 +258,100 @@ def test_two_workers_track_their_trials_into_one_experiment(tmp_path):
     assert {r.data.tags["mlflow.parentRunId"] for r in trials} == {runs["study"][0].info.run_id}
     boards = sorted(p.name for p in (tmp_path / "tb" / "p").iterdir())
     assert boards == ["front", "trial-00000", "trial-00001", "trial-00002", "trial-00003"]
+
+
+@pytest.fixture
+def mlflow_server(tmp_path):
+    """A real ``mlflow server`` on 127.0.0.1 (a SQLite store and an artifact folder of its
+    own), its processes tagged so that exactly they are stopped afterwards."""
+    import os
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+    from pathlib import Path
+
+    import _hermetic
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    tag = _hermetic.new_tag()
+    server = subprocess.Popen(
+        [str(Path(sys.executable).with_name("mlflow")), "server", "--host", "127.0.0.1",
+         "--port", str(port), "--workers", "1",
+         "--backend-store-uri", f"sqlite:///{tmp_path}/server.db",
+         "--artifacts-destination", str(tmp_path / "server-artifacts")],
+        env={**os.environ, _hermetic.TAG: tag},
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp_path / "server.log", "w"),
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 600  # bounds a broken start only
+        while True:
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=5):
+                    break
+            except OSError:
+                assert server.poll() is None, (tmp_path / "server.log").read_text()[-3000:]
+                assert time.monotonic() < deadline, "mlflow server never answered"
+                time.sleep(0.5)
+        yield url
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=60)
+        finally:
+            _hermetic.stop_tagged(tag)
+
+
+@pytest.mark.slow
+def test_a_tracking_server_and_its_web_page_list_the_studys_runs(
+    make_study, mlflow_server, tmp_path
+):
+    """A study tracked to a real ``mlflow server``: its runs read back through MLflow's
+    client over HTTP, and listed on MLflow's own web page (headless Chromium: the
+    study's run, with its trials' nested under it, on the experiment's runs page)."""
+    import shutil
+    import subprocess
+
+    import numpy as np
+    from PIL import Image
+
+    study = make_study("served", mlflow=mlflow_server)
+    done = study.optimize(2)
+    client = _client(mlflow_server)
+    experiment = client.get_experiment_by_name("served")
+    trials = [r for r in client.search_runs([experiment.experiment_id])
+              if r.data.tags.get("autosearch.role") != "study"]  # fmt: skip
+    assert sorted(r.info.run_name for r in trials) == [f"trial {r.trial}" for r in done]
+    assert all(r.info.status == "FINISHED" for r in trials)
+    (arch,) = client.list_artifacts(trials[0].info.run_id)
+    assert arch.path == "arch.json"
+
+    browser = next(filter(None, map(shutil.which, ("chromium", "chromium-browser"))), None)
+    if browser is None:
+        import os
+
+        if os.environ.get("AUTOSEARCH_REQUIRE_BROWSER"):
+            pytest.fail("Chromium is required here (.ci/run installs Debian's chromium)")
+        pytest.skip("no Chromium on this machine (apt-get install chromium)")
+    page = f"{mlflow_server}/#/experiments/{experiment.experiment_id}/runs"
+    common = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+              "--disable-background-networking", "--no-first-run",
+              f"--user-data-dir={tmp_path / 'chromium'}", "--virtual-time-budget=30000",
+              "--window-size=1400,1000"]  # fmt: skip
+    dom = subprocess.run([*common, "--dump-dom", page], capture_output=True, text=True,
+                         timeout=600, check=True).stdout  # fmt: skip
+    import re
+
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", dom))
+    # The study's run, its trials nested under it (collapsed): all of them counted.
+    assert "Training runs" in text and " served " in text, text[-3000:]
+    assert re.search(rf"\b{len(done) + 1} matching runs", text), text[-3000:]
+    shot = tmp_path / "mlflow.png"
+    subprocess.run([*common, f"--screenshot={shot}", page], capture_output=True, timeout=600,
+                   check=True)  # fmt: skip
+    pixels = np.asarray(Image.open(shot).convert("L"))
+    assert pixels.shape == (1000, 1400) and pixels.std() > 10  # a drawn page, not a blank one

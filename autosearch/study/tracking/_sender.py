@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -25,6 +26,7 @@ class Sender:
         self.what = what
         self.down: str | None = None  # why the tracker is left alone, once it failed
         self.sent = 0
+        self.busy = 0.0  # CPU seconds this process spent in the calls (their thread's)
         self._calls: queue.Queue[Any] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -49,6 +51,7 @@ class Sender:
             if self.down is not None:
                 continue
             call, args, kwargs = item
+            started = time.thread_time()
             try:
                 call(*args, **kwargs)
                 self.sent += 1
@@ -61,6 +64,8 @@ class Sender:
                     self.what,
                     self.down,
                 )
+            finally:
+                self.busy += time.thread_time() - started
 
     def close(self, timeout: float) -> bool:
         """Wait for what was queued to be sent, as long as the tracker takes a call

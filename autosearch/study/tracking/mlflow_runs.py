@@ -31,6 +31,8 @@ T = TypeVar("T")
 
 UID, ROLE, KEY, TRIAL = "autosearch.uid", "autosearch.role", "autosearch.key", "autosearch.trial"
 _BAD = re.compile(r"[^\w.\- /:]")  # what MLflow refuses in a metric or parameter name
+# What MLflow's web page opens an experiment on: its runs (not GenAI traces).
+_KIND = "mlflow.experimentKind"
 _TRIES = 6  # a SQLite store that several workers write: "database is locked" retried
 
 
@@ -71,7 +73,9 @@ class MLflowRuns:
         try:
             return str(
                 client.create_experiment(
-                    self.study, artifact_location=_artifacts_beside(self.uri), tags={UID: self.uid}
+                    self.study,
+                    artifact_location=_artifacts_beside(self.uri),
+                    tags={UID: self.uid, _KIND: "custom_model_development"},
                 )
             )
         except Exception:  # made meanwhile by another worker

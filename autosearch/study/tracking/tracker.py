@@ -64,6 +64,11 @@ class Tracker:
     def on(self) -> bool:
         return bool(self._senders)
 
+    @property
+    def busy(self) -> float:
+        """CPU seconds this process has spent sending to the trackers."""
+        return sum(sender.busy for sender in self._senders)
+
     def trial_started(
         self,
         key: str,
