@@ -24,6 +24,7 @@ import dataclasses
 import json
 import logging
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -60,47 +61,53 @@ def _store_seconds(folder: str) -> float:
     return time.perf_counter() - start
 
 
-def bench_cost(trials: int, repeats: int) -> dict[str, object]:
+def _one_run(setting: str, trials: int) -> dict[str, float]:
+    """One timed run, in this process (a child of :func:`bench_cost`): a warm-up trial of
+    a study of its own, then ``trials`` trials of the default study, ``setting`` on."""
     spec = load_spec(str(ROOT / "studies" / "digits_quick.py"))
-    seconds: dict[str, list[float]] = {s: [] for s in SETTINGS}
-    stores = []
-
-    busy: dict[str, list[float]] = {s: [] for s in SETTINGS}
-
-    def run(name: str, setting: str, n: int, folder: str) -> float:
-        study = dataclasses.replace(spec, name=name).create(
-            storage=f"sqlite:///{folder}/study.db", **_tracking(setting, folder)
-        )
-        start = time.perf_counter()
-        done = study.optimize(n)
-        assert all(r.state == "complete" for r in done), done
-        if not name.startswith("warm-up"):
-            busy[setting].append(study.tracker.busy / n)
-        return (time.perf_counter() - start) / n
-
+    out: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as folder:
-        run("warm-up", "off", 1, folder)
+        if setting in ("mlflow", "both"):
+            out["store_seconds"] = _store_seconds(folder)
+        for name, n in (("warm-up", 1), ("cost", trials)):
+            study = dataclasses.replace(spec, name=name).create(
+                storage=f"sqlite:///{folder}/{name}.db", **_tracking(setting, folder)
+            )
+            start = time.perf_counter()
+            done = study.optimize(n)
+            assert all(r.state == "complete" for r in done), done
+        out["seconds_per_trial"] = (time.perf_counter() - start) / trials
+        out["tracking_cpu_per_trial"] = study.tracker.busy / trials
+    return out
+
+
+def bench_cost(trials: int, repeats: int) -> dict[str, object]:
+    """Each setting ``repeats`` times, each run a fresh process (a long process slows
+    down as torch's compile caches fill, which would favour whichever ran first), the
+    settings' order rotated every repeat."""
+    runs: dict[str, list[dict[str, float]]] = {s: [] for s in SETTINGS}
     for rep in range(repeats):
-        for setting in SETTINGS:
-            with tempfile.TemporaryDirectory() as folder:
-                if setting in ("mlflow", "both"):
-                    stores.append(_store_seconds(folder))
-                seconds[setting].append(run(f"cost-{rep}", setting, trials, folder))
-    med = {s: statistics.median(v) for s, v in seconds.items()}
+        for setting in SETTINGS[rep % len(SETTINGS) :] + SETTINGS[: rep % len(SETTINGS)]:
+            child = subprocess.run(
+                [sys.executable, __file__, "--one", setting, "--trials", str(trials)],
+                capture_output=True, text=True, check=True, timeout=3600,
+            )  # fmt: skip
+            runs[setting].append(json.loads(child.stdout))
+    med = {s: statistics.median(r["seconds_per_trial"] for r in runs[s]) for s in SETTINGS}
+    cpu = {s: statistics.median(r["tracking_cpu_per_trial"] for r in runs[s]) for s in SETTINGS}
+    stores = [r["store_seconds"] for s in SETTINGS for r in runs[s] if "store_seconds" in r]
     return {
         "study": "studies/digits_quick.py",
         "trials": trials,
         "repeats": repeats,
-        "seconds_per_trial": {s: [round(x, 3) for x in v] for s, v in seconds.items()},
+        "seconds_per_trial": {
+            s: [round(r["seconds_per_trial"], 3) for r in runs[s]] for s in SETTINGS
+        },
         "ratio_to_off": {s: round(med[s] / med["off"], 3) for s in SETTINGS},
-        # CPU seconds the tracking thread spent per trial, and as a share of a trial's
+        # CPU seconds the tracking threads spent per trial, and as a share of a trial's
         # wall time without tracking: what tracking takes from the machine.
-        "tracking_cpu_seconds_per_trial": {
-            s: round(statistics.median(busy[s]), 4) for s in SETTINGS
-        },
-        "tracking_cpu_share": {
-            s: round(statistics.median(busy[s]) / med["off"], 4) for s in SETTINGS
-        },
+        "tracking_cpu_seconds_per_trial": {s: round(cpu[s], 4) for s in SETTINGS},
+        "tracking_cpu_share": {s: round(cpu[s] / med["off"], 4) for s in SETTINGS},
         "store_seconds": round(statistics.median(stores), 2) if stores else None,
     }
 
@@ -151,8 +158,12 @@ def main() -> None:
     parser.add_argument("--growth-trials", type=int, default=400)
     parser.add_argument("--chunk", type=int, default=50)
     parser.add_argument("--only", choices=("cost", "growth"))
+    parser.add_argument("--one", choices=SETTINGS, help=argparse.SUPPRESS)  # a child's run
     args = parser.parse_args()
     logging.getLogger("autosearch").setLevel(logging.WARNING)
+    if args.one:
+        print(json.dumps(_one_run(args.one, args.trials)))
+        return
     out: dict[str, object] = {}
     if args.only in (None, "cost"):
         out["cost"] = bench_cost(args.trials, args.repeats)

@@ -33,6 +33,7 @@ FILES = (
     "tests/test_chaos.py",
     "tests/test_population.py",  # workers sharing a population, one killed
     "tests/test_sharding.py",  # torchrun ranks, one killed mid-epoch
+    "tests/test_tracking.py",  # a tracker down or slow, two workers, a resumed run
 )
 HOG = (
     "import torch\n"
