@@ -153,7 +153,8 @@ class Tracker:
         kept as ``NAME_estimate``)."""
         if self._mlflow:
             runs, sender = self._mlflow
-            sender.send(runs.log, key, variant_metrics(record))
+            said = {f"autosearch.figures.{metric_key(record.variant)}": figures(record)}
+            sender.send(runs.log, key, variant_metrics(record), tags=said)
 
     def supernet_epoch(self, epoch: EpochResult) -> None:
         """An epoch of the study's supernet (a run of its own, beside the trials')."""
