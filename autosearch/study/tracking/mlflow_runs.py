@@ -122,10 +122,7 @@ class MLflowRuns:
         nested = {**tags, "mlflow.parentRunId": parent}
         found = None if first else self._oldest({KEY: key})
         if found is None:
-            made = {**nested, KEY: key, UID: self.uid}
-            run = _retry(
-                lambda: client.create_run(self._experiment, run_name=name, tags=made)
-            ).info.run_id
+            run = self._create(name, {**nested, KEY: key})
             _retry(lambda: client.log_batch(run, params=_params(params)))
         else:
             run = found
@@ -147,6 +144,8 @@ class MLflowRuns:
         from mlflow.entities import Metric
 
         run, client = self._run(key), self.client()
+        if run is None:
+            return
         now = int(time.time() * 1000)
         batch = [
             Metric(metric_key(k), float(v), now, step or 0)
@@ -166,15 +165,29 @@ class MLflowRuns:
         """Its last figures, tags and small text artifacts (``arch.json``), then its
         status: FINISHED, FAILED or KILLED."""
         run, client = self._run(key), self.client()
+        if run is None:
+            return
         self.log(key, metrics, tags=tags)
         for path, text in texts.items():
             client.log_text(run, text, path)
         _retry(lambda: client.set_terminated(run, status=status))
 
-    def _run(self, key: str) -> str:
-        if key not in self._runs:  # a run this process did not start (the supernet's)
-            self._runs[key], _ = self._one_run({KEY: key}, name=key, tags={})
+    def _run(self, key: str) -> str | None:
+        """The run of ``key``; one this process did not start is looked up (none where
+        tracking was off when its trial ran: nothing is logged then, no stray run made)."""
+        if key not in self._runs:
+            found = self._oldest({KEY: key})
+            if found is None:
+                return None
+            self._runs[key] = found
         return self._runs[key]
+
+    def _create(self, name: str, tags: Mapping[str, str]) -> str:
+        """A new run of this study's experiment, tagged with the study's creation id."""
+        client = self.client()
+        tags = {**tags, UID: self.uid}
+        made = _retry(lambda: client.create_run(self._experiment, run_name=name, tags=tags))
+        return str(made.info.run_id)
 
     def _one_run(
         self, match: Mapping[str, str], *, name: str, tags: Mapping[str, str]
@@ -186,10 +199,7 @@ class MLflowRuns:
         found = self._oldest(match)
         if found is not None:
             return found, False
-        all_tags = {**tags, **match, UID: self.uid}
-        mine = _retry(
-            lambda: client.create_run(self._experiment, run_name=name, tags=all_tags)
-        ).info.run_id
+        mine = self._create(name, {**tags, **match})
         oldest = self._oldest(match)
         if oldest is not None and oldest != mine:
             _retry(lambda: client.delete_run(mine))
