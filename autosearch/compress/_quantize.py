@@ -18,6 +18,7 @@ Two traps handled here:
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import operator
@@ -267,12 +268,59 @@ def _only_used(graph: torch.fx.GraphModule) -> torch.fx.GraphModule:
     return graph
 
 
+@contextlib.contextmanager
+def _only_patterns_it_can_hold(*, qat: bool):
+    """torchao's PT2E passes, looking only for conv-BatchNorm patterns the graph can hold.
+
+    ``prepare_qat_pt2e`` and ``convert_pt2e`` look for QAT's conv-BatchNorm patterns of
+    four conv functions (1-d, 2-d, transposed), each pattern exported as a graph to match
+    (about 100 exports, 0.2 s each): 15 to 20 s a variant, whatever the network. A
+    pattern whose conv the graph does not call cannot match, so its search is skipped;
+    and a graph prepared for post-training quantization holds no QAT pattern at all
+    (PTQ's prepare folds each BatchNorm into its conv, or leaves it apart where the conv
+    is shared, as in a DenseNet's stem), so its convert skips the folding pass. The
+    graph converted is the same, to the bit."""
+    from torchao.quantization.pt2e import qat_utils, quantize_pt2e
+
+    saved: list[tuple[object, str, object]] = []
+
+    def replace(module: object, name: str, wrap: Callable) -> None:
+        original = getattr(module, name, None)
+        if original is not None:  # another torchao: its passes are left as they are
+            saved.append((module, name, original))
+            setattr(module, name, wrap(original))
+
+    if not qat:
+        replace(quantize_pt2e, "_fold_conv_bn_qat", lambda _: lambda graph: graph)
+    for name in ("_fuse_conv_bn_qat_helper", "_fold_conv_bn_qat_helper"):
+        replace(qat_utils, name, _when_the_graph_calls_its_conv)
+    try:
+        yield
+    finally:
+        for module, name, original in saved:
+            setattr(module, name, original)
+
+
+def _when_the_graph_calls_its_conv(helper: Callable) -> Callable:
+    def guarded(graph: torch.fx.GraphModule, conv: Callable, *args, **kwargs):
+        calls = {getattr(node.target, "_opname", None) for node in graph.graph.nodes}
+        return helper(graph, conv, *args, **kwargs) if conv.__name__ in calls else graph
+
+    return guarded
+
+
 def _finish(
-    prepared: torch.fx.GraphModule, parent: nn.Module, example: torch.Tensor, details: dict
+    prepared: torch.fx.GraphModule,
+    parent: nn.Module,
+    example: torch.Tensor,
+    details: dict,
+    *,
+    qat: bool,
 ) -> Derived:
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e
 
-    converted = _only_used(convert_pt2e(prepared))
+    with _only_patterns_it_can_hold(qat=qat):
+        converted = _only_used(convert_pt2e(prepared))
     size = _saved_size(converted)
     lowered = Frozen(_lower(converted, example))
     if not int8_ops(lowered):
@@ -318,7 +366,7 @@ def quantize_ptq(
         with torch.no_grad():
             for batch in calibration.split(128):
                 prepared(batch)
-        return _finish(prepared, parent, example, {"float_gap": gap})
+        return _finish(prepared, parent, example, {"float_gap": gap}, qat=False)
 
 
 def quantize_qat(
@@ -338,8 +386,9 @@ def quantize_qat(
     example = _calibration(data, 2, seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        prepared = prepare_qat_pt2e(_export(model, example), _quantizer(is_qat=True))
+        with _only_patterns_it_can_hold(qat=True):
+            prepared = prepare_qat_pt2e(_export(model, example), _quantizer(is_qat=True))
         trainable = _Exported(prepared)
         finetune(trainable)
         trainable.cpu().train(False)
-        return _finish(prepared, parent, example, {})
+        return _finish(prepared, parent, example, {}, qat=True)
