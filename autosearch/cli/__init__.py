@@ -15,12 +15,14 @@ import optuna
 from autosearch.cli.parser import build_parser
 from autosearch.errors import AutosearchError
 from autosearch.study.loop import PLATFORM_FAILURES, platform_error
+from autosearch.study.workers.executors import skip_final_collection
 
 __all__ = ["main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    skip_final_collection()
     args = build_parser().parse_args(argv)
     args.argv = argv
     logging.basicConfig(
