@@ -241,6 +241,14 @@ CASES = {
         ["export", F, "--out", "/proc/autosearch/x"],
         "cannot create export folder",
     ),
+    "export: an MLflow URI of no known scheme": (
+        ["export", F, "--mlflow", "mongodb://x/y"],
+        "unknown MLflow tracking URI scheme 'mongodb'",
+    ),
+    "export: a model registered without MLflow": (
+        ["export", F, "--register", "best"],
+        "--register NAME registers an MLflow model: add --mlflow",
+    ),
     "rerun: no such trial": (["rerun", F, "--trial", "9"], "no trial number 9"),
     # latency-table
     "latency-table: no samples": (

@@ -203,6 +203,7 @@ STUDY_RANKS = {
     "tracking._sender": -1,  # calls to a tracker in a thread of their own (stdlib only)
     "tracking.mlflow_runs": 0,  # a study's runs in MLflow, found again by their tags
     "tracking.tensorboard_logs": 0,  # a study's event files for TensorBoard
+    "tracking.mlflow_model": 1,  # an export folder logged as an MLflow model, in its trial's run
     "tracking.tracker": 3,  # what one process shows of the trials it runs, live
     "jobs": 0,  # work done once per study (the supernet), claimed like a trial
     "population.ledger": 0,  # a population's record in its folder, under a lock

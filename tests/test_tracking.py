@@ -364,3 +364,94 @@ def test_a_tracking_server_and_its_web_page_list_the_studys_runs(
                    check=True)  # fmt: skip
     pixels = np.asarray(Image.open(shot).convert("L"))
     assert pixels.shape == (1000, 1400) and pixels.std() > 10  # a drawn page, not a blank one
+
+
+_STUDY_FILE = """
+from autosearch import StudySpec, TrainConfig
+from controllers import RandomSearch
+from search_spaces import ResNetSpace
+
+study = StudySpec(
+    name="logged",
+    controller=RandomSearch(
+        ResNetSpace(max_stages=2, depths=(1,), widths=(4, 8), stem_widths=(4,)), seed=0
+    ),
+    train=TrainConfig(epochs=1, batch_size=128, lr=0.1),
+    n_trials=2,
+)
+"""
+
+# In a fresh process where autosearch cannot be imported: the logged model needs only
+# torch, numpy and MLflow. Prints the pyfunc's logits on the images given.
+_LOAD_WITHOUT_AUTOSEARCH = """
+import sys, json
+sys.modules["autosearch"] = None  # any import of it fails
+import mlflow, numpy as np
+mlflow.set_tracking_uri(sys.argv[1])
+model = mlflow.pyfunc.load_model(sys.argv[2])
+images = np.load(sys.argv[3])
+print(json.dumps(model.predict(images).tolist()))
+"""
+
+
+@pytest.mark.slow
+def test_a_cli_study_tracked_and_its_export_logged_as_a_model(tmp_path, monkeypatch, capsys):
+    """`run --mlflow` tracks the study; `export --mlflow --register` logs the export
+    folder as a model in the exported trial's run, registered, that loads and predicts
+    like the folder's own model.py in a process without autosearch."""
+    import json
+    import subprocess
+    import sys
+
+    import numpy as np
+    import torch
+
+    from autosearch.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.py").write_text(_STUDY_FILE)
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    assert main(["run", "s.py", "--mlflow", uri]) == 0
+    runs = _runs(uri, "logged")
+    assert len(runs["trial"]) == 2 and all(r.info.status == "FINISHED" for r in runs["trial"])
+    capsys.readouterr()
+
+    # The URI stored with the study is where the export goes when none is given.
+    argv = ["export", "s.py", "--trial", "1", "--out", "exp", "--mlflow", "--register", "tiny"]
+    assert main([*argv, "--json"]) == 0
+    said = json.loads(capsys.readouterr().out)["mlflow"]
+    (trial_run,) = [r for r in runs["trial"] if r.data.tags["autosearch.trial"] == "1"]
+    assert said["run"] == trial_run.info.run_id
+    client = _client(uri)
+    (version,) = client.search_model_versions("name = 'tiny'")
+    assert str(version.version) == "1" and version.run_id == trial_run.info.run_id
+    logged = client.get_run(trial_run.info.run_id)
+    assert logged.info.status == "FINISHED"  # the trial's run, ended again as it was
+
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, size=(5, 1, 8, 8), dtype=np.uint8)
+    np.save(tmp_path / "images.npy", images)
+    loaded = subprocess.run(
+        [sys.executable, "-c", _LOAD_WITHOUT_AUTOSEARCH, uri, said["model"], "images.npy"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert loaded.returncode == 0, loaded.stderr[-2000:]
+    predicted = torch.tensor(json.loads(loaded.stdout.splitlines()[-1]))
+    sys.path.insert(0, str(tmp_path / "exp"))
+    try:
+        import model as exported
+
+        expected = exported.load()(exported.preprocess(torch.from_numpy(images)))
+    finally:
+        sys.path.remove(str(tmp_path / "exp"))
+        sys.modules.pop("model", None)
+    torch.testing.assert_close(predicted, expected.detach(), rtol=1e-5, atol=1e-5)
+
+    # Refused before anything is written: a registry name without MLflow, a bad URI.
+    assert main(["export", "s.py", "--out", "e2", "--register", "x"]) == 2
+    assert "add --mlflow" in capsys.readouterr().err
+    assert main(["export", "s.py", "--out", "e3", "--mlflow", "ftp://host/x"]) == 2
+    assert "ftp://host/x" in capsys.readouterr().err
+    assert not (tmp_path / "e2").exists() and not (tmp_path / "e3").exists()

@@ -282,6 +282,17 @@ def _add_reading(sub: Subparsers) -> None:
         type=_integer(0),
         help="fine-tune the exported network this many epochs first (a supernet's subnet)",
     )
+    export.add_argument(
+        "--mlflow",
+        metavar="URI",
+        nargs="?",
+        const=True,
+        help="log the export as an MLflow model in its trial's run, at this tracking URI "
+        "(without one: where the study is tracked, else MLflow's default)",
+    )
+    export.add_argument(
+        "--register", metavar="NAME", help="with --mlflow: register the model under NAME"
+    )
     export.add_argument("--json", action="store_true", help=JSON_HELP)
     rerun = _reading(
         sub,

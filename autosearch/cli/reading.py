@@ -10,11 +10,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from autosearch.cli.confirm import confirmations_table
-from autosearch.errors import StudyError
+from autosearch.errors import ConfigError, StudyError
 from autosearch.report import write_report
 from autosearch.scoring.metrics import metric
 from autosearch.study import Record, Study, default_storage, load_study
 from autosearch.study.overlays import figures, is_estimated
+from autosearch.study.tracking import Tracking
 from autosearch.studyfile import load_spec
 
 __all__ = ["cmd_export", "cmd_report", "cmd_rerun", "cmd_status", "open_stored", "table"]
@@ -120,6 +121,10 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    if args.register is not None and not args.mlflow:
+        raise ConfigError("--register NAME registers an MLflow model: add --mlflow")
+    if args.mlflow:  # a bad URI, or MLflow not installed, said before exporting
+        Tracking.of(mlflow=args.mlflow)
     study = open_stored(args)
     if args.trial is not None:
         record = study.record(args.trial, args.variant or "base")
@@ -131,13 +136,13 @@ def cmd_export(args: argparse.Namespace) -> int:
         finetune_epochs=args.finetune or 0,
     )
     card = json.loads((out / "arch.json").read_text())
+    logged = None
+    if args.mlflow:
+        logged = study.log_model(out, mlflow=args.mlflow, register=args.register)
     if args.json:
-        print(
-            json.dumps(
-                {"folder": str(out), "files": sorted(p.name for p in out.iterdir()), **card},
-                indent=2,
-            )
-        )
+        files = sorted(p.name for p in out.iterdir())
+        mlflow = {"mlflow": {"model": logged.uri, "run": logged.run_id}} if logged else {}
+        print(json.dumps({"folder": str(out), "files": files, **card, **mlflow}, indent=2))
         return 0
     print(
         f"exported trial {record.trial} ({record.description}), variant {record.variant}, "
@@ -145,6 +150,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         f"ONNX checked in onnxruntime: largest |difference| from torch "
         f"{card['onnx']['max_abs_diff']:.2g} on {card['onnx']['checked_images']} images"
     )
+    if logged:
+        print(f"MLflow model: {logged}")
     return 0
 
 

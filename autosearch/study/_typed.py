@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial
 
 from autosearch.compress import Compression, VariantSpec
+from autosearch.errors import ConfigError
 from autosearch.evaluation.supernet import SupernetConfig
 from autosearch.evaluation.tabular import Table
 from autosearch.scoring import Reward
@@ -26,6 +27,9 @@ from autosearch.study.tracking.tracker import Tracker
 from autosearch.study.trials import StoredTrials
 from autosearch.training.early_stopping import SuccessiveHalving
 from autosearch.training.train import TrainConfig
+
+if TYPE_CHECKING:
+    from autosearch.study.tracking.mlflow_model import LoggedModel
 
 __all__ = ["DefinitionView", "TrackingView", "TrialsView"]
 
@@ -171,6 +175,25 @@ class TrackingView:
             if self.supernet_job is not None:
                 self.supernet_job.on_epoch = self.tracker.supernet_epoch if tracking.on else None
         return tracking
+
+    def log_model(
+        self, folder: str | Path, *, mlflow: str | bool = True, register: str | None = None
+    ) -> LoggedModel:
+        """Log an export folder (written by ``export``) as an MLflow model, in the run
+        of its trial where the study was tracked when it ran: ``mlflow`` a tracking URI,
+        or True for where the study is tracked (else MLflow's default); registered as
+        ``register`` in MLflow's model registry if given. See
+        autosearch.study.tracking.mlflow_model."""
+        from autosearch.study.tracking.mlflow_model import log_export
+
+        if mlflow is True and self.tracking.mlflow:
+            uri = self.tracking.mlflow
+        else:
+            uri = Tracking.of(mlflow=mlflow).mlflow
+        if uri is None:
+            raise ConfigError("log_model(mlflow=False): give a tracking URI, or True")
+        Tracking(mlflow=uri).check_apart(self.storage_url)
+        return log_export(folder, uri=uri, study=self.name, uid=self._uid, register=register)
 
     def _tracker(self, tracking: Tracking | None = None) -> Tracker:
         tracking = tracking or tracking_spec.stored(self.storage, self._study_id)
