@@ -12,7 +12,7 @@ import re
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -139,8 +139,11 @@ class MLflowRuns:
         metrics: Mapping[str, float],
         step: int | None = None,
         tags: Mapping[str, str] | None = None,
+        *,
+        points: Sequence[tuple[Mapping[str, float], int, int]] = (),
     ) -> None:
-        """Metrics (at ``step``) and tags of the run of ``key``, in one call."""
+        """Metrics (at ``step``), earlier ``points`` (metrics, step, time in ms) and
+        tags of the run of ``key``, in one call."""
         from mlflow.entities import Metric
 
         run, client = self._run(key), self.client()
@@ -148,8 +151,9 @@ class MLflowRuns:
             return
         now = int(time.time() * 1000)
         batch = [
-            Metric(metric_key(k), float(v), now, step or 0)
-            for k, v in metrics.items()
+            Metric(metric_key(k), float(v), at, point_step)
+            for values, point_step, at in [*points, (metrics, step or 0, now)]
+            for k, v in values.items()
             if _finite_number(v)
         ]
         _retry(lambda: client.log_batch(run, metrics=batch, tags=_tags(tags or {})))
@@ -161,13 +165,14 @@ class MLflowRuns:
         metrics: Mapping[str, float],
         tags: Mapping[str, str],
         texts: Mapping[str, str],
+        points: Sequence[tuple[Mapping[str, float], int, int]] = (),
     ) -> None:
-        """Its last figures, tags and small text artifacts (``arch.json``), then its
-        status: FINISHED, FAILED or KILLED."""
+        """Its last figures (with epochs' ``points`` not yet sent), tags and small text
+        artifacts (``arch.json``), then its status: FINISHED, FAILED or KILLED."""
         run, client = self._run(key), self.client()
         if run is None:
             return
-        self.log(key, metrics, tags=tags)
+        self.log(key, metrics, tags=tags, points=points)
         for path, text in texts.items():
             client.log_text(run, text, path)
         _retry(lambda: client.set_terminated(run, status=status))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import logging
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -28,6 +29,9 @@ __all__ = ["Tracker", "variant_metrics"]
 logger = logging.getLogger(__name__)
 
 CLOSE_TIMEOUT = 30.0  # seconds a process waits, at the end of a run, for a slow tracker
+# A trial's epochs reach MLflow at most this often: the first at once, those that end
+# sooner after it together with the next (each call costs a store transaction).
+EPOCHS_EVERY = 2.0
 # A trial's state as an MLflow run's status (interrupted, or anything else: KILLED).
 _STATUS = {"complete": "FINISHED", "failed": "FAILED", "stopped": "FINISHED"}
 _FLAGS = {*ESTIMATED_FLAGS, "measured", "measure_failed"}
@@ -47,6 +51,10 @@ class Tracker:
         self._tensorboard: tuple[TensorBoardLogs, Sender] | None = None
         self._supernet_started = False
         self._senders: list[Sender] = []
+        # Per trial: epochs not yet sent to MLflow (figures, epoch, time in ms), and
+        # when its epochs were last sent.
+        self._epochs: dict[str, list[tuple[dict[str, float], int, int]]] = {}
+        self._epochs_sent: dict[str, float] = {}
         if tracking.mlflow:
             self._mlflow = (
                 MLflowRuns(tracking.mlflow, study, uid),
@@ -105,13 +113,22 @@ class Tracker:
         figures = {"train_loss": epoch.train_loss, "val_accuracy": epoch.val_accuracy,
                    "val_loss": epoch.val_loss, "epoch_seconds": epoch.seconds}  # fmt: skip
         if self._mlflow:
-            runs, sender = self._mlflow
-            sender.send(runs.log, key, figures, epoch.epoch)
+            self._epochs.setdefault(key, []).append((figures, epoch.epoch, int(time.time() * 1000)))
+            if time.monotonic() - self._epochs_sent.get(key, -EPOCHS_EVERY) >= EPOCHS_EVERY:
+                self._send_epochs(key)
         if self._tensorboard:
             logs, sender = self._tensorboard
             shown = {f"{'train' if k.startswith('train') else 'val'}/{k.partition('_')[2]}": v
                      for k, v in figures.items() if k != "epoch_seconds"}  # fmt: skip
             sender.send(logs.scalars, key, shown, epoch.epoch)
+
+    def _send_epochs(self, key: str) -> None:
+        points = self._epochs.pop(key, [])
+        if self._mlflow and points:
+            runs, sender = self._mlflow
+            *earlier, (figures, step, _) = points
+            sender.send(runs.log, key, figures, step, points=earlier)
+            self._epochs_sent[key] = time.monotonic()
 
     def trial_ended(
         self,
@@ -139,7 +156,9 @@ class Tracker:
                 tags["autosearch.supernet"] = str(supernet)
             texts = {"arch.json": plan.arch.to_json()}
             status = _STATUS.get(state, "KILLED")
-            sender.send(runs.trial_ended, key, status, metrics, tags, texts)
+            epochs = self._epochs.pop(key, [])
+            self._epochs_sent.pop(key, None)
+            sender.send(runs.trial_ended, key, status, metrics, tags, texts, epochs)
         if self._tensorboard:
             logs, sender = self._tensorboard
             base = next((r for r in records if r.variant == "base"), None)
@@ -231,6 +250,8 @@ class Tracker:
 
     def close(self, timeout: float = CLOSE_TIMEOUT) -> None:
         """Wait (``timeout`` at most) for what was sent; the writers closed."""
+        for key in list(self._epochs):  # a trial's epochs that no end of it sent
+            self._send_epochs(key)
         if self._tensorboard:
             logs, sender = self._tensorboard
             sender.send(logs.close)
