@@ -62,6 +62,26 @@ def _searched(weights, path: Path, name: str = "ws", trials: int = 8):
     return study
 
 
+def _shown_in_mlflow(uri: str, done) -> None:
+    """Each confirmation a FINISHED run of its own, its epochs and accuracy logged; no
+    run for the search's trials, which ran before tracking was on."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name("ws")
+    runs = client.search_runs([experiment.experiment_id], "tags.`autosearch.trial` != ''")
+    by_trial = {int(run.data.tags["autosearch.trial"]): run for run in runs}
+    assert set(by_trial) == {r.trial for r in done}
+    for record in done:
+        run = by_trial[record.trial]
+        assert run.info.status == "FINISHED" and run.data.tags["autosearch.key"].startswith(
+            "confirm:"
+        )
+        assert run.data.metrics["accuracy"] == pytest.approx(record.accuracy)
+        history = client.get_metric_history(run.info.run_id, "val_accuracy")
+        assert sorted(m.step for m in history) == list(range(1, TINY.epochs + 1))
+
+
 def _stored(study) -> list[tuple]:
     return [
         (t.number, t.state, json.dumps(t.user_attrs, sort_keys=True, default=str))
@@ -74,10 +94,13 @@ def test_confirm_trains_the_top_of_the_front_as_trials_and_best_prefers_them(wei
     front = candidates(study.records(variants=False), study.objectives)
     assert len(front) >= 2
     told_before = set(study.replay.told)
+    mlflow = f"sqlite:///{tmp_path}/mlflow.db"
+    study.track(mlflow=mlflow)  # switched on after the search: the confirmations are shown
 
     done = study.confirm(2)
 
     assert [r.confirms for r in done] == [front[0].trial, front[1].trial]
+    _shown_in_mlflow(mlflow, done)
     assert [r.arch for r in done] == [front[0].arch, front[1].arch]
     assert all(r.state == "complete" and r.trial >= 8 for r in done)
     facts = study.optuna_trial(done[0].trial).user_attrs["result"]

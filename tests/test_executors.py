@@ -51,6 +51,7 @@ def test_a_slurm_job_array_runs_the_workers(tmp_path, tiny_space):
         storage=f"sqlite:///{tmp_path}/s.db",
         artifacts=str(tmp_path / "artifacts"),
         train=TrainConfig(epochs=1, batch_size=128, lr=0.1),
+        **_tracked(tmp_path),
     )
     jobs = SlurmExecutor(folder=str(tmp_path / "jobs"), cluster="local", timeout_min=30)
     records = study.optimize(4, n_workers=2, executor=jobs)
@@ -58,6 +59,28 @@ def test_a_slurm_job_array_runs_the_workers(tmp_path, tiny_space):
     trials = _complete_once(study, 4)
     assert {t.user_attrs["pool_slot"] for t in trials} == {0, 1}  # both jobs worked
     assert len(list((tmp_path / "jobs").glob("*_result.pkl"))) == 2  # submitit's own record
+    # The jobs tracked their trials: the study's setting, read by every worker.
+    assert _trial_runs(tmp_path, "slurm") == {
+        t.number for t in trials if t.state == TrialState.COMPLETE
+    }
+    assert len(list((tmp_path / "tb" / "slurm").glob("trial-*"))) == 4
+
+
+def _tracked(tmp_path: Path) -> dict[str, str]:
+    """MLflow (a SQLite store) and TensorBoard (both in the dev extras), where the
+    test's workers write."""
+    return {"mlflow": f"sqlite:///{tmp_path}/mlflow.db", "tensorboard": str(tmp_path / "tb")}
+
+
+def _trial_runs(tmp_path: Path, study: str) -> set[int]:
+    """The trial numbers of the study's trial runs in MLflow, each checked FINISHED."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    experiment = client.get_experiment_by_name(study)
+    runs = client.search_runs([experiment.experiment_id], "tags.`autosearch.trial` != ''")
+    assert all(run.info.status == "FINISHED" for run in runs), runs
+    return {int(run.data.tags["autosearch.trial"]) for run in runs}
 
 
 @pytest.fixture(scope="module")
@@ -152,11 +175,15 @@ def test_a_table_study_through_ray_stores_what_the_local_pool_stores(ray_cluster
             controller=RandomSearch(NB201Space(), seed=0),
             table=Table(path=str(table)),
             storage=f"sqlite:///{tmp_path}/{label}.db",
+            **(_tracked(tmp_path) if label == "ray" else {}),
         )
         study.optimize(8, n_workers=2, executor=executor)
         stored[label] = {(r.arch.arch_id, r.accuracy, r.test_accuracy) for r in study.records()}
     assert len(stored["pool"]) == 8 and stored["ray"] == stored["pool"]
     assert on_ray.gpus_per_worker == 0.0
+    # Ray's tasks tracked the trials they ran, in the study's experiment.
+    trials = {r.trial for r in study.records()}
+    assert _trial_runs(tmp_path, "ray") == trials and len(trials) == 8
 
 
 @pytest.mark.service
