@@ -412,8 +412,13 @@ def test_a_cli_study_tracked_and_its_export_logged_as_a_model(tmp_path, monkeypa
     (tmp_path / "s.py").write_text(_STUDY_FILE)
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     assert main(["run", "s.py", "--mlflow", uri]) == 0
+    # A worker joining later tracks where the study is tracked; --tensorboard adds a tool.
+    storage = f"sqlite:///{tmp_path}/runs/logged/study.db"
+    worker = ["worker", "--study", "logged", "--storage", storage, "--n-trials", "1"]
+    assert main([*worker, "--tensorboard", "tb"]) == 0
     runs = _runs(uri, "logged")
-    assert len(runs["trial"]) == 2 and all(r.info.status == "FINISHED" for r in runs["trial"])
+    assert len(runs["trial"]) == 3 and all(r.info.status == "FINISHED" for r in runs["trial"])
+    assert [p.name for p in (tmp_path / "tb" / "logged").glob("trial-*")] == ["trial-00002"]
     capsys.readouterr()
 
     # The URI stored with the study is where the export goes when none is given.
