@@ -399,3 +399,60 @@ def test_a_cache_entry_rewritten_by_other_ranks_is_always_read_whole(tmp_path, m
     assert all(r is not None and r.classes == ["a", "b", "c"] for r in reads)
     assert "unreadable" not in caplog.text
     assert sorted(p.name for p in tmp_path.iterdir()) == ["k.json", "k.safetensors"]
+
+
+def test_a_kept_split_is_the_drawn_one_and_a_damaged_one_is_drawn_again(tmp_path, monkeypatch):
+    """The stratified split is kept on disk by what decides it, so a process that finds
+    it does not import scikit-learn; what reads back as no split of these labels (a
+    damaged file, another file's indices) is drawn again, the same as before."""
+    import subprocess
+    import sys
+
+    from autosearch.data._cache import cached_split
+
+    monkeypatch.setenv("AUTOSEARCH_CACHE", str(tmp_path / "cache"))
+    labels = np.repeat(np.arange(5), 20)
+    draws = []
+
+    def draw():
+        draws.append(1)
+        rng = np.random.default_rng(len(draws))
+        drawn = np.sort(rng.choice(100, 25, replace=False))
+        return np.setdiff1d(np.arange(100), drawn), drawn
+
+    first = cached_split(labels, 0.25, 3, draw)
+    again = cached_split(labels, 0.25, 3, draw)
+    assert len(draws) == 1 and all(np.array_equal(a, b) for a, b in zip(first, again, strict=True))
+    cached_split(labels, 0.25, 4, draw)  # another seed: drawn
+    assert len(draws) == 2
+    entries = sorted((tmp_path / "cache" / "splits").iterdir())
+    assert len(entries) == 2
+    for damage in (b"garbage", None):
+        for entry in entries:
+            if damage is None:  # readable, but its indices are no split of these labels
+                np.savez(entry, kept=np.arange(10), drawn=np.arange(5))
+            else:
+                entry.write_bytes(damage)
+        before = len(draws)
+        redrawn = cached_split(labels, 0.25, 3, draw)
+        assert len(draws) == before + 1  # drawn again, and kept again
+        assert sorted(np.concatenate(redrawn).tolist()) == list(range(100))
+        assert np.array_equal(cached_split(labels, 0.25, 3, draw)[1], redrawn[1])
+        assert len(draws) == before + 1
+
+    # A fresh process that finds the digits' split kept reads digits without scikit-learn.
+    probe = (
+        "import sys; from autosearch.data import load_data; d = load_data('digits', seed=0); "
+        "print(len(d.train.y), len(d.val.y), len(d.test.y), 'sklearn' in sys.modules)"
+    )
+    env = {**os.environ, "AUTOSEARCH_CACHE": str(tmp_path / "cache")}
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=600
+        ).stdout.split()
+        for _ in range(2)
+    ]
+    here = load_data("digits", seed=0)
+    sizes = [str(len(here.train.y)), str(len(here.val.y)), str(len(here.test.y))]
+    assert runs[0][:3] == runs[1][:3] == sizes
+    assert runs[1][3] == "False"  # the second found the split: no scikit-learn imported

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from autosearch.data._augment import augment, cutout
-from autosearch.data._cache import load_cached, source_hash, store
+from autosearch.data._cache import cached_split, load_cached, source_hash, store
 from autosearch.data._clean import CleaningReport, drop_duplicates, drop_leaks, image_keys
 from autosearch.data._readers import DEFAULT_PATHS, READERS, Raw, split_folders
 from autosearch.data._stream import (
@@ -455,7 +455,13 @@ def _stratified(labels: np.ndarray, fraction: float, seed: int) -> tuple[np.ndar
             f"classes {rare} have fewer than 3 samples after cleaning: too few to "
             "split into train, validation and test; add samples or drop the class"
         )
-    from sklearn.model_selection import train_test_split  # 1.3 s to import: only when used
 
-    kept, drawn = train_test_split(index, test_size=fraction, stratify=labels, random_state=seed)
-    return np.sort(kept), np.sort(drawn)
+    def draw() -> tuple[np.ndarray, np.ndarray]:
+        from sklearn.model_selection import train_test_split  # 1.3 s to import: when drawn
+
+        kept, drawn = train_test_split(
+            index, test_size=fraction, stratify=labels, random_state=seed
+        )
+        return np.sort(kept), np.sort(drawn)
+
+    return cached_split(labels, fraction, seed, draw)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 import logging
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +17,7 @@ from safetensors.torch import load_file, save_file
 
 from autosearch.data._readers import Raw
 
-__all__ = ["cache_dir", "load_cached", "source_hash", "store"]
+__all__ = ["cache_dir", "cached_split", "load_cached", "source_hash", "store"]
 
 logger = logging.getLogger(__name__)
 
@@ -79,3 +81,41 @@ def store(key: str, raw: Raw) -> None:
         tmp.replace(folder / f"{key}.safetensors")
     except OSError as exc:  # a read-only home is no reason to fail
         logger.warning("could not write the dataset cache in %s: %s", folder, exc)
+
+
+Split = tuple[np.ndarray, np.ndarray]
+
+
+def cached_split(
+    labels: np.ndarray, fraction: float, seed: int, draw: Callable[[], Split]
+) -> Split:
+    """``draw()``'s stratified split of ``labels`` (kept and drawn indices), kept on disk
+    by a hash of what decides it: the labels, the fraction, the seed and the version of
+    scikit-learn that draws it. A process that finds it there does not import
+    scikit-learn (1.3 s on a 2-core Zen 5, more on slower CPUs: every worker and
+    command that loads a dataset paid it). An entry that does not read back as a split
+    of these labels is drawn again and rewritten."""
+    try:
+        version = importlib.metadata.version("scikit-learn")
+    except importlib.metadata.PackageNotFoundError:
+        version = "?"
+    digest = hashlib.sha256(np.ascontiguousarray(labels, dtype=np.int64).tobytes())
+    digest.update(f"{fraction!r}:{seed}:{version}".encode())
+    file = cache_dir() / "splits" / f"{digest.hexdigest()[:32]}.npz"
+    try:
+        with np.load(file, allow_pickle=False) as stored:
+            kept, drawn = stored["kept"], stored["drawn"]
+        every = np.concatenate([kept, drawn])
+        if every.dtype.kind == "i" and np.array_equal(np.sort(every), np.arange(len(labels))):
+            return kept, drawn
+    except (OSError, ValueError, KeyError):  # absent or damaged: drawn again
+        pass
+    kept, drawn = draw()
+    try:
+        file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = file.with_name(f"{file.stem}.{os.getpid()}.{threading.get_ident()}.tmp.npz")
+        np.savez(tmp, kept=kept, drawn=drawn)
+        tmp.replace(file)
+    except OSError as exc:
+        logger.debug("could not keep the split in %s: %s", file.parent, exc)
+    return kept, drawn
