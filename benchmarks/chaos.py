@@ -390,7 +390,7 @@ SETTINGS = {
         "trained": {"epochs": 2, "n_trials": 3},
         "supernet": {"epochs": 1, "n_trials": 4},
         "pause": (1.5, 4.0),
-        "chaos_for": 30.0,  # then the workers finish in peace (a slow machine restarts
+        "chaos_for": 20.0,  # then the workers finish in peace (a slow machine restarts
         "round_limit": 600.0,  # each killed one in seconds of imports)
     },
 }
