@@ -90,6 +90,21 @@ def test_latency_is_measured_in_eval_mode_and_leaves_the_model_as_it_was(trained
         assert torch.equal(value, stats[key]), key
 
 
+def test_the_latency_sample_length_is_read_from_the_environment_and_checked(
+    trained, monkeypatch
+):
+    from autosearch.scoring.cost import sample_seconds
+
+    monkeypatch.setenv("AUTOSEARCH_LATENCY_SAMPLE_SECONDS", "0.02")
+    assert sample_seconds() == 0.02
+    monkeypatch.delenv("AUTOSEARCH_LATENCY_SAMPLE_SECONDS")
+    assert sample_seconds() == 0.05
+    for bad in ("fast", "0", "-1", "nan", "inf"):
+        monkeypatch.setenv("AUTOSEARCH_LATENCY_SAMPLE_SECONDS", bad)
+        with pytest.raises(autosearch.ConfigError, match="expected seconds > 0"):
+            latency(trained, SHAPE)
+
+
 def test_profile_reports_every_cost(trained, digits):
     from autosearch.compress import Derived
 

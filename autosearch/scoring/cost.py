@@ -27,6 +27,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import math
 import os
 import statistics
 import time
@@ -37,6 +38,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 from torch.utils.flop_counter import FlopCounterMode
+
+from autosearch.errors import ConfigError
 
 __all__ = [
     "CONVENTIONS",
@@ -215,7 +218,7 @@ def latency(
     threads: int = 1,
     warmup: int = 3,
     repeats: int = 7,
-    min_seconds: float = 0.05,
+    min_seconds: float | None = None,
     device: torch.device | str | None = None,
 ) -> float:
     """Median milliseconds per image of a forward pass of ``batch`` images.
@@ -223,8 +226,14 @@ def latency(
     Runs on ``device`` (default: where the model's parameters are, else CPU); on the
     CPU with ``threads`` threads (1 by default: what an edge core sees, and steadier on
     a shared machine). After ``warmup`` calls, each of ``repeats`` samples times enough
-    calls to last ``min_seconds``; the median of the samples is returned.
+    calls to last ``min_seconds`` (default ``$AUTOSEARCH_LATENCY_SAMPLE_SECONDS``, else
+    0.05); the median of the samples is returned.
+
+    Raises:
+        ConfigError: ``$AUTOSEARCH_LATENCY_SAMPLE_SECONDS`` is not a number of seconds > 0.
     """
+    if min_seconds is None:
+        min_seconds = sample_seconds()
     if device is None:
         device = next(model.parameters(), torch.empty(0)).device
     device = torch.device(device)
@@ -238,6 +247,23 @@ def latency(
     finally:
         model.train(was_training)
     return statistics.median(samples) * 1e3 / batch
+
+
+def sample_seconds() -> float:
+    """How long each latency sample lasts: ``$AUTOSEARCH_LATENCY_SAMPLE_SECONDS``, else
+    0.05 s (seven samples a measurement: shorter is quicker and noisier)."""
+    raw = os.environ.get("AUTOSEARCH_LATENCY_SAMPLE_SECONDS", "").strip()
+    if not raw:
+        return 0.05
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ConfigError(
+            f"AUTOSEARCH_LATENCY_SAMPLE_SECONDS={raw!r}: expected seconds > 0 (0.05 by default)"
+        )
+    return value
 
 
 def _time(
