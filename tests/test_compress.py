@@ -90,9 +90,7 @@ def test_latency_is_measured_in_eval_mode_and_leaves_the_model_as_it_was(trained
         assert torch.equal(value, stats[key]), key
 
 
-def test_the_latency_sample_length_is_read_from_the_environment_and_checked(
-    trained, monkeypatch
-):
+def test_the_latency_sample_length_is_read_from_the_environment_and_checked(trained, monkeypatch):
     from autosearch.scoring.cost import sample_seconds
 
     monkeypatch.setenv("AUTOSEARCH_LATENCY_SAMPLE_SECONDS", "0.02")
