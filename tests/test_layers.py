@@ -20,7 +20,7 @@ RANKS = {
     "_checks": 1,  # the checks of a config's fields (what each expects, in one line)
     "_script": 0,  # whether the main script would run again in a spawned process (stdlib)
     "_moved": 0,  # 0.1.0's module paths, importable for one release (stdlib only)
-    "scoring.cost": 0,  # counting FLOPs needs only torch; spaces use it for budgets
+    "scoring.cost": 1,  # counting FLOPs needs only torch; spaces use it for budgets
     "scoring.pareto": 1,
     "architecture": 1,
     "scoring.metrics": 2,  # the metric vocabulary: names, units, directions, bounds
