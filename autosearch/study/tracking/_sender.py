@@ -22,8 +22,11 @@ class Sender:
     """A queue of calls to ``what`` (``"MLflow at http://…"``, for messages), made
     by one daemon thread, started at the first call."""
 
-    def __init__(self, what: str) -> None:
+    def __init__(self, what: str, *, setup: float = 0.0) -> None:
         self.what = what
+        # Seconds the first call may take before the tracker counts as stalled: it makes
+        # the client (imports the tool; a new store's tables), slow on a loaded machine.
+        self.setup = setup
         self.down: str | None = None  # why the tracker is left alone, once it failed
         self.sent = 0
         self.busy = 0.0  # CPU seconds this process spent in the calls (their thread's)
@@ -69,19 +72,21 @@ class Sender:
 
     def close(self, timeout: float) -> bool:
         """Wait for what was queued to be sent, as long as the tracker takes a call
-        every ``timeout`` seconds; whether all was sent. What is left once it stalls is
-        dropped, said in one line (the thread is a daemon: it does not keep the process
-        alive)."""
+        every ``timeout`` seconds (its first call: ``setup`` seconds, if longer); whether
+        all was sent. What is left once it stalls is dropped, said in one line (the
+        thread is a daemon: it does not keep the process alive)."""
         thread = self._thread
         if thread is None:
             return True
         self._calls.put(_STOP)
         if self._calls.qsize() > 100:
             logger.info("waiting for %s to take %d queued updates", self.what, self._calls.qsize())
+        waited = timeout
         while thread.is_alive():
             before = self.sent
-            thread.join(timeout)
-            if self.sent == before:  # no call taken in ``timeout`` seconds: stalled
+            waited = timeout if before else max(timeout, self.setup)
+            thread.join(waited)
+            if self.sent == before:  # no call taken in that time: stalled
                 break
         with self._lock:
             self._thread = None
@@ -91,9 +96,9 @@ class Sender:
             logger.warning(
                 "%s did not answer within %g s; %d update(s) of this process are dropped",
                 self.what,
-                timeout,
+                waited,
                 dropped,
             )
-            self.down = self.down or f"no answer within {timeout:g} s"
+            self.down = self.down or f"no answer within {waited:g} s"
             return False
         return self.down is None

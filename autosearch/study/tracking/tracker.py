@@ -29,6 +29,10 @@ __all__ = ["Tracker", "variant_metrics"]
 logger = logging.getLogger(__name__)
 
 CLOSE_TIMEOUT = 30.0  # seconds a process waits, at the end of a run, for a slow tracker
+# Seconds MLflow's first call may take: importing MLflow and making a new store's tables
+# (every worker of a study at once, one at a time under the store's lock) took over 30 s
+# on a 2-core machine kept busy by other processes.
+MLFLOW_SETUP = 180.0
 # A trial's epochs reach MLflow at most this often: the first at once, those that end
 # sooner after it together with the next (each call costs a store transaction).
 EPOCHS_EVERY = 2.0
@@ -58,7 +62,7 @@ class Tracker:
         if tracking.mlflow:
             self._mlflow = (
                 MLflowRuns(tracking.mlflow, study, uid),
-                Sender(f"MLflow at {tracking.mlflow}"),
+                Sender(f"MLflow at {tracking.mlflow}", setup=MLFLOW_SETUP),
             )
             self._senders.append(self._mlflow[1])
         if tracking.tensorboard:
