@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autosearch.errors import ConfigError
-from autosearch.study.tracking.mlflow_runs import ROLE, TRIAL, MLflowRuns
+from autosearch.study.tracking.mlflow_runs import MLflowRuns
 
 __all__ = ["LoggedModel", "log_export"]
 
@@ -89,13 +89,7 @@ def log_export(
     folder = Path(folder)
     card = _card(folder)
     trial, variant = card["provenance"].get("trial"), card.get("variant", "base")
-    runs = MLflowRuns(uri, study, uid)
-    runs.client()  # the experiment: found, or made
-    run = runs._oldest({TRIAL: str(trial)}) if trial is not None else None
-    if run is None:
-        study_run = runs._oldest({ROLE: "study"})
-        parent = {"mlflow.parentRunId": study_run} if study_run else {}
-        run = runs._create(f"export trial {trial}", {**parent, ROLE: "export", TRIAL: str(trial)})
+    run = MLflowRuns(uri, study, uid).trial_or_export_run(trial)
     channels, height, width = card["input_shape"]
     classes = _classes(folder)
     signature = ModelSignature(

@@ -177,6 +177,19 @@ class MLflowRuns:
             client.log_text(run, text, path)
         _retry(lambda: client.set_terminated(run, status=status))
 
+    def trial_or_export_run(self, trial: int | None) -> str:
+        """The run of trial ``trial`` (where the study was tracked when it ran), else a
+        run ``export trial N`` of its own, nested under the study's run if there is one:
+        where an export of the trial is logged as a model."""
+        found = self._oldest({TRIAL: str(trial)}) if trial is not None else None
+        if found is not None:
+            return found
+        study_run = self._oldest({ROLE: "study"})
+        tags = {ROLE: "export", TRIAL: str(trial)}
+        if study_run is not None:
+            tags["mlflow.parentRunId"] = study_run
+        return self._create(f"export trial {trial}", tags)
+
     def _run(self, key: str) -> str | None:
         """The run of ``key``; one this process did not start is looked up (none where
         tracking was off when its trial ran: nothing is logged then, no stray run made)."""
