@@ -359,17 +359,20 @@ def test_a_tracking_server_and_its_web_page_list_the_studys_runs(
               "--disable-background-networking", "--no-first-run",
               f"--user-data-dir={tmp_path / 'chromium'}", "--virtual-time-budget=30000",
               "--window-size=1400,1000"]  # fmt: skip
-    dom = subprocess.run([*common, "--dump-dom", page], capture_output=True, text=True,
-                         timeout=600, check=True).stdout  # fmt: skip
+    shot = tmp_path / "mlflow.png"  # one browser run: the page's DOM and its picture
+    dom = subprocess.run(
+        [*common, "--dump-dom", f"--screenshot={shot}", page],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    ).stdout
     import re
 
     text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", dom))
     # The study's run, its trials nested under it (collapsed): all of them counted.
     assert "Training runs" in text and " served " in text, text[-3000:]
     assert re.search(rf"\b{len(done) + 1} matching runs", text), text[-3000:]
-    shot = tmp_path / "mlflow.png"
-    subprocess.run([*common, f"--screenshot={shot}", page], capture_output=True, timeout=600,
-                   check=True)  # fmt: skip
     pixels = np.asarray(Image.open(shot).convert("L"))
     assert pixels.shape == (1000, 1400) and pixels.std() > 10  # a drawn page, not a blank one
 
