@@ -20,6 +20,18 @@ largest cost in the table).
 
 A table of your own: ``--table FILE --key COLUMN --accuracy COLUMN`` (CSV or JSON, as
 ``autosearch.Table`` reads it).
+
+The zero-cost warm-up (``--warmup PROXIES.json ...``, files written by
+``nb201_proxies.py``: cells scored by the proxies on CIFAR-10 at their real size): each
+single-objective controller also runs as ``NAME+zc``, wrapped in
+``controllers.ZeroCostWarmup``: a pool of ``--warmup-pool`` cells drawn (with the seed)
+from the scored ones, its ``--warmup-first`` best by the mean rank of
+``--warmup-proxies`` proposed first. Per controller, also the evaluations each seed
+needed to reach the table's best cell (``evals_to_best``; null: not within the largest
+budget), and the proxies' cost of the pool (``warmup_proxy_seconds``, as measured).
+
+    python benchmarks/controllers.py --table ../shared/benchdata/nb201_cifar10_valid.csv \
+        --warmup benchmarks/nb201/proxies-pool.json --mo-seeds 0
 """
 
 from __future__ import annotations
@@ -30,7 +42,8 @@ import logging
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 # Run as a script, this file's folder comes first on sys.path, and this file's name
@@ -41,7 +54,15 @@ import numpy as np
 import optuna
 
 from autosearch import Controller, Outcome, Table
-from controllers import NSGA2, TPE, LocalSearch, RandomSearch, RegularizedEvolution, Reinforce
+from controllers import (
+    NSGA2,
+    TPE,
+    LocalSearch,
+    RandomSearch,
+    RegularizedEvolution,
+    Reinforce,
+    ZeroCostWarmup,
+)
 from search_spaces import NB201Space
 
 VERBOSE = True  # progress lines on stderr
@@ -58,6 +79,60 @@ SINGLE: dict[str, Make] = {
     "tpe": lambda s, seed: TPE(s, seed=seed),
     "local": lambda s, seed: LocalSearch(s, seed=seed),
 }
+
+
+def scored_cells(paths: Sequence[Path]) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+    """Cells scored by ``nb201_proxies.py`` (every file's seeds), and the seconds a cell
+    each proxy took there (building the network included as ``build``)."""
+    cells: dict[str, dict[str, float]] = {}
+    seconds: Counter[str] = Counter()
+    counted = 0
+    for path in paths:
+        for run in json.loads(Path(path).read_text())["seeds"]:
+            columns = run["scored_columns"]
+            for row in run["scored"]:
+                cells.setdefault(row[0], dict(zip(columns[2:], row[2:], strict=True)))
+            seconds.update(run["seconds"])
+            counted += run["cells"]
+    return cells, {name: s / max(counted, 1) for name, s in seconds.items()}
+
+
+def warm_variants(
+    names: Sequence[str],
+    cells: Mapping[str, Mapping[str, float]],
+    pool: int,
+    first: int,
+    proxies: Sequence[str],
+) -> dict[str, Make]:
+    """Each controller of ``names`` wrapped in the zero-cost warm-up, its pool drawn
+    with the seed from ``cells``."""
+    keys = sorted(cells)
+    if pool > len(keys):
+        raise SystemExit(f"--warmup-pool {pool}: the files score only {len(keys)} cells")
+
+    def scores(space: NB201Space) -> Callable:
+        def score(archs):
+            found = [cells[space.to_string(a)] for a in archs]
+            return {p: [c[p] for c in found] for p in proxies}
+
+        return score
+
+    def make(name: str) -> Make:
+        def build(space: NB201Space, seed: int) -> Controller:
+            rng = np.random.default_rng([seed, 20211])
+            drawn = [space.from_string(keys[i]) for i in rng.choice(len(keys), pool, False)]
+            return ZeroCostWarmup(
+                space,
+                controller=SINGLE[name](space, seed),
+                scores=scores(space),
+                proxies=proxies,
+                first=first,
+                candidates=drawn,
+            )
+
+        return build
+
+    return {f"{name}+zc": make(name) for name in names}
 
 
 def _multi(cost: str) -> dict[str, Make]:
@@ -129,16 +204,18 @@ def search(
 
 
 def single_objective(
-    names: Sequence[str], land: Landscape, space: NB201Space, budgets: list[int], seeds: int
+    makers: Mapping[str, Make], land: Landscape, space: NB201Space, budgets: list[int], seeds: int
 ) -> dict[str, dict[str, object]]:
     out: dict[str, dict[str, object]] = {}
-    for name in names:
+    for name, make in makers.items():
         found = np.zeros((seeds, len(budgets)), dtype=bool)
         best = np.zeros((seeds, len(budgets)))
-        ms = []
+        ms, to_best = [], []
         for seed in range(seeds):
-            asked, overhead = search(SINGLE[name], land, space, budgets[-1], seed)
+            asked, overhead = search(make, land, space, budgets[-1], seed)
             ms.append(overhead)
+            hits = [i + 1 for i, k in enumerate(asked) if k in land.best]
+            to_best.append(hits[0] if hits else None)
             so_far = np.maximum.accumulate([land.accuracy[k] for k in asked])
             for j, b in enumerate(budgets):
                 best[seed, j] = so_far[b - 1]
@@ -147,10 +224,20 @@ def single_objective(
             "found_best": {b: float(found[:, j].mean()) for j, b in enumerate(budgets)},
             "best_val": {b: float(best[:, j].mean()) for j, b in enumerate(budgets)},
             "ask_tell_ms": float(np.mean(ms)),
+            "evals_to_best": to_best,
+            "evals_to_best_median": _median_censored(to_best, budgets[-1]),
         }
         if VERBOSE:  # progress, one line per controller
             print(f"{name}: {out[name]}", file=sys.stderr)
     return out
+
+
+def _median_censored(values: Sequence[int | None], budget: int) -> float | None:
+    """The median of evaluations to the best, a seed that never found it counted as
+    past the budget; None where half the seeds or more never found it."""
+    ordered = sorted(v if v is not None else budget + 1 for v in values)
+    median = float(np.median(ordered))
+    return None if median > budget else median
 
 
 def multi_objective(
@@ -200,8 +287,8 @@ def markdown(result: dict[str, object]) -> str:
             + " / ".join(map(str, budgets))
             + " | best validation accuracy at "
             + " / ".join(map(str, budgets))
-            + " | ms per ask + tell |",
-            "| --- | --- | --- | --- |",
+            + " | evaluations to the best, median | ms per ask + tell |",
+            "| --- | --- | --- | --- | --- |",
         ]
     for name, row in result.get("single", {}).items():  # type: ignore[attr-defined]
         lines.append(
@@ -209,7 +296,7 @@ def markdown(result: dict[str, object]) -> str:
             + " / ".join(f"{100 * row['found_best'][b]:.0f} %" for b in budgets)
             + " | "
             + " / ".join(f"{100 * row['best_val'][b]:.2f}" for b in budgets)
-            + f" | {row['ask_tell_ms']:.1f} |"
+            + f" | {row.get('evals_to_best_median') or 'not found'} | {row['ask_tell_ms']:.1f} |"
         )
     if "multi" in result:
         mo = result["multi"]
@@ -255,6 +342,10 @@ def main() -> None:
     parser.add_argument("--reference", default=None, help="ACCURACY,COST (default 0.8,max cost)")
     parser.add_argument("--controllers", default=None, help="comma-separated (default: all)")
     parser.add_argument("--markdown", default=None, help="also write Markdown tables here")
+    parser.add_argument("--warmup", nargs="+", type=Path, default=[], help="nb201_proxies JSON")
+    parser.add_argument("--warmup-pool", type=int, default=200)
+    parser.add_argument("--warmup-first", type=int, default=10)
+    parser.add_argument("--warmup-proxies", default="synflow,naswot,jacob_cov")
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     logging.getLogger("autosearch").setLevel(logging.WARNING)
@@ -281,8 +372,23 @@ def main() -> None:
         "budgets": budgets,
         "seeds": args.seeds,
     }
+    makers = {name: SINGLE[name] for name in names}
+    if args.warmup:
+        cells, each = scored_cells(args.warmup)
+        proxies = args.warmup_proxies.split(",")
+        per_cell = each.get("build", 0.0) + sum(each[p] for p in proxies)
+        makers.update(warm_variants(names, cells, args.warmup_pool, args.warmup_first, proxies))
+        result["warmup"] = {
+            "files": [str(p) for p in args.warmup],
+            "scored_cells": len(cells),
+            "pool": args.warmup_pool,
+            "first": args.warmup_first,
+            "proxies": proxies,
+            "proxy_seconds_a_cell": round(per_cell, 3),
+            "warmup_proxy_seconds": round(per_cell * args.warmup_pool, 1),
+        }
     if args.seeds:  # 0: multi-objective runs only
-        result["single"] = single_objective(names, land, space, budgets, args.seeds)
+        result["single"] = single_objective(makers, land, space, budgets, args.seeds)
     if args.mo_seeds:
         if args.reference:
             ref_acc, ref_cost = (float(x) for x in args.reference.split(","))

@@ -5,6 +5,7 @@ from controllers.local_search import LocalSearch
 from controllers.optuna_samplers import GP, NSGA2, TPE, OptunaController, register_sampler
 from controllers.random_search import RandomSearch
 from controllers.reinforce import Reinforce
+from controllers.zero_cost import ZeroCostWarmup
 
 __all__ = [
     "GP",
@@ -15,5 +16,6 @@ __all__ = [
     "RandomSearch",
     "RegularizedEvolution",
     "Reinforce",
+    "ZeroCostWarmup",
     "register_sampler",
 ]

@@ -78,7 +78,16 @@ class Component:
 
     @classmethod
     def of(cls, thing: SearchSpace | Controller) -> Component:
-        return cls(name=thing.name, config=thing.config())
+        config = thing.config()
+        try:
+            json.dumps(dict(config))
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(
+                f"a study cannot store {type(thing).__name__}: its settings are not JSON "
+                f"({exc}), and a study keeps them so that every worker and a resume "
+                "rebuild it; drive it with ask/tell from Python instead"
+            ) from None
+        return cls(name=thing.name, config=config)
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "config": json.loads(json.dumps(dict(self.config)))}

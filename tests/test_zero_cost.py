@@ -1,0 +1,187 @@
+"""The zero-cost warm-up: a controller's first proposals are the best-scored of an
+untrained pool, and everything after is the wrapped controller's, resumable exactly."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import stats
+
+import autosearch
+from autosearch import ConfigError, Outcome
+from controllers import RandomSearch, RegularizedEvolution, ZeroCostWarmup
+from search_spaces import NB201Space
+
+
+def _convs(arch) -> float:
+    return float(sum(v == "nor_conv_3x3" for v in arch.genes.values()))
+
+
+def _params(arch) -> float:
+    return float(sum(v in ("nor_conv_3x3", "nor_conv_1x1") for v in arch.genes.values()))
+
+
+def _scores(archs):
+    return {"convs": [_convs(a) for a in archs], "params": [_params(a) for a in archs]}
+
+
+def _reward(arch) -> float:
+    return _convs(arch) + 0.1 * _params(arch)
+
+
+def _warmup(seed=0, first=8, pool=64, inner=None, **kw):
+    space = NB201Space()
+    inner = inner or RegularizedEvolution(space, seed=seed, population=8, sample=3)
+    return ZeroCostWarmup(
+        space, controller=inner, scores=_scores, pool=pool, first=first, seed=seed, **kw
+    )
+
+
+def test_the_first_proposals_are_the_pools_best_by_mean_rank():
+    controller = _warmup(proxies=("convs", "params"))
+    asked = [controller.ask() for _ in range(8)]
+    ranked = controller.ranked  # the pool of 64 uniform draws, best first
+    assert len(ranked) == 64 and len({i for i, _ in ranked}) == 64
+    assert [a.arch_id for a in asked] == [i for i, _ in ranked[:8]]
+    # The order is the definition's, recomputed here: each proxy ranked over the pool
+    # (ties share their mean rank), the ranks averaged, the highest first.
+    pool = NB201Space().sample  # the same seeded draw as the controller's
+    rng, drawn = np.random.default_rng(0), {}
+    while len(drawn) < 64:
+        arch = pool(rng)
+        drawn.setdefault(arch.arch_id, arch)
+    archs = list(drawn.values())
+    mean = (
+        stats.rankdata([_convs(a) for a in archs]) + stats.rankdata([_params(a) for a in archs])
+    ) / 2
+    expected = sorted(zip(mean, range(64), strict=True), key=lambda m: -m[0])
+    assert [r for _, r in ranked] == [m for m, _ in expected]
+    assert [a.arch_id for a in asked] == [archs[i].arch_id for _, i in expected[:8]]
+
+
+def test_after_the_warm_up_the_wrapped_controller_proposes_and_learns_from_everything():
+    space = NB201Space()
+    inner = RegularizedEvolution(space, seed=1, population=8, sample=3)
+    controller = ZeroCostWarmup(space, controller=inner, scores=_scores, pool=32, first=8, seed=1)
+    seen = []
+
+    def step():
+        arch = controller.ask()
+        seen.append(arch.arch_id)
+        controller.tell(arch, Outcome(reward=_reward(arch)))
+
+    for _ in range(8):
+        step()
+    assert seen == [i for i, _ in controller.ranked[:8]]
+    # The evolution's population is exactly the warm-up's proposals, told to it.
+    members = [arch for arch, _, _ in inner.state_dict()["population"]]
+    assert [autosearch.Architecture.from_json(m).arch_id for m in members] == seen
+    # From there, exactly the wrapped controller's own search: a twin told the same
+    # outcomes proposes the same architectures.
+    twin = RegularizedEvolution(space, seed=1, population=8, sample=3)
+    for m in members:
+        arch = autosearch.Architecture.from_json(m)
+        twin.tell(arch, Outcome(reward=_reward(arch)))
+    for _ in range(32):
+        step()
+        arch = twin.ask()
+        assert arch.arch_id == seen[-1]
+        twin.tell(arch, Outcome(reward=_reward(arch)))
+    assert len(set(seen)) == 40  # never the same architecture twice
+
+
+def test_a_pool_given_replaces_the_draw_and_its_proxies_must_cover_it():
+    space = NB201Space()
+    rng = np.random.default_rng(3)
+    given_pool = [space.sample(rng) for _ in range(20)]
+    controller = ZeroCostWarmup(
+        space, controller=RandomSearch(space, seed=0), scores=_scores, first=5,
+        candidates=given_pool, proxies=("convs",),
+    )  # fmt: skip
+    best = sorted(given_pool, key=lambda a: -_convs(a))
+    first = [controller.ask() for _ in range(5)]
+    assert {a.arch_id for a in first} <= {a.arch_id for a in given_pool}
+    assert sorted(_convs(a) for a in first) == sorted(_convs(a) for a in best[:5])
+    bad = ZeroCostWarmup(
+        space, controller=RandomSearch(space, seed=0), scores=_scores, first=2, pool=4,
+        proxies=("synflow",),
+    )  # fmt: skip
+    with pytest.raises(ConfigError, match="synflow"):
+        bad.ask()
+    with pytest.raises(ConfigError, match="first <= pool"):
+        ZeroCostWarmup(space, controller=RandomSearch(space), scores=_scores, first=9, pool=8)
+    with pytest.raises(ConfigError, match="same space"):
+        ZeroCostWarmup(space, controller=RandomSearch(NB201Space()), scores=_scores)
+
+
+@settings(max_examples=15, deadline=None, derandomize=True, database=None)
+@given(stop=st.integers(0, 20), seed=st.integers(0, 3), first=st.integers(1, 10))
+def test_a_resumed_warm_up_continues_the_same_sequence(stop, seed, first):
+    """Stopped after any number of asks and tells (inside the warm-up or after it), a
+    new instance loaded with the state proposes what the original proposes next."""
+
+    def step(c):
+        arch = c.ask()
+        c.tell(arch, Outcome(reward=_reward(arch)))
+        return arch.arch_id
+
+    original = _warmup(seed=seed, first=first, pool=24)
+    for _ in range(stop):
+        step(original)
+    state = original.state_dict()
+    resumed = _warmup(seed=seed, first=first, pool=24)
+    resumed.load_state_dict(state)
+    assert [step(original) for _ in range(8)] == [step(resumed) for _ in range(8)]
+
+
+def test_the_controller_benchmark_runs_each_controller_with_the_warm_up_too(tmp_path):
+    """`benchmarks/controllers.py --warmup` on the published NAS-Bench-201 table, with
+    proxy files as nb201_proxies.py writes them (here a stand-in proxy that is the
+    published accuracy itself): the warm-up's first proposal is the pool's best."""
+    import csv
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    table = root.parent / "shared" / "benchdata" / "nb201_cifar10_valid.csv"
+    if not table.exists():
+        pytest.skip(f"the published table is not at {table}")
+    with table.open() as f:
+        rows = list(csv.DictReader(f))[:40]
+    accuracy = [float(r["val_accuracy"]) for r in rows]
+    scored = [[r["arch"], a, a] for r, a in zip(rows, accuracy, strict=True)]
+    run = {"cells": 40, "seconds": {"synflow": 4.0, "naswot": 9.0, "build": 2.0},
+           "scored_columns": ["cell", "published", "synflow"], "scored": scored}  # fmt: skip
+    (tmp_path / "proxies.json").write_text(json.dumps({"seeds": [run]}))
+    out = subprocess.run(
+        [sys.executable, str(root / "benchmarks" / "controllers.py"), "--table", str(table),
+         "--warmup", str(tmp_path / "proxies.json"), "--warmup-pool", "30",
+         "--warmup-first", "3", "--warmup-proxies", "synflow", "--seeds", "2",
+         "--mo-seeds", "0", "--controllers", "random", "--budgets", "1,5"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout)
+    assert result["warmup"]["warmup_proxy_seconds"] == pytest.approx(30 * (4.0 + 2.0) / 40)
+    warm, plain = result["single"]["random+zc"], result["single"]["random"]
+    # A pool of 30 of the 40 cells holds at least the 11th best: proposed first.
+    assert warm["best_val"]["1"] >= sorted(accuracy)[-11] / 100
+    assert len(warm["evals_to_best"]) == len(plain["evals_to_best"]) == 2
+
+
+def test_a_study_refuses_a_warm_up_it_cannot_store_in_one_line_and_stores_nothing(tmp_path):
+    """The warm-up's scorer is code, not JSON: a study, which keeps its controller's
+    settings for every worker and a resume, says so before anything is stored."""
+    import optuna
+
+    space = NB201Space()
+    warm = ZeroCostWarmup(space, controller=RandomSearch(space, seed=0), scores=_scores)
+    url = f"sqlite:///{tmp_path}/s.db"
+    with pytest.raises(ConfigError, match="cannot store ZeroCostWarmup") as caught:
+        autosearch.create_study("zc", space=space, controller=warm, data="digits", storage=url)
+    assert "\n" not in str(caught.value)
+    assert not (tmp_path / "s.db").exists() or optuna.get_all_study_names(url) == []
