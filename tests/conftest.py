@@ -54,9 +54,8 @@ def pytest_unconfigure(config):
 
 # No order is imposed on the files: pytest-xdist deals them out by how many tests each
 # holds (its default). Measured on a 2-core Xeon (2026-11-28): dealing the longest files
-# first (22 s to 198 s each) ran the process-heavy ones side by side, and their
-# processes thrashed the two cores: 18:39 for the suite, against 16:42 and 17:53 in
-# xdist's order.
+# first took 18:39, xdist's order 16:42 to 19:11 over three runs; the difference is
+# within the run-to-run spread, so nothing is gained by keeping an order by hand.
 
 
 @pytest.fixture(autouse=True)
