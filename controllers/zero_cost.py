@@ -21,6 +21,7 @@ from scipy import stats
 from autosearch.architecture import Architecture
 from autosearch.controller import Controller, Outcome
 from autosearch.errors import ConfigError
+from autosearch.space import SearchSpace
 
 __all__ = ["ZeroCostWarmup"]
 
@@ -51,7 +52,7 @@ class ZeroCostWarmup(Controller):
 
     def __init__(
         self,
-        space: Any,
+        space: SearchSpace,
         *,
         controller: Controller,
         scores: Scorer,
@@ -117,6 +118,9 @@ class ZeroCostWarmup(Controller):
             arch = self._queue.pop(0)
             if arch.arch_id not in self._seen:
                 self._seen.add(arch.arch_id)
+                # Proposed, not yet told: the wrapped controller must not propose it too
+                # (parallel workers ask again before any result comes back).
+                self.controller.mark_seen([arch.arch_id])
                 return arch
         arch = self.controller.ask()
         self._seen.add(arch.arch_id)

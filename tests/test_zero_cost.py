@@ -185,3 +185,45 @@ def test_a_study_refuses_a_warm_up_it_cannot_store_in_one_line_and_stores_nothin
         autosearch.create_study("zc", space=space, controller=warm, data="digits", storage=url)
     assert "\n" not in str(caught.value)
     assert not (tmp_path / "s.db").exists() or optuna.get_all_study_names(url) == []
+
+
+def test_asked_in_parallel_no_architecture_is_proposed_twice():
+    """Workers ask again before any result is told: the warm-up's proposals are marked
+    for the wrapped controller, which never proposes them too (here one that walks the
+    same 12 candidates in order, skipping what it is told is seen)."""
+    from autosearch import Controller
+
+    space = NB201Space()
+    rng = np.random.default_rng(5)
+    pool = list({a.arch_id: a for a in (space.sample(rng) for _ in range(12))}.values())
+
+    class Listed(Controller):
+        def __init__(self, space):
+            super().__init__(space)
+            self.seen = set()
+
+        def ask(self):
+            arch = next(a for a in pool if a.arch_id not in self.seen)
+            self.seen.add(arch.arch_id)
+            return arch
+
+        def tell(self, arch, outcome):
+            self.seen.add(arch.arch_id)
+
+        def mark_seen(self, arch_ids):
+            self.seen.update(arch_ids)
+
+        def state_dict(self):
+            return {"seen": sorted(self.seen)}
+
+        def load_state_dict(self, state):
+            self.seen = set(state["seen"])
+
+        def config(self):
+            return {}
+
+    controller = ZeroCostWarmup(
+        space, controller=Listed(space), scores=_scores, first=5, candidates=pool
+    )
+    asked = [controller.ask().arch_id for _ in range(len(pool))]  # nothing told
+    assert sorted(asked) == sorted(a.arch_id for a in pool)
