@@ -6,7 +6,7 @@ import abc
 import itertools
 import logging
 import math
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -16,7 +16,7 @@ from autosearch.architecture import Architecture
 from autosearch.errors import ConfigError, InvalidArchitectureError, SpaceExhausted
 from autosearch.space import SearchSpace
 
-__all__ = ["Controller", "Outcome", "unseen_architecture"]
+__all__ = ["Controller", "Outcome", "PoolScorer", "unseen_architecture"]
 
 logger = logging.getLogger(__name__)
 
@@ -25,6 +25,10 @@ logger = logging.getLogger(__name__)
 _ENUMERABLE = 1_000_000
 
 Status = Literal["complete", "failed", "stopped"]
+
+#: Scores a pool of untrained candidates at once: each zero-cost proxy's value for every
+#: architecture, in the pool's order (higher is better; NaN where one cannot be had).
+PoolScorer = Callable[[Sequence[Architecture]], Mapping[str, Sequence[float]]]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -112,6 +116,20 @@ class Controller(abc.ABC):
         one (its state then travels in :meth:`state_dict`). Parallel workers of one
         study each take a stream of their own, so they rarely propose the same
         architecture at once. Controllers without randomness keep this no-op."""
+        return None
+
+    @property
+    def needs_scorer(self) -> bool:
+        """True for a controller that ranks untrained candidates by zero-cost proxies
+        (the warm-up of controllers/zero_cost.py) and has no scorer of its own: a study
+        gives it one (:meth:`use_scorer`), and refuses it without ``proxies=``."""
+        return False
+
+    def use_scorer(self, scorer: PoolScorer, *, seed: int) -> None:
+        """Called by a study that scores its candidates by zero-cost proxies:
+        ``scorer`` computes the study's proxies of a pool of architectures, each as its
+        trial stores them (its initialization, the study's batch); ``seed`` is the
+        study's. Controllers that do not score untrained candidates keep this no-op."""
         return None
 
     @abc.abstractmethod

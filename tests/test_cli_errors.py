@@ -194,6 +194,14 @@ CASES = {
         ["search", "x", "--space", "resnet", "--out", "/proc/x"],
         "cannot write the report and export to",
     ),
+    "search: unknown proxy": (
+        ["search", "x", "--space", "resnet", "--proxies", "synflw"],
+        "--proxies: ProxyConfig names ['synflw']: unknown",
+    ),
+    "search: a warm-up without proxies": (
+        ["search", "x", "--space", "resnet", "--controller", "zero_cost"],
+        "add --proxies synflow,naswot,jacob_cov",
+    ),
     "search: bad table columns": (
         ["search", "x", "--space", "nb201", "--table", "t.csv", "--table-columns", "acc=v"],
         "--table-columns: expected NAME=COLUMN pairs",

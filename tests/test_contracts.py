@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from _controllers import registered_controller
 
 from autosearch.registry import controllers, spaces
 from autosearch.testing import ControllerContract, SpaceContract
@@ -31,8 +32,7 @@ class TestEveryController(ControllerContract):
 
     @pytest.fixture(params=controllers.names())
     def make_controller(self, request, space):
-        cls = controllers.get(request.param)
-        return lambda seed: cls(space, seed=seed)
+        return lambda seed: registered_controller(request.param, space, seed)
 
 
 def test_registries_list_the_plugins():

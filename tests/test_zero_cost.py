@@ -227,3 +227,142 @@ def test_asked_in_parallel_no_architecture_is_proposed_twice():
     )
     asked = [controller.ask().arch_id for _ in range(len(pool))]  # nothing told
     assert sorted(asked) == sorted(a.arch_id for a in pool)
+
+
+# In a study: the study scores the pool on its own images --------------------------------
+
+PAIR = ("synflow", "naswot")
+
+
+def _pool(study):
+    attrs = study.storage.get_study_system_attrs(study._study_id)
+    return attrs["autosearch:pool-proxies"]
+
+
+def _top(pool, k):
+    ids = sorted(pool)
+    ranks = [stats.rankdata([pool[i][n] for i in ids]) for n in PAIR]
+    mean = np.mean(ranks, axis=0)
+    return {ids[j] for j in np.argsort(-mean, kind="stable")[:k]}
+
+
+def test_a_study_scores_its_pool_as_its_trials_and_starts_from_the_best(
+    make_study, tiny_space, monkeypatch
+):
+    """The pool is scored by the study's own proxies, each candidate at the
+    initialization its trial trains from on the study's batch: the warm-up's trials
+    store exactly the scores they were chosen by. The scores are kept in the storage,
+    and a second worker starts from them without scoring anything again."""
+    from autosearch.study import replay
+
+    warm = ZeroCostWarmup(tiny_space, pool=12, first=3, seed=0)
+    study = make_study("zc", controller=warm, proxies=autosearch.ProxyConfig(names=PAIR, batch=16))
+    records = study.optimize(4)
+    pool = _pool(study)
+    assert len(pool) == 12 and all(set(PAIR) <= set(s) for s in pool.values())
+    first = [r.arch.arch_id for r in records[:3]]
+    assert set(first) == _top(pool, 3)
+    for r in records[:3]:
+        for name in PAIR:
+            assert r.metrics[name] == pytest.approx(pool[r.arch.arch_id][name], rel=1e-6)
+    stored = study.definition.controller
+    assert stored.name == "zero_cost" and stored.config["controller"]["name"] == "evolution"
+
+    scored = []
+    real = replay.initial_proxies
+    monkeypatch.setattr(
+        replay, "initial_proxies", lambda *a, **k: scored.append(a[2]) or real(*a, **k)
+    )
+    again = autosearch.load_study("zc", storage=study.storage_url)
+    more = again.optimize(2)
+    assert scored == []  # the pool was stored: nothing scored again
+    assert len({r.arch.arch_id for r in [*records, *more]}) == 6
+
+
+def test_a_warm_up_study_resumed_makes_the_same_decisions(make_study, tiny_space):
+    config = autosearch.ProxyConfig(names=PAIR, batch=16)
+
+    def warm():
+        inner = {"name": "evolution", "config": {"seed": 1, "population": 4, "sample": 2}}
+        return ZeroCostWarmup(tiny_space, controller=inner, pool=10, first=3, seed=2)
+
+    straight = make_study("a", controller=warm(), proxies=config)
+    straight.optimize(6)
+    halves = make_study("b", controller=warm(), proxies=config)
+    halves.optimize(4)
+    resumed = autosearch.load_study("b", storage=halves.storage_url)
+    resumed.optimize(2)
+    assert [r.arch.arch_id for r in resumed.records()] == [
+        r.arch.arch_id for r in straight.records()
+    ]
+
+
+def test_a_study_refuses_a_warm_up_without_the_proxies_it_ranks_by(
+    make_study, tiny_space, tmp_path
+):
+    import optuna
+
+    for proxies, match in (
+        (None, r"add proxies=autosearch\.ProxyConfig"),
+        (autosearch.ProxyConfig(names=("naswot",)), r"ranks by \['synflow'\]"),
+    ):
+        warm = ZeroCostWarmup(tiny_space, proxies=("synflow",))
+        with pytest.raises(ConfigError, match=match) as caught:
+            make_study("r", controller=warm, proxies=proxies)
+        assert "\n" not in str(caught.value)
+    assert optuna.get_all_study_names(f"sqlite:///{tmp_path}/r.db") == []
+    with pytest.raises(ConfigError, match="give a function, 'cost'"):
+        ZeroCostWarmup(tiny_space, scores="flops")
+    with pytest.raises(ConfigError, match="no scorer"):
+        ZeroCostWarmup(tiny_space).ask()  # outside a study, nothing to score with
+
+
+def test_cost_scores_rank_the_pool_by_flops_and_parameters_with_no_data():
+    space = NB201Space()
+    warm = ZeroCostWarmup(space, scores="cost", pool=40, first=5, seed=3)
+    asked = [warm.ask() for _ in range(5)]
+    flops = {a.arch_id: space.cost(a).flops for a in warm._draw()}
+    assert min(flops[a.arch_id] for a in asked) >= sorted(flops.values())[-10]
+    assert warm.config()["scores"] == "cost"  # JSON: a study can store it
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, database=None)
+@given(lost=st.sets(st.integers(0, 7), max_size=5), damaged=st.sets(st.integers(0, 7)))
+def test_pool_scores_survive_lost_writes_and_damaged_entries(lost, damaged):
+    """Workers scoring one pool write the whole record, read just before: a write lost
+    to another worker's (simulated: dropped), or an entry damaged, is scored again, and
+    every reader ends with each candidate's own values, computed at most once more."""
+    import optuna
+
+    from autosearch.study.replay import PoolScores
+
+    storage = optuna.storages.InMemoryStorage()
+    study_id = storage.create_new_study([optuna.study.StudyDirection.MAXIMIZE], "p")
+    space = NB201Space()
+    rng = np.random.default_rng(0)
+    archs = list({a.arch_id: a for a in (space.sample(rng) for _ in range(8))}.values())[:8]
+    calls = []
+
+    def score(arch):
+        calls.append(arch.arch_id)
+        return {"convs": _convs(arch), "params": _params(arch), "other": 1.0}
+
+    writes = iter(range(1000))
+    real_set = storage.set_study_system_attr
+
+    def set_attr(sid, key, value):
+        if next(writes) not in lost:
+            real_set(sid, key, value)
+
+    storage.set_study_system_attr = set_attr
+    scores = PoolScores(storage, study_id, ("convs", "params"), score)
+    damage = {archs[i].arch_id: "damaged" for i in damaged}
+    real_set(study_id, "autosearch:pool-proxies", damage)
+    found = scores(archs)
+    assert found == {
+        "convs": [_convs(a) for a in archs],
+        "params": [_params(a) for a in archs],
+    }
+    assert len(calls) == len(archs) + len(lost)
+    assert PoolScores(storage, study_id, ("convs", "params"), score)(archs) == found
+    assert len(calls) == len(archs) + len(lost)  # a second reader scores nothing

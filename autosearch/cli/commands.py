@@ -321,6 +321,11 @@ def _search(args: argparse.Namespace, out: Path) -> int:
     if getattr(controller_cls, "multi_objective", False):  # NSGA-II: the study's objectives
         options["objectives"] = {o: objective(o).direction for o in objectives}
     controller = controller_cls(space, **options)
+    if controller.needs_scorer and not args.proxies:
+        raise ConfigError(
+            f"--controller {args.controller} ranks candidates by zero-cost proxies: add "
+            "--proxies synflow,naswot,jacob_cov (or all)"
+        )
     table = Table(path=args.table, **args.table_columns) if args.table else None
     study = create_study(
         args.name,
@@ -334,6 +339,7 @@ def _search(args: argparse.Namespace, out: Path) -> int:
         artifacts=args.artifacts,
         seed=args.seed,
         table=table,
+        proxies=args.proxies,
         load_if_exists=True,
     )
     return _run_to_budget(study, args.n_trials, out)

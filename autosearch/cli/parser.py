@@ -9,6 +9,8 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from autosearch.cli import commands, reading
+from autosearch.errors import ConfigError
+from autosearch.evaluation.proxies import ProxyConfig
 from autosearch.registry import controllers, spaces
 
 __all__ = ["build_parser"]
@@ -78,6 +80,15 @@ def _columns(text: str) -> dict[str, str]:
             f"expected NAME=COLUMN pairs, NAME among {', '.join(_TABLE_COLUMNS)}; got {text!r}"
         )
     return names
+
+
+def _proxies(text: str) -> ProxyConfig:
+    """``synflow,naswot`` (or ``all``) → the study's zero-cost proxies."""
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    try:
+        return ProxyConfig() if text == "all" else ProxyConfig(names=names)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -240,6 +251,12 @@ def _add_search(sub: Subparsers) -> None:
     add("--max-flops", type=_positive, help="budget: FLOPs (2 x MACs) per image of --data")
     add("--max-params", type=_positive, help="budget: parameters")
     add("--seed", type=_integer(0), default=0, help="seed of the controller and trials")
+    add(
+        "--proxies",
+        type=_proxies,
+        help="zero-cost proxies of every candidate, comma-separated (synflow,naswot,jacob_cov,"
+        "snip,grad_norm) or 'all'; --controller zero_cost starts from the pool they rank best",
+    )
     add("--storage", help=STORAGE_HELP)
     add("--artifacts", help=ARTIFACTS_HELP)
     add("--out", help="folder for report.html and best/ (default runs/NAME)")

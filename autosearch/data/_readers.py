@@ -65,7 +65,8 @@ def _digits(path: str | None) -> Raw:
 
 def _digits_file() -> tuple[np.ndarray, np.ndarray]:
     spec = importlib.util.find_spec("sklearn")  # found, not imported
-    shipped = Path(spec.origin).parent / "datasets" / "data" / "digits.csv.gz" if spec else None
+    origin = spec.origin if spec else None
+    shipped = Path(origin).parent / "datasets" / "data" / "digits.csv.gz" if origin else None
     if shipped is None or not shipped.is_file():  # another layout: scikit-learn's own reader
         from sklearn.datasets import load_digits
 

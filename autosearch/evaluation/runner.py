@@ -27,10 +27,11 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from autosearch.architecture import Architecture
 from autosearch.compress import Derived, VariantSpec, derive
 from autosearch.data import Dataset
 from autosearch.errors import AutosearchError, PlatformError
-from autosearch.evaluation.proxies import candidate_proxies
+from autosearch.evaluation.proxies import ProxyConfig, candidate_proxies
 from autosearch.evaluation.trial import (
     TRAIN_STATE,
     Interrupted,
@@ -44,6 +45,7 @@ from autosearch.evaluation.trial import (
 from autosearch.scoring.cost import Cost, measure, saved_bytes, sparse_macs
 from autosearch.scoring.cost import latency as time_latency
 from autosearch.scoring.latency import latency_table
+from autosearch.space import SearchSpace
 from autosearch.training.runtime import broadcast_object, world
 from autosearch.training.train import EpochResult, evaluate, train
 
@@ -58,6 +60,7 @@ __all__ = [
     "VariantResult",
     "derive_variant",
     "evaluate_on_supernet",
+    "initial_proxies",
     "profile",
     "run_trial",
     "train_candidate",
@@ -315,13 +318,20 @@ def _proxies(plan: TrialPlan, data: Dataset) -> dict[str, float]:
     at the initialization it trains from (its seed), before it trains (rank 0 alone)."""
     if plan.proxies is None or world()[0] != 0:
         return {}
-    plan.space.check_budget(plan.arch)
+    return initial_proxies(plan.proxies, plan.space, plan.arch, plan.seed, data)
+
+
+def initial_proxies(
+    config: ProxyConfig, space: SearchSpace, arch: Architecture, seed: int, data: Dataset
+) -> dict[str, float]:
+    """The zero-cost proxies of ``arch`` at the initialization a trial of seed ``seed``
+    trains it from, on the study's batch: what the trial stores (a zero-cost warm-up
+    scores its pool with it, untrained)."""
+    space.check_budget(arch)
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(plan.seed)
-        model = plan.space.build(
-            plan.arch, input_shape=data.input_shape, num_classes=data.num_classes
-        )
-    return candidate_proxies(plan.proxies, model, data)
+        torch.manual_seed(seed)
+        model = space.build(arch, input_shape=data.input_shape, num_classes=data.num_classes)
+    return candidate_proxies(config, model, data)
 
 
 def _stopped(

@@ -186,6 +186,7 @@ class TrackingView:
         autosearch.study.tracking.mlflow_model."""
         from autosearch.study.tracking.mlflow_model import log_export
 
+        uri: str | None
         if mlflow is True and self.tracking.mlflow:
             uri = self.tracking.mlflow
         else:

@@ -250,6 +250,8 @@ class StudyDefinition:
             _check_supernet(space, supernet, table, early_stopping)
         if proxies is not None:
             proxies = _check_proxies(proxies, table, seed)
+        if controller.needs_scorer:
+            _check_scorer(controller, proxies)
         return cls(
             space=Component.of(space),
             controller=Component.of(controller),
@@ -389,6 +391,23 @@ def _check_objectives(names: Sequence[str], controller: Controller) -> tuple[str
             "a subset"
         )
     return objectives
+
+
+def _check_scorer(controller: Controller, proxies: ProxyConfig | None) -> None:
+    """A controller that ranks untrained candidates is scored by the study's proxies:
+    the study must compute them, every one the controller ranks by."""
+    wanted = controller.config().get("proxies") or ()
+    if proxies is None:
+        raise ConfigError(
+            f"controller {controller.name!r} ranks untrained candidates by zero-cost proxies, "
+            "which the study computes: add proxies=autosearch.ProxyConfig(...)"
+        )
+    missing = [n for n in wanted if n not in proxies.names]
+    if missing:
+        raise ConfigError(
+            f"controller {controller.name!r} ranks by {missing}, which the study's "
+            f"proxies={list(proxies.names)} do not compute: add them to ProxyConfig(names=...)"
+        )
 
 
 def _check_proxies(proxies: ProxyConfig, table: Table | None, seed: int) -> ProxyConfig:

@@ -11,28 +11,41 @@ the state was saved. Superseded trials are not results and are never told.
 Parallel workers each move their controller to a random stream of its own when they
 start (:meth:`ControllerReplay.reseed`), so that they rarely propose the same
 architecture at the same moment.
+
+A controller that ranks untrained candidates (the zero-cost warm-up) is given the
+study's scorer (:class:`PoolScores`): each candidate's proxies, computed as its trial
+computes them, kept in the study's storage as they are computed, and shared by every
+worker, so a pool is scored once whoever asks and whenever one dies.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial
 
 from autosearch.architecture import Architecture
 from autosearch.controller import Controller, Outcome
+from autosearch.data import Dataset
+from autosearch.evaluation.runner import initial_proxies
+from autosearch.space import SearchSpace
 from autosearch.study import records
-from autosearch.study.definition import Component
+from autosearch.study.definition import Component, StudyDefinition, trial_seed
 from autosearch.study.records import ARCH_ID, CONFIRMS, FINISHED
 
-__all__ = ["ControllerReplay", "worker_stream"]
+__all__ = ["ControllerReplay", "PoolScores", "worker_stream"]
 
 logger = logging.getLogger(__name__)
 
 _STATE = "autosearch:controller"
+_POOL = "autosearch:pool-proxies"
 
 
 def worker_stream(seed: int, worker: str, started: int) -> int:
@@ -151,6 +164,22 @@ class ControllerReplay:
             self._told_runs = _runs(self.told)
         return self._told_runs
 
+    def use_scorer(
+        self, definition: StudyDefinition, *, space: SearchSpace, data: Callable[[], Dataset]
+    ) -> None:
+        """Give the controller the study's scorer of untrained candidates, where the
+        study has proxies (``data``: the study's dataset, loaded when first scored)."""
+        config = definition.proxies
+        if config is None:
+            return
+
+        def score(arch: Architecture) -> dict[str, float]:
+            seed = trial_seed(definition.seed, arch)  # the initialization its trial trains from
+            return initial_proxies(config, space, arch, seed, data())
+
+        scores = PoolScores(self.storage, self.study_id, config.names, score)
+        self.controller.use_scorer(scores, seed=definition.seed)
+
     def reseed(self, stream: int) -> None:
         """Move the controller to random stream ``stream`` (a parallel worker's own)."""
         self.controller.reseed(stream)
@@ -191,3 +220,46 @@ def stored_told(storage: BaseStorage, study_id: int) -> set[int]:
         return _numbers(saved["told"], below=n_trials) if saved else set()
     except (KeyError, TypeError, ValueError, IndexError):
         return set()
+
+
+class PoolScores:
+    """The study's scorer of a pool of untrained candidates: ``score(arch)`` gives one
+    candidate's proxies (:func:`autosearch.evaluation.runner.initial_proxies`: as its
+    trial stores them). Each score is stored as soon as it is computed (the study system
+    attribute ``autosearch:pool-proxies``, arch id to scores), so a worker that dies
+    loses at most the candidate it was scoring; workers that score the same pool at once
+    take its candidates in orders of their own, skip what another stored meanwhile, and
+    all read the same values in the end."""
+
+    def __init__(
+        self,
+        storage: BaseStorage,
+        study_id: int,
+        names: Sequence[str],
+        score: Callable[[Architecture], Mapping[str, float]],
+    ) -> None:
+        self.storage, self.study_id, self.names, self.score = storage, study_id, tuple(names), score
+
+    def stored(self) -> dict[str, dict[str, float]]:
+        saved = self.storage.get_study_system_attrs(self.study_id).get(_POOL)
+        if not isinstance(saved, dict):
+            return {}
+        return {k: v for k, v in saved.items() if isinstance(v, dict)}  # damaged: scored again
+
+    def __call__(self, archs: Sequence[Architecture]) -> dict[str, list[float]]:
+        own_order = np.random.default_rng(os.getpid()).permutation(len(archs))
+        shuffled = [archs[int(i)] for i in own_order]
+        while True:
+            stored = self.stored()
+            missing = [a for a in shuffled if a.arch_id not in stored]
+            if not missing:
+                break
+            found = self.score(missing[0])
+            scores = {n: float(found[n]) for n in self.names if n in found}
+            # Read again just before writing: what another worker stored meanwhile is
+            # kept (a write lost to a race is scored again on the next pass).
+            self.storage.set_study_system_attr(
+                self.study_id, _POOL, {**self.stored(), missing[0].arch_id: scores}
+            )
+        logger.info("the pool's %d candidates are scored (%s)", len(archs), ", ".join(self.names))
+        return {n: [float(stored[a.arch_id].get(n, math.nan)) for a in archs] for n in self.names}

@@ -91,6 +91,7 @@ class Study(DefinitionView, TrialsView, TrackingView):
         self.trials = StoredTrials(storage, self._study_id, name=name, objectives=self.objectives)
         self.claims = Claims(storage, self._study_id, self.space, grace=self.heartbeat_grace)
         self.replay = ControllerReplay(controller, storage, self._study_id, self.objectives)
+        self.replay.use_scorer(definition, space=self.space, data=lambda: self.inputs.dataset)
         self.replay.restore()
         self._uid = uid
         self.tracker = self._tracker()
