@@ -277,6 +277,57 @@ def test_a_confirmation_cut_by_sigterm_resumes_from_its_checkpoint(weights, tmp_
     assert study.interrupted is None
 
 
+def _population_record(study, record):
+    """What a confirmation's population did, stored with its trial."""
+    return study.optuna_trial(record.trial).user_attrs["result"]["population"]
+
+
+def test_a_confirmation_trained_as_a_population_resumes_to_the_same_winner(
+    weights, tmp_path, monkeypatch
+):
+    """Each confirmed subnet trained as a small population: its winner is the trial's
+    network (accuracy, weights), the population is stored with the trial, and a trial
+    cut by SIGTERM after a member's epoch resumes the population from the trial's
+    folder to the same rounds, winner and accuracy as an uninterrupted one."""
+    from autosearch.study.supernet import confirm
+
+    population = autosearch.PopulationBasedTraining(size=2, interval=1, seed=0)
+    straight = _searched(weights, tmp_path, name="straight", trials=6)
+    (whole,) = straight.confirm(1, population=population)
+    assert whole.state == "complete" and whole.metrics["population_size"] == 2
+    assert straight.optuna_trial(whole.trial).user_attrs["population"] == (population.definition())
+    state = _population_record(straight, whole)
+    assert state["size"] == 2 and state["winner"] == whole.metrics["population_winner"]
+    assert state["final"][str(state["winner"])] == pytest.approx(whole.accuracy)
+    assert [r["epoch"] for r in state["rounds"]] == [1]  # a round after epoch 1 of 2
+    assert len(state["schedule"]) >= 1  # the winner's settings, epoch by epoch
+    model = straight.load_model(whole)  # the winner's weights are the trial's
+    assert evaluate(model, straight.data.val, straight.data)[0] == pytest.approx(whole.accuracy)
+
+    cut_study = _searched(weights, tmp_path, name="cut", trials=6)
+    real = confirm._ConfirmLoop._member_epoch
+    calls = []
+
+    def stop_after_the_first(self, member, epoch):
+        calls.append((member, epoch.epoch))
+        if len(calls) == 1:
+            os.kill(os.getpid(), signal.SIGTERM)  # the handler asks the trial to stop
+        real(self, member, epoch)
+
+    monkeypatch.setattr(confirm._ConfirmLoop, "_member_epoch", stop_after_the_first)
+    assert cut_study.confirm(1, population=population) == []
+    assert cut_study.interrupted == "SIGTERM" and len(calls) == 1
+    (resumed,) = cut_study.confirm(1, population=population)
+    assert cut_study.optuna_trial(resumed.trial).user_attrs["resumes"] < resumed.trial
+    assert len(calls) == 2 * TINY.epochs  # the cut epoch is not trained again
+    again = _population_record(cut_study, resumed)
+    assert again["rounds"] == state["rounds"]
+    assert resumed.accuracy == pytest.approx(whole.accuracy)
+    assert resumed.metrics["population_winner"] == whole.metrics["population_winner"]
+    with pytest.raises(ConfigError, match="expected an autosearch.PopulationBasedTraining"):
+        cut_study.confirm(1, population={"size": 2})
+
+
 STUDY_FILE = """
 from autosearch import StudySpec, SupernetConfig, TrainConfig
 from controllers import RandomSearch

@@ -125,6 +125,7 @@ def run_trial(
         precision=trained.precision,
         resumed_from_epoch=resumed,
         note=note,
+        trained_as=trained.trained_as,
     )
 
 
@@ -139,15 +140,27 @@ def train_candidate(
     neither depends on nor disturbs the caller's random state.
     """
     plan.space.check_budget(plan.arch)  # before any training: over budget ends it here
-    with torch.random.fork_rng(devices=[]):
+
+    def build() -> nn.Module:  # the same initialization at every call (its seed)
         torch.manual_seed(plan.seed)
-        model = plan.space.build(
+        return plan.space.build(
             plan.arch, input_shape=data.input_shape, num_classes=data.num_classes
         )
-        checkpoint = plan.work / TRAIN_STATE if plan.work else None
-        result = train(
-            model, data, plan.config, seed=plan.seed, on_epoch=on_epoch, checkpoint=checkpoint
-        )
+
+    extra: dict[str, float] = {}
+    recorded: dict[str, Any] = {}
+    with torch.random.fork_rng(devices=[]):
+        if plan.trainer is not None:
+            if plan.work is None:
+                raise AutosearchError("a candidate trained another way needs its attempt folder")
+            model, result, recorded = plan.trainer(build, data, plan.config, plan.seed, plan.work)
+            extra = _population_metrics(recorded)
+        else:
+            model = build()
+            checkpoint = plan.work / TRAIN_STATE if plan.work else None
+            result = train(
+                model, data, plan.config, seed=plan.seed, on_epoch=on_epoch, checkpoint=checkpoint
+            )
     test_accuracy, _ = evaluate(model, data.test, data)
     # Under torchrun only rank 0's result is kept: the other ranks skip the measurement,
     # which would also compete with rank 0's latency timing for the same cores.
@@ -162,8 +175,26 @@ def train_candidate(
         **measured,
         "train_seconds": result.seconds,
         "world_size": float(result.world_size),
+        **extra,
     }
-    return Trained(model=model, metrics=metrics, history=result.history, precision=result.precision)
+    return Trained(
+        model=model,
+        metrics=metrics,
+        history=result.history,
+        precision=result.precision,
+        trained_as=recorded,
+    )
+
+
+def _population_metrics(recorded: Mapping[str, Any]) -> dict[str, float]:
+    """A population's size and winner as metrics of the trial it trained."""
+    population = recorded.get("population") or {}
+    if not population:
+        return {}
+    return {
+        "population_size": float(population["size"]),
+        "population_winner": float(population["winner"]),
+    }
 
 
 def evaluate_on_supernet(plan: TrialPlan, data: Dataset) -> tuple[nn.Module, dict[str, float]]:

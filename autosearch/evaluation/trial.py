@@ -7,26 +7,28 @@ runner agree on them without importing each other."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import torch.nn as nn
 
 from autosearch.architecture import Architecture
 from autosearch.compress import Compression, VariantSpec
 from autosearch.controller import Outcome
+from autosearch.data import Dataset
 from autosearch.evaluation.proxies import ProxyConfig
 from autosearch.evaluation.supernet import SubnetEvaluator
 from autosearch.evaluation.tabular import Table
 from autosearch.scoring import Reward
 from autosearch.space import SearchSpace
 from autosearch.training.early_stopping import SuccessiveHalving
-from autosearch.training.train import EpochResult, TrainConfig
+from autosearch.training.train import EpochResult, TrainConfig, TrainResult
 
 __all__ = [
     "TRAIN_STATE",
+    "CandidateTrainer",
     "Interrupted",
     "TakenOver",
     "Trained",
@@ -37,6 +39,15 @@ __all__ = [
 ]
 
 TRAIN_STATE = "train.pt"  # the training checkpoint, in an attempt's work folder
+
+
+# (build, data, config, seed, the attempt's folder) -> (the trained model, its result,
+# what else to record): how a candidate trains where not by one run (the shape of
+# autosearch.export.retrain.Trainer, so a population trains an export or a trial alike).
+CandidateTrainer = Callable[
+    [Callable[[], nn.Module], Dataset, TrainConfig, int, Path],
+    tuple[nn.Module, TrainResult, dict[str, Any]],
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,6 +71,8 @@ class TrialPlan:
         work: This attempt's folder: training writes its checkpoint there every epoch,
             and each variant's result once derived; what it already holds (an attempt
             resumed) is not done again.
+        trainer: Trains the candidate another way than one run, in ``work`` (a
+            population: autosearch.study.population, where a confirmation asks).
     """
 
     space: SearchSpace
@@ -75,6 +88,7 @@ class TrialPlan:
     supernet: SubnetEvaluator | None = None
     proxies: ProxyConfig | None = None
     work: Path | None = None
+    trainer: CandidateTrainer | None = None
 
     @property
     def config(self) -> TrainConfig:
@@ -153,6 +167,8 @@ class TrialResult:
     note: str = ""
     evaluated_by: Literal["training", "table", "supernet"] = "training"
     supernet: str = ""  # the digest of the supernet weights that scored it
+    # How it trained where not by one run ({"population": its rounds, winner, schedule}).
+    trained_as: dict[str, Any] = field(default_factory=dict)
 
     @property
     def base(self) -> VariantResult:
@@ -181,3 +197,4 @@ class Trained:
     metrics: dict[str, float]
     history: tuple[EpochResult, ...]
     precision: str
+    trained_as: dict[str, Any] = field(default_factory=dict)  # see TrialResult

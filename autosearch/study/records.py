@@ -211,6 +211,7 @@ def encode(result: TrialResult, *, weights: str | None) -> dict[str, Any]:
         "weights": weights,
         "evaluated_by": result.evaluated_by,
         **({"supernet": result.supernet} if result.supernet else {}),
+        **result.trained_as,
     }
 
 

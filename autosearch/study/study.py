@@ -31,6 +31,7 @@ from autosearch.study.loop import EpochCallback, RecordCallback, SearchLoop, Sea
 from autosearch.study.measure import FrontMeasurer
 from autosearch.study.overlays import is_estimated
 from autosearch.study.plans import Planner
+from autosearch.study.population.rules import PopulationBasedTraining
 from autosearch.study.rebuild import Rebuilder
 from autosearch.study.records import Record
 from autosearch.study.replay import ControllerReplay
@@ -246,6 +247,7 @@ class Study(DefinitionView, TrialsView, TrackingView):
         k: int,
         *,
         ranker: RankerConfig | bool | None = None,
+        population: PopulationBasedTraining | None = None,
         callbacks: Iterable[TrialCallback] = (),
     ) -> list[Record]:
         """Train the ``k`` most accurate subnets of the supernet's front from scratch with
@@ -253,18 +255,19 @@ class Study(DefinitionView, TrialsView, TrackingView):
         each once across workers, resumed after a kill or Ctrl-C (SIGTERM returns, with
         :attr:`interrupted` set). Returns their records; :meth:`confirmations` compares
         inherited and confirmed accuracy, and :meth:`best` prefers confirmed subnets.
-
         With ``ranker`` (True, or a :class:`RankerConfig`; its seed is the study's when
         True), ``k`` subnets in all are trained, each chosen where the top is uncertain
         by a ranker of every scored subnet fitted on those confirmed before it
         (:meth:`ranking`); a resumed study or another worker continues the same
-        sequence."""
+        sequence. With ``population``, each is trained as that population (its winner
+        confirms the subnet; the population resumes with the trial)."""
         self._job()  # a study without a supernet has nothing to confirm
         self._check_run(1, 1, [], here=True, max_failures_in_a_row=1)
         confirmer = Confirmer(self._search_parts())
         done = confirmer.confirm(
             k,
             ranker=ranker_config(ranker, seed=self.seed),
+            population=population,
             callbacks=[partial(c, self) for c in callbacks],
         )
         self.interrupted = confirmer.signal

@@ -33,15 +33,20 @@ __all__ = ["population_trainer", "read_schedule", "schedule_trainer"]
 def population_trainer(
     population: PopulationBasedTraining,
     on_epoch: Callable[[int, EpochResult], None] | None = None,
+    *,
+    grace: float = 600.0,
 ) -> Trainer:
-    """Train the export as ``population``; the winner is the trained model."""
+    """Train the export (or a confirmation trial: the same shape) as ``population``;
+    the winner is the trained model. ``grace``: seconds after which a member's silent
+    worker is taken to be dead (0 where one worker alone holds the folder: a trial)."""
 
     def run(
         build: Callable[[], nn.Module], data: Dataset, config: TrainConfig, seed: int, out: Path
     ) -> tuple[nn.Module, TrainResult, dict[str, Any]]:
         result = train_population(
-            build, data, config, population, out / "population", seed=seed, on_epoch=on_epoch
-        )
+            build, data, config, population, out / "population", seed=seed, on_epoch=on_epoch,
+            grace=grace,
+        )  # fmt: skip
         model = result.load(build())
         winner = Ledger(result.folder).checkpoint(result.winner)
         state = torch.load(winner, weights_only=True, map_location="cpu")

@@ -36,6 +36,10 @@ from autosearch.study.storage._urls import local_path
 
 __all__ = ["Artifacts", "default_folder", "location_of", "opened_location"]
 
+# What an attempt folder holds once it has work to resume: a training's checkpoint, or
+# a population's record (a confirmation trained as a population: its members inside).
+RESUMABLE = (TRAIN_STATE, "population/population.json")
+
 T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
@@ -166,12 +170,12 @@ class Artifacts:
         try:
             work.mkdir(parents=True, exist_ok=True)
             earlier = [p for p in work.parent.iterdir() if p.name.isdigit() and p != work]
-            done = [p for p in earlier if (p / TRAIN_STATE).is_file()]
+            done = [p for p in earlier if any((p / m).is_file() for m in RESUMABLE)]
             if done:
                 shutil.copytree(max(done, key=lambda p: int(p.name)), work, dirs_exist_ok=True)
             elif legacy is not None and legacy.is_file() and not (work / TRAIN_STATE).exists():
                 shutil.copy2(legacy, work / TRAIN_STATE)
-            elif self.remote is not None and not (work / TRAIN_STATE).exists():
+            elif self.remote is not None and not any((work / m).exists() for m in RESUMABLE):
                 self._fetch_latest(prefix, number, work)
         except OSError as exc:
             raise PlatformError(
@@ -195,7 +199,8 @@ class Artifacts:
             elif parsed[0] != number:
                 found.setdefault(parsed[0], []).append((key, parsed[1]))
         placed = {n: _placeable(files, work, self.location) for n, files in found.items()}
-        done = [n for n, files in placed.items() if work / TRAIN_STATE in (p for _, p in files)]
+        marks = {work / m for m in RESUMABLE}
+        done = [n for n, files in placed.items() if marks & {p for _, p in files}]
         if not done:
             return
         for key, path in placed[max(done)]:

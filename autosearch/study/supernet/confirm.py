@@ -23,6 +23,12 @@ the ranker is fitted on is the study's own confirmation trials, and a fit is a p
 function of them, so a resumed study or a second worker chooses the same next subnet;
 each confirmation trial also stores the estimate it was chosen with and the trials
 that estimate was fitted on (``ranked``).
+
+A confirmation may train its subnet as a population (``confirm(k, population=...)``,
+autosearch.study.population): the members train one after another in the trial's
+folder, its winner is the trial's network, and the population's definition is stored
+with the trial (``population``); a trial cut short resumes the population from the
+folder (its record and every member's checkpoint), to the same winner.
 """
 
 from __future__ import annotations
@@ -43,12 +49,17 @@ from autosearch.controller import Outcome
 from autosearch.errors import ConfigError, StudyError
 from autosearch.evaluation.proxies import PROXIES
 from autosearch.evaluation.ranker import Ranker, RankerConfig
-from autosearch.evaluation.trial import TrialPlan
+from autosearch.evaluation.trial import Interrupted, TrialPlan
 from autosearch.space import SearchSpace
 from autosearch.study import records, results
 from autosearch.study.claims import Claim
 from autosearch.study.loop import AllClaimed, RecordCallback, SearchLoop, SearchParts
+from autosearch.study.population.full import population_trainer
+from autosearch.study.population.rules import PopulationBasedTraining
 from autosearch.study.records import CONFIRMS, Record
+from autosearch.training.train import EpochResult
+
+POPULATION = "population"  # a confirmation trained as a population: its definition
 
 __all__ = [
     "ESTIMATES",
@@ -215,9 +226,16 @@ def confirmations(points: list[Record], trials: list[FrozenTrial]) -> list[Confi
 class _ConfirmLoop(SearchLoop):
     """A search loop whose architectures are the subnets to confirm, in order."""
 
-    def __init__(self, parts: SearchParts, targets: list[Record], **options: Any) -> None:
+    def __init__(
+        self,
+        parts: SearchParts,
+        targets: list[Record],
+        population: PopulationBasedTraining | None = None,
+        **options: Any,
+    ) -> None:
         super().__init__(parts, **options)
         self.targets = {r.arch.arch_id: r for r in targets}
+        self.population = population
         # Every scored subnet (one trial per architecture): what a resumed confirmation
         # of an earlier call, not among ``targets``, confirms.
         self.scored = {
@@ -234,10 +252,25 @@ class _ConfirmLoop(SearchLoop):
         raise AllClaimed("every subnet to confirm is held by a confirmation trial")
 
     def _attrs(self, arch: Architecture) -> dict[str, Any]:
-        return {**super()._attrs(arch), CONFIRMS: self.scored[arch.arch_id]}
+        attrs = {**super()._attrs(arch), CONFIRMS: self.scored[arch.arch_id]}
+        if self.population is not None:
+            attrs[POPULATION] = self.population.definition()
+        return attrs
 
     def _plan(self, claim: Claim) -> TrialPlan:
-        return self.parts.planner.plan(claim.arch, number=claim.number, confirm=True)
+        plan = self.parts.planner.plan(claim.arch, number=claim.number, confirm=True)
+        if self.population is None:
+            return plan
+        # One worker holds the trial, and with it the population's folder: a member its
+        # dead predecessor claimed is taken at once (grace 0).
+        trainer = population_trainer(self.population, self._member_epoch, grace=0.0)
+        return dataclasses.replace(plan, trainer=trainer)
+
+    def _member_epoch(self, member: int, epoch: EpochResult) -> None:
+        """After each member's epoch (its checkpoint written): stop there when asked;
+        the trial resumes the population from its folder."""
+        if self.interrupted:
+            raise Interrupted(f"population member {member} after epoch {epoch.epoch}")
 
     def _tell(self, claim: Claim, outcome: Outcome) -> None:
         pass  # a training's accuracy is not the supernet's: the controller never hears it
@@ -344,19 +377,24 @@ class Confirmer:
         k: Any,
         *,
         ranker: RankerConfig | None = None,
+        population: PopulationBasedTraining | None = None,
         callbacks: Sequence[RecordCallback] = (),
     ) -> list[Record]:
         """Train each of the :meth:`targets` once across all workers (with ``ranker``:
         ``k`` subnets in all, each chosen by the ranker fitted on those trained before
-        it); return the confirmation records, in the targets' order (ranked: in the
-        order they were chosen). Interrupted (Ctrl-C, SIGTERM): the running training
-        resumes at the next call, :attr:`signal` says which."""
+        it; with ``population``: each trained as that population, its winner the
+        confirmed network); return the confirmation records, in the targets' order
+        (ranked: in the order they were chosen). Interrupted (Ctrl-C, SIGTERM): the
+        running training resumes at the next call, :attr:`signal` says which."""
+        if population is not None:
+            _check_population(population, self.parts)
         if ranker is not None:
-            return self._ranked(k, ranker, callbacks)
+            return self._ranked(k, ranker, population, callbacks)
         targets = self.targets(k)
         loop = _ConfirmLoop(
             self.parts,
             targets,
+            population,
             callbacks=list(callbacks),
             epoch_callbacks=[],
             max_failures_in_a_row=len(targets) + 1,
@@ -364,7 +402,11 @@ class Confirmer:
         return self._until_trained(loop, lambda held: [r.trial for r in targets])
 
     def _ranked(
-        self, k: Any, config: RankerConfig, callbacks: Sequence[RecordCallback]
+        self,
+        k: Any,
+        config: RankerConfig,
+        population: PopulationBasedTraining | None,
+        callbacks: Sequence[RecordCallback],
     ) -> list[Record]:
         ranking = self.ranking(config)
         if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= len(ranking.pool):
@@ -376,6 +418,7 @@ class Confirmer:
             self.parts,
             ranking,
             k,
+            population=population,
             callbacks=list(callbacks),
             epoch_callbacks=[],
             max_failures_in_a_row=k + 1,
@@ -420,3 +463,12 @@ class Confirmer:
             for n in wanted(held)
             if n in held and held[n].state.is_finished()
         ]
+
+
+def _check_population(population: Any, parts: SearchParts) -> None:
+    """A confirmation's population, refused in one line before anything is trained."""
+    if not isinstance(population, PopulationBasedTraining):
+        raise ConfigError(
+            f"population={population!r}: expected an autosearch.PopulationBasedTraining"
+        )
+    population.check(parts.planner.definition.train)
