@@ -313,6 +313,14 @@ CASES = {
         ["train", EXPORT, "--shard-size", "2"],
         "applies to parallel='hsdp' only",
     ),
+    "confirm: population of one": (
+        ["confirm", F, "--population", "1"],
+        "--population: expected an integer >= 2",
+    ),
+    "confirm: zero population interval": (
+        ["confirm", F, "--population", "2", "--population-interval", "0"],
+        "--population-interval: expected an integer >= 1",
+    ),
     "train: population of one": (
         ["train", EXPORT, "--population", "1"],
         "--population: expected an integer >= 2",

@@ -408,17 +408,11 @@ def _trainer(args: argparse.Namespace, config: TrainConfig, seed: int) -> Any:
     if args.population and args.schedule:
         raise ConfigError("--population and --schedule: give one (a schedule replays one member)")
     if args.population:
-        from optuna.distributions import FloatDistribution
-
         from autosearch.study.population.full import population_trainer
         from autosearch.study.population.rules import PopulationBasedTraining
 
-        lr = FloatDistribution(config.lr / 10, config.lr * 10, log=True)
-        population = PopulationBasedTraining(
-            size=args.population,
-            interval=args.population_interval,
-            mutations={"lr": lr},
-            seed=seed,
+        population = PopulationBasedTraining.of_learning_rate(
+            args.population, args.population_interval, config.lr, seed=seed
         )
         return population_trainer(population)
     if args.schedule:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from autosearch.errors import StudyError
 from autosearch.study import default_storage, load_study
+from autosearch.study.population.rules import PopulationBasedTraining
 from autosearch.study.supernet.confirm import Confirmation
 from autosearch.studyfile import load_spec
 
@@ -54,7 +55,12 @@ def cmd_confirm(args: argparse.Namespace) -> int:
     url = args.storage or spec.storage or default_storage(spec.name)
     load_study(spec.name, storage=url, read_only=True)  # no such study: said, nothing made
     study = load_study(spec.name, storage=url)
-    done = study.confirm(args.k)
+    population = None
+    if args.population:  # the learning rate adapted within 1/10 to 10 times the study's
+        population = PopulationBasedTraining.of_learning_rate(
+            args.population, args.population_interval, study.train_config.lr, seed=study.seed
+        )
+    done = study.confirm(args.k, population=population)
     wanted = {r.confirms for r in done}
     rows = [c for c in study.confirmations() if c.trial in wanted]
     if args.json:

@@ -196,6 +196,18 @@ def _add_confirm(sub: Subparsers) -> None:
     )
     confirm.add_argument("study_file")
     confirm.add_argument("-k", type=_integer(1), default=3, help="subnets to confirm")
+    confirm.add_argument(
+        "--population",
+        type=_integer(2),
+        help="train each as a population of N, the learning rate adapted while they train "
+        "(population-based training); the best confirms the subnet",
+    )
+    confirm.add_argument(
+        "--population-interval",
+        type=_integer(1),
+        default=2,
+        help="epochs between a population's exploit / explore rounds (default 2)",
+    )
     confirm.add_argument("--storage", help=STORAGE_HELP)
     confirm.add_argument("--json", action="store_true", help=JSON_HELP)
     confirm.set_defaults(func=cmd_confirm)

@@ -89,3 +89,57 @@ for run in stored["seeds"]:
             f"{f['kendall_tau_better_half']:+.3f}, top-10 {f['precision_top10']:.1f}, "
             f"pick {f['best_ranked_published']:.2f}"
         )
+
+# %%
+# The same estimators on a space of depths and widths
+# ---------------------------------------------------
+# The ResNet sub-space of the weight-sharing benchmark: 30 subnets that differ only in
+# depth and width, each trained four times on Fashion-MNIST (the ground truth), scored
+# by every proxy as a study scores it, by FLOPs, parameters and the stored supernet
+# (``benchmarks/resnet_proxies.py``; its stored figures are drawn here). Kendall's tau
+# against the mean of the three trainings the ranker did not learn from, one bar a
+# seed; the dashed line is how well one training ranks them (the truth is that noisy).
+resnet = json.loads(
+    (repository / "benchmarks" / "ground_truth" / "resnet-proxies-3-seeds.json").read_text()
+)
+estimators = list(resnet["seeds"][0]["against_seeds_1_3"])
+figure = go.Figure(
+    [
+        go.Bar(
+            name=f"seed {run['seed']}",
+            x=estimators,
+            y=[run["against_seeds_1_3"][e]["kendall_tau"] for e in estimators],
+        )
+        for run in resnet["seeds"]
+    ]
+)
+figure.add_hline(
+    y=resnet["seeds_agree"]["seed0_vs_later"], line_dash="dash", annotation_text="one training"
+)
+figure.update_layout(height=380, barmode="group", yaxis_title="Kendall tau")
+figure
+
+# %%
+# Starting a search from the proxies' best
+# ----------------------------------------
+# ``ZeroCostWarmup`` wraps a controller: the study scores a pool of untrained
+# candidates with its own proxies (each exactly as its trial will store them), trains
+# the ``first`` best by the mean rank of the proxies, then lets the wrapped controller
+# search from there. The scores are kept in the study's storage, shared by its workers.
+from controllers import ZeroCostWarmup
+
+warm = autosearch.create_study(
+    "warm",
+    controller=ZeroCostWarmup(
+        space, controller={"name": "evolution", "config": {"seed": 0}}, pool=24, first=3
+    ),
+    data="digits",
+    train=autosearch.TrainConfig(epochs=2, batch_size=64, lr=0.1),
+    proxies=autosearch.ProxyConfig(names=("synflow", "naswot", "jacob_cov"), batch=32),
+    storage=f"sqlite:///{folder}/warm.db",
+)
+for r in warm.optimize(5, show_progress_bar=False):
+    print(
+        f"trial {r.trial}: {space.describe(r.arch)}, val acc {r.metrics['accuracy']:.3f}, "
+        f"synflow {r.metrics['synflow']:.3g}, naswot {r.metrics['naswot']:.1f}"
+    )

@@ -108,6 +108,19 @@ class PopulationBasedTraining:
         if problems:
             raise ConfigError("PopulationBasedTraining " + "; ".join(problems))
 
+    @classmethod
+    def of_learning_rate(
+        cls, size: int, interval: int, lr: float, *, seed: int
+    ) -> PopulationBasedTraining:
+        """The command line's population: the learning rate adapts within 1/10 to 10
+        times ``lr`` (a recipe's), log-uniformly."""
+        return cls(
+            size=size,
+            interval=interval,
+            mutations={"lr": FloatDistribution(lr / 10, lr * 10, log=True)},
+            seed=seed,
+        )
+
     def initial(self, member: int) -> Settings:
         """Member ``member``'s first settings: a draw of each range."""
         rng = np.random.default_rng([self.seed, 0, member])
