@@ -92,7 +92,8 @@ class ZeroCostWarmup(Controller):
                 "parameters), or nothing in a study with proxies="
             )
         self.controller, self._scores_given = wrapped, scores  # a study's scorer is not given
-        self.scores: PoolScorer | None = self._cost if scores == "cost" else scores  # type: ignore[assignment]
+        self.scores = self._cost if scores == "cost" else scores
+        self._study_seed: int | None = None  # the pool's seed in a study, where none is given
         self.proxies = tuple(proxies) if proxies is not None else None
         self.pool, self.first, self.seed, self.candidates = pool, first, seed, given
         self._queue: list[Architecture] | None = None  # scored at the first ask
@@ -102,14 +103,14 @@ class ZeroCostWarmup(Controller):
 
     @property
     def needs_scorer(self) -> bool:
-        return self.scores is None
+        return self._scores_given is None
 
     def use_scorer(self, scorer: PoolScorer, *, seed: int) -> None:
         """A study's scorer (its proxies of each candidate, stored and shared by its
-        workers) and seed, where none were given."""
-        if self.scores is None:
-            self.scores = scorer
-            self._study_seed = seed
+        workers) and seed, where no scorer was given (the study's replaces another
+        study's, should this object be handed to a second one)."""
+        if self._scores_given is None:
+            self.scores, self._study_seed = scorer, seed
 
     def _cost(self, archs: Sequence[Architecture]) -> dict[str, list[float]]:
         costs = [self.space.cost(a) for a in archs]
@@ -121,8 +122,7 @@ class ZeroCostWarmup(Controller):
     def _draw(self) -> list[Architecture]:
         if self.candidates is not None:
             return list(self.candidates)
-        seed = self.seed if self.seed is not None else getattr(self, "_study_seed", None)
-        rng = np.random.default_rng(seed)
+        rng = np.random.default_rng(self.seed if self.seed is not None else self._study_seed)
         drawn: dict[str, Architecture] = {}
         for _ in range(50 * self.pool):  # a small space may hold fewer than `pool`
             arch = self.space.sample(rng)
