@@ -321,6 +321,19 @@ CASES = {
         ["confirm", F, "--population", "2", "--population-interval", "0"],
         "--population-interval: expected an integer >= 1",
     ),
+    "population: population of one": (
+        ["population", F, "--size", "1"],
+        "--size: expected an integer >= 2",
+    ),
+    "population: zero interval": (
+        ["population", F, "--interval", "0"],
+        "--interval: expected an integer >= 1",
+    ),
+    "population: negative trial": (
+        ["population", F, "--trial", "-1"],
+        "--trial: expected an integer >= 0",
+    ),
+    "population: no such trial": (["population", F, "--trial", "99"], "no trial number 99"),
     "train: population of one": (
         ["train", EXPORT, "--population", "1"],
         "--population: expected an integer >= 2",

@@ -228,6 +228,7 @@ STUDY_RANKS = {
     "loop": 4,
     "rebuild": 4,
     "measure": 5,  # the front's estimated points measured for real
+    "population.study": 5,  # an architecture trained as a population, as a trial of the study
     "supernet.confirm": 5,  # the supernet's front confirmed by training, as trials of the study
     "workers.pool": 5,
     "progress": 5,

@@ -99,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log each trial")
     sub = parser.add_subparsers(dest="command", required=True)
     adders = (_add_run, _add_supernet, _add_search, _add_reading, _add_worker, _add_train)
-    for add in (*adders, _add_latency, _add_confirm):
+    for add in (*adders, _add_latency, _add_confirm, _add_population):
         add(sub)
     return parser
 
@@ -211,6 +211,33 @@ def _add_confirm(sub: Subparsers) -> None:
     confirm.add_argument("--storage", help=STORAGE_HELP)
     confirm.add_argument("--json", action="store_true", help=JSON_HELP)
     confirm.set_defaults(func=cmd_confirm)
+
+
+def _add_population(sub: Subparsers) -> None:
+    from autosearch.cli.population import cmd_population
+
+    population = sub.add_parser(
+        "population",
+        help="train a study's best architecture (or a trial's) as a population, the "
+        "learning rate adapted while it trains, as a trial of the study",
+    )
+    population.add_argument("study_file")
+    population.add_argument(
+        "--size", type=_integer(2), default=8, help="members trained together (default 8)"
+    )
+    population.add_argument(
+        "--interval",
+        type=_integer(1),
+        default=2,
+        help="epochs between exploit / explore rounds (default 2); the learning rate "
+        "adapts within 1/10 to 10 times the study's",
+    )
+    population.add_argument(
+        "--trial", type=_integer(0), help="train this trial's architecture (default: the best)"
+    )
+    population.add_argument("--storage", help=STORAGE_HELP)
+    population.add_argument("--json", action="store_true", help=JSON_HELP)
+    population.set_defaults(func=cmd_population)
 
 
 def _add_supernet(sub: Subparsers) -> None:

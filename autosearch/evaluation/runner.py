@@ -129,6 +129,19 @@ def run_trial(
     )
 
 
+def candidate_builder(plan: TrialPlan, data: Dataset) -> Callable[[], nn.Module]:
+    """What builds the candidate for ``data``: the same initialization (its seed) at
+    every call, as every member of a population starts."""
+
+    def build() -> nn.Module:
+        torch.manual_seed(plan.seed)
+        return plan.space.build(
+            plan.arch, input_shape=data.input_shape, num_classes=data.num_classes
+        )
+
+    return build
+
+
 def train_candidate(
     plan: TrialPlan, data: Dataset, *, on_epoch: Callable[[EpochResult], None] | None = None
 ) -> Trained:
@@ -140,13 +153,7 @@ def train_candidate(
     neither depends on nor disturbs the caller's random state.
     """
     plan.space.check_budget(plan.arch)  # before any training: over budget ends it here
-
-    def build() -> nn.Module:  # the same initialization at every call (its seed)
-        torch.manual_seed(plan.seed)
-        return plan.space.build(
-            plan.arch, input_shape=data.input_shape, num_classes=data.num_classes
-        )
-
+    build = candidate_builder(plan, data)
     extra: dict[str, float] = {}
     recorded: dict[str, Any] = {}
     with torch.random.fork_rng(devices=[]):

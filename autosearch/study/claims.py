@@ -27,7 +27,6 @@ from autosearch.errors import ConfigError, StudyError
 from autosearch.space import SearchSpace
 from autosearch.study import records
 from autosearch.study.records import (
-    CONFIRMS,
     FAIL_REASON,
     RESULT,
     RESUME,
@@ -35,6 +34,7 @@ from autosearch.study.records import (
     SUPERSEDED,
     VALUES_FROM,
     claim_key,
+    trial_kind,
 )
 from autosearch.study.storage._urls import end_trial, trial_number
 from autosearch.study.workers._heartbeat import WORKER, Watch, beating, first_stamp
@@ -85,9 +85,11 @@ class BudgetReached(StudyError):
 
 
 class Claims:
-    """Claims on one study's trials, for one worker: of its search trials, or with
-    ``confirming=True`` of its confirmation trials (autosearch.study.supernet.confirm), which
-    hold ``confirm:ID`` rather than the architecture's id, and resume only their kind."""
+    """Claims on one study's trials, for one worker: of its search trials, or of the
+    trials of another ``kind`` (records.trial_kind: ``confirm``, the confirmation trials
+    of autosearch.study.supernet.confirm; ``population:KEY``, an architecture trained as
+    a population), which hold ``KIND:ID`` rather than the architecture's id, and resume
+    only their kind."""
 
     def __init__(
         self,
@@ -96,20 +98,24 @@ class Claims:
         space: SearchSpace,
         *,
         grace: float,
-        confirming: bool = False,
+        kind: str | None = None,
     ) -> None:
         self.storage, self.study_id, self.space, self.grace = storage, study_id, space, grace
-        self.confirming = confirming
+        self.kind = kind
         self.index = ArchIndex()
         self.watch = Watch()
 
     def of_confirmations(self) -> Claims:
         """Claims on the same study's confirmation trials."""
-        return Claims(self.storage, self.study_id, self.space, grace=self.grace, confirming=True)
+        return self.of_kind("confirm")
+
+    def of_kind(self, kind: str) -> Claims:
+        """Claims on the same study's trials of ``kind`` (records.trial_kind)."""
+        return Claims(self.storage, self.study_id, self.space, grace=self.grace, kind=kind)
 
     def key(self, arch: Architecture) -> str:
         """What a claim of this kind on ``arch`` holds (records.claim_key)."""
-        return f"confirm:{arch.arch_id}" if self.confirming else arch.arch_id
+        return arch.arch_id if self.kind is None else f"{self.kind}:{arch.arch_id}"
 
     def claim(
         self,
@@ -193,10 +199,10 @@ class Claims:
         """Give our new trial up if ``limit`` search trials came before it. Trial numbers
         follow creation order, so of workers that claim at once exactly those within
         the limit keep their trials."""
-        if limit is None or self.confirming:
+        if limit is None or self.kind is not None:
             return
         before = sum(
-            t.number < number and CONFIRMS not in t.user_attrs and not records.superseded(t)
+            t.number < number and trial_kind(t.user_attrs) is None and not records.superseded(t)
             for t in self._trials()
             if claim_key(t.user_attrs) is not None
         )
@@ -245,7 +251,7 @@ class Claims:
         held = self.index.read(trials)
         recent = (t for t in self.index.unfinished(trials) if t.user_attrs.get(RESUME))
         for t in [*self.index.resumable, *recent]:  # in number order
-            if (CONFIRMS in t.user_attrs) != self.confirming:
+            if trial_kind(t.user_attrs) != self.kind:
                 continue
             holder = held.first(claim_key(t.user_attrs) or "")
             if holder is None or holder.state == TrialState.WAITING:

@@ -130,6 +130,7 @@ class SearchParts:
     heartbeat_interval: float
     worker_attrs: Mapping[str, Any] = field(default_factory=dict)
     tracker: Tracker | None = None
+    uid: str = ""  # the study's creation id (autosearch.study.storage.stored.study_uid)
 
 
 class SearchLoop:

@@ -16,7 +16,7 @@ from autosearch.evaluation.supernet import SubnetEvaluator
 from autosearch.evaluation.trial import TrialPlan
 from autosearch.space import SearchSpace
 from autosearch.study.definition import StudyDefinition, trial_seed
-from autosearch.study.records import CONFIRMS
+from autosearch.study.records import trial_kind
 from autosearch.study.storage.artifacts import Artifacts
 
 __all__ = ["Planner"]
@@ -79,5 +79,5 @@ class Planner:
             arch,
             number=trial.number,
             seed=int(seed) if seed is not None else None,
-            confirm=CONFIRMS in trial.user_attrs,
+            confirm=trial_kind(trial.user_attrs) is not None,
         )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,7 @@ from autosearch.study._provenance import provenance
 from autosearch.study.dataset import StudyData
 from autosearch.study.definition import StudyDefinition
 from autosearch.study.plans import Planner
+from autosearch.study.population.full import schedule_trainer
 from autosearch.study.records import Record
 from autosearch.study.storage.artifacts import Artifacts
 from autosearch.study.trials import StoredTrials
@@ -96,7 +98,7 @@ class Rebuilder:
                 f"not stored. Load the base (study.record({record.trial})) and derive it again "
                 f"with autosearch.compress.derive({record.variant!r}, model, data, config)"
             )
-        if self.supernet is not None and record.confirms is None:  # inherited, recalibrated
+        if self.supernet is not None and record.kind is None:  # inherited, recalibrated
             evaluator = self.supernet()
             scored_on = records.result_facts(self.trials.get(record.trial)).get("supernet")
             if scored_on and scored_on != evaluator.digest:
@@ -209,7 +211,8 @@ class Rebuilder:
 
     def rerun(self, trial: int) -> dict[str, Any]:
         """Train trial ``trial``'s architecture again, from scratch, with its stored seed
-        and the study's data and training config (nothing is stored), and compare.
+        and the study's data and training config (nothing is stored), and compare; a
+        trial trained as a population, by its winner's schedule replayed.
 
         Returns the stored and the new validation and test accuracy, whether they are
         identical, and what differs in the data hash and provenance (a different code
@@ -218,13 +221,18 @@ class Rebuilder:
         record = self.trials.record(trial)
         if record.state != "complete":
             raise StudyError(f"trial {trial} is {record.state}; only complete trials can be rerun")
-        if self.supernet is not None and record.confirms is None:
+        if self.supernet is not None and record.kind is None:
             return self._evaluate_again(record)
         if self.definition.table is not None:
             raise StudyError("a table study looks results up; there is no training to rerun")
         stored = self.trials.get(trial).user_attrs
         plan = dataclasses.replace(self.stored_plan(record), work=None)
-        again = train_candidate(plan, self.data.dataset).metrics
+        population = records.result_facts(self.trials.get(trial)).get("population") or {}
+        with tempfile.TemporaryDirectory(prefix="autosearch-rerun-") as work:
+            if population:  # trained as a population: its winner's schedule, replayed
+                trainer = schedule_trainer(population["schedule"])
+                plan = dataclasses.replace(plan, trainer=trainer, work=Path(work))
+            again = train_candidate(plan, self.data.dataset).metrics
         then, now = stored.get("provenance") or {}, provenance()
         changed = {
             key: {"stored": then.get(key), "now": now.get(key)}

@@ -31,6 +31,7 @@ __all__ = [
     "ARCH_ID",
     "CONFIRMS",
     "FAIL_REASON",
+    "POPULATION_KEY",
     "RESULT",
     "RESUME",
     "RESUMES",
@@ -48,6 +49,7 @@ __all__ = [
     "outcome",
     "result_facts",
     "superseded",
+    "trial_kind",
     "weights_id",
 ]
 
@@ -65,6 +67,9 @@ VALUES_FROM = "values_from"  # on a complete trial: the variant its objective va
 # On a confirmation trial: the number of the supernet trial whose subnet it trains from
 # scratch (autosearch.study.supernet.confirm). Left out of the controller's history.
 CONFIRMS = "confirms"
+# On a trial that trains its architecture as a population (autosearch.study.population.study):
+# the population's key. Left out of the controller's history too.
+POPULATION_KEY = "population_key"
 
 State = Literal["complete", "failed", "running", "stopped", "waiting"]
 _STATES: dict[TrialState, State] = {
@@ -111,7 +116,8 @@ class Record:
     ``bytes``, ``latency``, ``latency_batched`` and ``reward``; training or deriving
     time; and, for variants, ``detail_*`` figures of the compression. ``confirms``: on
     a confirmation trial's records, the supernet trial whose subnet it trained from
-    scratch (None elsewhere).
+    scratch (None elsewhere). ``kind``: None for a search trial's records, else what
+    the trial was (:func:`trial_kind`: ``confirm``, ``population:KEY``).
     """
 
     trial: int
@@ -122,6 +128,7 @@ class Record:
     metrics: Mapping[str, float] = field(default_factory=dict)
     reason: str = ""
     confirms: int | None = None
+    kind: str | None = None
 
     def __hash__(self) -> int:
         return hash((self.trial, self.variant))
@@ -156,14 +163,26 @@ class Record:
         return self.variant == "base"
 
 
+def trial_kind(attrs: Mapping[str, Any]) -> str | None:
+    """What a trial is besides a search trial (None): ``confirm`` (a subnet confirmed by
+    training) or ``population:KEY`` (an architecture trained as population KEY)."""
+    if CONFIRMS in attrs:
+        return "confirm"
+    if POPULATION_KEY in attrs:
+        return f"population:{attrs[POPULATION_KEY]}"
+    return None
+
+
 def claim_key(attrs: Mapping[str, Any]) -> str | None:
     """What a trial holds for the claims (autosearch.study.claims): its architecture's
-    id, or for a confirmation trial ``confirm:ID`` (a subnet is evaluated on the
-    supernet once and confirmed by training once)."""
+    id, or for a trial of another kind ``KIND:ID`` (a subnet is evaluated on the
+    supernet once and confirmed by training once; an architecture is searched once and
+    trained as a given population once)."""
     arch_id = attrs.get(ARCH_ID)
     if arch_id is None:
         return None
-    return f"confirm:{arch_id}" if CONFIRMS in attrs else str(arch_id)
+    kind = trial_kind(attrs)
+    return str(arch_id) if kind is None else f"{kind}:{arch_id}"
 
 
 class UnreadableTrial(Exception):
@@ -235,6 +254,7 @@ def decode(trial: FrozenTrial, objectives: tuple[str, ...] = ()) -> list[Record]
             state=_STATES[trial.state],
             reason=str(attrs.get(FAIL_REASON, "")),
             confirms=int(attrs[CONFIRMS]) if CONFIRMS in attrs else None,
+            kind=trial_kind(attrs),
         )
         found = [_point(base, p) for p in _points(attrs)] or [base]
     except (InvalidArchitectureError, KeyError, TypeError, ValueError, AttributeError) as exc:

@@ -38,7 +38,7 @@ from autosearch.evaluation.runner import initial_proxies
 from autosearch.space import SearchSpace
 from autosearch.study import records
 from autosearch.study.definition import Component, StudyDefinition, trial_seed
-from autosearch.study.records import ARCH_ID, CONFIRMS, FINISHED
+from autosearch.study.records import ARCH_ID, FINISHED
 
 __all__ = ["ControllerReplay", "PoolScores", "worker_stream"]
 
@@ -117,7 +117,8 @@ class ControllerReplay:
                 self._synced += 1
             if t.state not in FINISHED or t.number in self.told or records.superseded(t):
                 continue
-            if CONFIRMS in t.user_attrs:  # trained to confirm a subnet: not a search result
+            if records.trial_kind(t.user_attrs) is not None:  # a confirmation, a population:
+                # trained another way than the search's trials, not a search result
                 continue
             try:
                 arch = records.architecture(t)

@@ -32,6 +32,7 @@ from autosearch.study.measure import FrontMeasurer
 from autosearch.study.overlays import is_estimated
 from autosearch.study.plans import Planner
 from autosearch.study.population.rules import PopulationBasedTraining
+from autosearch.study.population.study import train_as_population
 from autosearch.study.rebuild import Rebuilder
 from autosearch.study.records import Record
 from autosearch.study.replay import ControllerReplay
@@ -250,17 +251,14 @@ class Study(DefinitionView, TrialsView, TrackingView):
         population: PopulationBasedTraining | None = None,
         callbacks: Iterable[TrialCallback] = (),
     ) -> list[Record]:
-        """Train the ``k`` most accurate subnets of the supernet's front from scratch with
-        the study's training config, as trials of the study (autosearch.study.supernet.confirm):
-        each once across workers, resumed after a kill or Ctrl-C (SIGTERM returns, with
-        :attr:`interrupted` set). Returns their records; :meth:`confirmations` compares
-        inherited and confirmed accuracy, and :meth:`best` prefers confirmed subnets.
-        With ``ranker`` (True, or a :class:`RankerConfig`; its seed is the study's when
-        True), ``k`` subnets in all are trained, each chosen where the top is uncertain
-        by a ranker of every scored subnet fitted on those confirmed before it
-        (:meth:`ranking`); a resumed study or another worker continues the same
-        sequence. With ``population``, each is trained as that population (its winner
-        confirms the subnet; the population resumes with the trial)."""
+        """Train the ``k`` most accurate subnets of the supernet's front from scratch, as
+        trials of the study (autosearch.study.supernet.confirm): each once across workers,
+        resumed after a kill or Ctrl-C (SIGTERM returns, :attr:`interrupted` set). Their
+        records; :meth:`confirmations` compares inherited and confirmed accuracy, and
+        :meth:`best` prefers confirmed subnets. ``ranker`` (True: the study's seed): ``k``
+        in all, each chosen where the top is uncertain by a ranker fitted on those
+        confirmed before it (:meth:`ranking`), continued alike by a resumed study or
+        another worker. ``population``: each trained as that population (its winner)."""
         self._job()  # a study without a supernet has nothing to confirm
         self._check_run(1, 1, [], here=True, max_failures_in_a_row=1)
         confirmer = Confirmer(self._search_parts())
@@ -274,6 +272,20 @@ class Study(DefinitionView, TrialsView, TrackingView):
         if confirmer.signal == "SIGINT":
             raise KeyboardInterrupt
         return done
+
+    def train_population(
+        self, population: PopulationBasedTraining, arch: Architecture | None = None
+    ) -> Record | None:
+        """Train ``arch`` (default: the best so far) as ``population``, its training
+        settings adapted while it trains, as one trial of the study
+        (autosearch.study.population.study): once across workers (others asking train
+        members beside it), resumed after a kill. Its record; None if SIGTERM cut it."""
+        self._check_run(1, 1, [], here=True, max_failures_in_a_row=1)
+        chosen = arch if arch is not None else self.best().arch
+        record, self.interrupted = train_as_population(self._search_parts(), chosen, population)
+        if self.interrupted == "SIGINT":
+            raise KeyboardInterrupt
+        return record
 
     def ranking(self, ranker: RankerConfig | bool = True) -> list[Estimate]:
         """Every subnet scored on the supernet, best estimate first, as the ranker of a
@@ -315,19 +327,16 @@ class Study(DefinitionView, TrialsView, TrackingView):
         on; ``max_failures_in_a_row`` failures in a row stop it with a StudyError, since
         that points at the setup rather than at the architectures.
 
-        On a terminal (or with ``show_progress_bar=True``) a bar shows the trials and
-        one the current trial's epochs; every finished trial is logged. With
-        ``n_workers=K``, K processes share the trials (and the CPU threads and GPUs),
-        each controller on a random stream of its own; ``callbacks`` then run here as
-        the workers' trials finish. A trial whose worker died (no heartbeat for the
-        grace period) resumes from its last checkpoint on the next claim. Ctrl-C lets
-        the epoch's checkpoint finish, marks the trial to resume, then raises
-        KeyboardInterrupt (a second Ctrl-C raises it at once); SIGTERM does the same but
-        returns, with :attr:`interrupted` set to ``"SIGTERM"``. ``executor`` places
-        the workers: ``"process"`` (this machine), ``"ray"`` or a ``RayExecutor``,
-        ``"slurm"`` or a ``SlurmExecutor`` (autosearch.study.workers.executors); a Ray or
-        Slurm executor runs even one worker there, not in this process.
-        """
+        On a terminal (or ``show_progress_bar=True``) bars show the trials and the current
+        trial's epochs; every finished trial is logged. ``n_workers=K``: K processes share
+        the trials (and CPU threads and GPUs), each controller on a random stream of its
+        own; ``callbacks`` run here as their trials finish. A trial whose worker died (no
+        heartbeat for the grace period) resumes from its last checkpoint. Ctrl-C lets the
+        epoch's checkpoint finish, marks the trial to resume, then raises KeyboardInterrupt
+        (a second Ctrl-C at once); SIGTERM does the same but returns, :attr:`interrupted`
+        ``"SIGTERM"``. ``executor`` places the workers: ``"process"`` (this machine),
+        ``"ray"`` or a ``RayExecutor``, ``"slurm"`` or a ``SlurmExecutor``
+        (autosearch.study.workers.executors), which run even one worker there."""
         told = [partial(callback, self) for callback in callbacks]
         epoch_callbacks = list(epoch_callbacks)
         self.interrupted = None
@@ -431,21 +440,12 @@ class Study(DefinitionView, TrialsView, TrackingView):
 
     def _search_parts(self) -> SearchParts:
         return SearchParts(
-            name=self.name,
-            where=self.storage_url,
-            objectives=self.objectives,
-            seed=self.seed,
-            trials=self.trials,
-            claims=self.claims,
-            replay=self.replay,
-            artifacts=self.artifacts,
-            planner=self.planner,
-            data=self.inputs,
-            teacher=self.rebuilder.teacher,
-            heartbeat_interval=self.heartbeat_interval,
-            worker_attrs=self.worker_attrs,
-            tracker=self.tracker,
-        )
+            name=self.name, where=self.storage_url, objectives=self.objectives, seed=self.seed,
+            trials=self.trials, claims=self.claims, replay=self.replay, artifacts=self.artifacts,
+            planner=self.planner, data=self.inputs, teacher=self.rebuilder.teacher,
+            heartbeat_interval=self.heartbeat_interval, worker_attrs=self.worker_attrs,
+            tracker=self.tracker, uid=self._uid,
+        )  # fmt: skip
 
     def rerun(self, trial: int) -> dict[str, Any]:
         """Train trial ``trial``'s architecture again, from scratch, with its stored seed

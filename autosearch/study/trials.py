@@ -95,6 +95,6 @@ class StoredTrials:
         """Search trials (not variants, not confirmations) in any of ``states`` (every
         state when none is given): what a study's trial budget counts."""
         return sum(
-            (not states or r.state in states) and r.confirms is None
+            (not states or r.state in states) and r.kind is None
             for r in self.records(variants=False)
         )

@@ -7,6 +7,7 @@ settings adapted while it trains, shared by every worker that opens its folder.
 ``run.py``                the members trained round by round; exploit and explore;
                           the winner's schedule replayed
 ``full.py``               an export trained as a population, or by a schedule replayed
+``study.py``              a study's architecture trained as a population, as a trial
 ========================  ==============================================================
 
 The training side is the trainer's ``train(..., until=, adaptive=)``: a run stopped after

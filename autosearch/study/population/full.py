@@ -35,18 +35,20 @@ def population_trainer(
     on_epoch: Callable[[int, EpochResult], None] | None = None,
     *,
     grace: float = 600.0,
+    folder: Path | None = None,
 ) -> Trainer:
-    """Train the export (or a confirmation trial: the same shape) as ``population``;
-    the winner is the trained model. ``grace``: seconds after which a member's silent
-    worker is taken to be dead (0 where one worker alone holds the folder: a trial)."""
+    """Train the export (or a trial: the same shape) as ``population``; the winner is
+    the trained model. ``grace``: seconds after which a member's silent worker is taken
+    to be dead (0 where one worker alone holds the folder: a confirmation trial).
+    ``folder``: the population's (default ``population/`` in the run's own folder)."""
 
     def run(
         build: Callable[[], nn.Module], data: Dataset, config: TrainConfig, seed: int, out: Path
     ) -> tuple[nn.Module, TrainResult, dict[str, Any]]:
+        where = folder if folder is not None else out / "population"
         result = train_population(
-            build, data, config, population, out / "population", seed=seed, on_epoch=on_epoch,
-            grace=grace,
-        )  # fmt: skip
+            build, data, config, population, where, seed=seed, on_epoch=on_epoch, grace=grace
+        )
         model = result.load(build())
         winner = Ledger(result.folder).checkpoint(result.winner)
         state = torch.load(winner, weights_only=True, map_location="cpu")

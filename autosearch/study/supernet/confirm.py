@@ -100,7 +100,7 @@ class Confirmation:
 
 def candidates(points: list[Record], objectives: tuple[str, ...]) -> list[Record]:
     """The supernet's front (complete base records scored on it), most accurate first."""
-    scored = [r for r in points if r.is_base and r.confirms is None]
+    scored = [r for r in points if r.is_base and r.kind is None]
     front = results.front(scored, objectives)
     return sorted(front, key=lambda r: (-r.metrics["accuracy"], r.metrics["flops"], r.trial))
 
@@ -111,7 +111,7 @@ def scored(points: list[Record]) -> list[Record]:
         (
             r
             for r in points
-            if r.is_base and r.confirms is None and r.state == "complete" and r.accuracy is not None
+            if r.is_base and r.kind is None and r.state == "complete" and r.accuracy is not None
         ),
         key=lambda r: r.trial,
     )
@@ -239,9 +239,7 @@ class _ConfirmLoop(SearchLoop):
         # Every scored subnet (one trial per architecture): what a resumed confirmation
         # of an earlier call, not among ``targets``, confirms.
         self.scored = {
-            r.arch.arch_id: r.trial
-            for r in parts.trials.records(variants=False)
-            if r.confirms is None
+            r.arch.arch_id: r.trial for r in parts.trials.records(variants=False) if r.kind is None
         }
 
     def _propose(self, trials: list[FrozenTrial]) -> Architecture:

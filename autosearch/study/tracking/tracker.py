@@ -226,7 +226,7 @@ class Tracker:
         told = {r.trial for r in done}
         for (trial, _), now in fresh.items():
             if trial in told and now.metrics.get("measured"):
-                key = now.arch.arch_id if now.confirms is None else f"confirm:{now.arch.arch_id}"
+                key = now.arch.arch_id if now.kind is None else f"{now.kind}:{now.arch.arch_id}"
                 self.measured(key, now)
         if ended:
             self.front(front())
