@@ -32,6 +32,7 @@ FILES = (
     "tests/test_interrupts.py",
     "tests/test_chaos.py",
     "tests/test_population.py",  # workers sharing a population, one killed
+    "tests/test_population_study.py",  # a population trial helped by a second worker, cut
     "tests/test_sharding.py",  # torchrun ranks, one killed mid-epoch
     "tests/test_tracking.py",  # a tracker down or slow, two workers, a resumed run
 )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -49,13 +50,14 @@ def weights(tmp_path_factory):
     return study.save_supernet(root / "supernet.safetensors")
 
 
-def _searched(weights, path: Path, name: str = "ws", trials: int = 8):
+def _searched(weights, path: Path, name: str = "ws", trials: int = 8, **options):
     study = autosearch.create_study(
         name,
         controller=RandomSearch(_space(), seed=0),
         storage=f"sqlite:///{path}/{name}.db",
         train=TINY,
         supernet=SupernetConfig(sandwich=1, latency=False, weights=str(weights)),
+        **options,
     )
     study.train_supernet()  # imports the weights
     study.optimize(trials, show_progress_bar=False)
@@ -326,6 +328,43 @@ def test_a_confirmation_trained_as_a_population_resumes_to_the_same_winner(
     assert resumed.metrics["population_winner"] == whole.metrics["population_winner"]
     with pytest.raises(ConfigError, match="expected an autosearch.PopulationBasedTraining"):
         cut_study.confirm(1, population={"size": 2})
+
+
+@pytest.mark.slow
+@pytest.mark.service
+def test_a_confirmation_population_cut_short_resumes_from_the_bucket(
+    weights, bucket, tmp_path, monkeypatch
+):
+    """With the study's artifacts in a bucket, the confirmation's folder (its population
+    with it) is pushed after each member's epoch: a trial cut after the first goes on,
+    on a disk that never saw it, to the winner of an uninterrupted one."""
+    from autosearch.study.supernet import confirm
+
+    name, client = bucket
+    population = autosearch.PopulationBasedTraining(size=2, interval=1, seed=0)
+    straight = _searched(weights, tmp_path, name="straight", trials=6)
+    (whole,) = straight.confirm(1, population=population)
+
+    cut = _searched(weights, tmp_path, name="cut", trials=6, artifacts=f"s3://{name}/cf")
+    real, calls = confirm._ConfirmLoop._member_epoch, []
+
+    def stop_after_the_first(self, member, epoch):
+        calls.append((member, epoch.epoch))
+        if len(calls) == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+        real(self, member, epoch)  # the push, then the interrupt
+
+    monkeypatch.setattr(confirm._ConfirmLoop, "_member_epoch", stop_after_the_first)
+    assert cut.confirm(1, population=population) == [] and cut.interrupted == "SIGTERM"
+    keys = [o["Key"] for o in client.list_objects_v2(Bucket=name).get("Contents", [])]
+    assert any(k.endswith("/population/population.json") for k in keys), keys
+    assert any(k.endswith("/population/members/0/train.pt") for k in keys), keys
+    shutil.rmtree(cut.artifacts.folder)  # another machine: this disk's copy is gone
+    again = autosearch.load_study("cut", storage=f"sqlite:///{tmp_path}/cut.db")
+    (resumed,) = again.confirm(1, population=population)
+    assert len(calls) == 2 * TINY.epochs  # the cut member-epoch came from the bucket
+    assert resumed.accuracy == pytest.approx(whole.accuracy)
+    assert resumed.metrics["population_winner"] == whole.metrics["population_winner"]
 
 
 STUDY_FILE = """

@@ -16,6 +16,7 @@ from optuna.distributions import FloatDistribution
 
 import autosearch
 from autosearch import ConfigError, TrainConfig
+from autosearch.report import write_report
 from autosearch.study.population import study as population_study
 from autosearch.study.population.study import population_key
 from autosearch.training.train import evaluate
@@ -54,9 +55,14 @@ def test_the_best_architecture_trained_as_a_population_is_a_trial_of_its_own(mak
     model = study.load_model(record)  # the winner's weights are the trial's
     assert evaluate(model, study.data.val, study.data)[0] == pytest.approx(record.accuracy)
     (folder,) = (study.artifacts_dir / "populations").iterdir()  # this study's
-    assert (folder / f"{population_key(_population())}-{best.arch.arch_id}").is_dir()
+    kept = folder / f"{population_key(_population())}-{best.arch.arch_id}"
+    assert (kept / "population.json").is_file()  # its record stays;
+    assert not (kept / "members").exists()  # its members' checkpoints went with the trial
     rerun = study.rerun(record.trial)  # the winner's schedule, replayed from scratch
     assert rerun["identical"], rerun
+    page = write_report(study, study.artifacts_dir.parent / "report.html").read_text()
+    assert "Trained as populations" in page and f"Trial {record.trial}: " in page
+    assert "population of 2: 1 exploits in 1 rounds" in page  # every member, every round
 
     assert study.count() == 2  # not a search trial: the budget and the controller skip it
     again = study.train_population(_population())  # trained once: the same trial
@@ -158,13 +164,13 @@ def test_a_second_worker_helps_the_trial_that_holds_the_population(
         if len(shared.optuna_trials()) == 2 or holder.poll() is not None:
             break
         time.sleep(0.1)
-    real, mine_trained = population_study.PopulationLoop._member_epoch, []
+    real, mine_trained = population_study.PopulationLoop._helper_epoch, []
 
-    def count(self, member, epoch):
+    def count(self, member, epoch):  # a helper's member-epoch
         mine_trained.append((member, epoch.epoch))
         real(self, member, epoch)
 
-    monkeypatch.setattr(population_study.PopulationLoop, "_member_epoch", count)
+    monkeypatch.setattr(population_study.PopulationLoop, "_helper_epoch", count)
     mine = shared.train_population(_population(), shared.record(0).arch)
     out, _ = holder.communicate(timeout=1800)
     assert holder.returncode == 0

@@ -3,6 +3,8 @@ base and variant records, and studies stored in the earlier layout still readabl
 
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState, create_trial
 
@@ -138,3 +140,39 @@ def test_naming_the_metrics_warns_no_user(tiny_space, tmp_path):
         )
     assert study.optuna_study.metric_names == ["accuracy", "flops"]
     assert not [w for w in caught if issubclass(w.category, optuna.exceptions.ExperimentalWarning)]
+
+
+@given(
+    arch_id=st.text(alphabet="0123456789abcdef", min_size=1, max_size=16),
+    kinds=st.lists(
+        st.one_of(st.none(), st.just("confirm"), st.text(alphabet="0123456789abcdef", min_size=1)),
+        min_size=2,
+        max_size=6,
+    ),
+)
+def test_trials_of_different_kinds_never_hold_the_same_claim(arch_id, kinds):
+    """A search trial, a confirmation and a population trial of one architecture each
+    hold a claim of their own; two trials of the same kind hold the same one."""
+    from autosearch.study.records import (
+        ARCH_ID,
+        CONFIRMS,
+        POPULATION_KEY,
+        claim_key,
+        trial_kind,
+    )
+
+    def attrs(kind):
+        if kind is None:
+            return {ARCH_ID: arch_id}
+        if kind == "confirm":
+            return {ARCH_ID: arch_id, CONFIRMS: 3}
+        return {ARCH_ID: arch_id, POPULATION_KEY: kind}
+
+    for a in kinds:
+        for b in kinds:
+            same = trial_kind(attrs(a)) == trial_kind(attrs(b))
+            assert (claim_key(attrs(a)) == claim_key(attrs(b))) == same
+            assert same == (a == b)
+    assert claim_key(attrs(None)) == arch_id and trial_kind(attrs(None)) is None
+    assert trial_kind({ARCH_ID: arch_id, POPULATION_KEY: "k"}) == "population:k"
+    assert claim_key({}) is None

@@ -312,3 +312,60 @@ def test_a_supernet_study_made_again_at_the_same_url_resumes_nothing_of_the_firs
     # Trained from the first epoch: none of the cut run's epochs were restored.
     assert [e["seconds"] for e in history[:cut]] != [e["seconds"] for e in first]
     assert checkpoint in _keys(client, name)  # the old study's work is left as it was
+
+
+def test_a_population_trial_cut_short_resumes_from_the_bucket_on_a_fresh_disk(
+    bucket, tmp_path, tiny_space, monkeypatch
+):
+    """A study's architecture trained as a population in an S3 study: the folder is
+    pushed after each of the trial's member-epochs, so a trial cut after the first goes
+    on, on a disk that never saw it, to the population of an uninterrupted run; its
+    members' checkpoints go when it is stored."""
+    from optuna.distributions import FloatDistribution
+
+    from autosearch.study.population import study as population_study
+    from controllers import RandomSearch
+
+    name, client = bucket
+    population = autosearch.PopulationBasedTraining(
+        size=2, interval=1, seed=0, mutations={"lr": FloatDistribution(0.02, 0.5, log=True)}
+    )
+
+    def options():  # a controller of its own for each study: the same search
+        return {
+            "controller": RandomSearch(tiny_space, seed=0),
+            "train": TrainConfig(epochs=2, batch_size=128, lr=0.1),
+        }
+
+    straight = autosearch.create_study(
+        "whole", storage=f"sqlite:///{tmp_path}/w.db", artifacts=str(tmp_path / "w"), **options()
+    )
+    straight.optimize(1)
+    whole = straight.train_population(population)
+
+    url = f"sqlite:///{tmp_path}/s.db"
+    study = autosearch.create_study("pop", storage=url, artifacts=f"s3://{name}/pop", **options())
+    study.optimize(1)
+    real, calls = population_study.PopulationLoop._member_epoch, []
+
+    def stop_after_the_first(self, member, epoch):
+        calls.append((member, epoch.epoch))
+        real(self, member, epoch)  # the push, then the check of the interrupt
+        if len(calls) == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(population_study.PopulationLoop, "_member_epoch", stop_after_the_first)
+    assert study.train_population(population) is None and study.interrupted == "SIGTERM"
+    pushed = [k for k in _keys(client, name) if "/populations/" in k]
+    assert any(k.endswith("/population.json") for k in pushed)
+    assert any(k.endswith("/members/0/train.pt") for k in pushed), pushed
+    shutil.rmtree(study.artifacts.folder)  # another machine: this disk's copy is gone
+
+    again = autosearch.load_study("pop", storage=url).train_population(population)
+    assert again is not None and again.state == "complete"
+    assert again.arch == whole.arch
+    assert len(calls) == 2 * 2  # the cut member-epoch came from the bucket
+    assert again.accuracy == pytest.approx(whole.accuracy)
+    assert again.metrics["population_winner"] == whole.metrics["population_winner"]
+    assert [k for k in _keys(client, name) if "/populations/" in k] == []
+    assert not any(study.artifacts.folder.rglob("*.pt"))  # nothing kept on this disk

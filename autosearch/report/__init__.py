@@ -131,6 +131,28 @@ def _confirmations(study: Study) -> str:
     )
 
 
+def _populations(study: Study, done: list[Record]) -> str:
+    """Each trial trained as a population (a confirmation's, or an architecture's):
+    every member's accuracy and adapted setting by epoch, and who copied whom."""
+    parts = []
+    for r in sorted(done, key=lambda r: r.trial):
+        if "population_size" not in r.metrics:
+            continue
+        stored = study.optuna_trial(r.trial).user_attrs.get("result", {}).get("population", {})
+        if not stored.get("members"):  # stored before members were kept
+            continue
+        setting = next(iter(stored["members"][0]["settings"]))
+        figure = plots.population(stored, setting=setting)
+        div = figure.to_html(include_plotlyjs=False, full_html=False, div_id=f"pop-{r.trial}")
+        parts.append(
+            f"<h3>Trial {r.trial}: {html.escape(r.description)}, member {stored['winner']} "
+            f"won ({r.metrics['accuracy']:.4f})</h3><div class='plot'>{div}</div>"
+        )
+    if not parts:
+        return ""
+    return "<h2>Trained as populations</h2>" + "\n".join(parts)
+
+
 def _proxies(done: list[Record]) -> str:
     """How well each zero-cost proxy the study computed ranks its trained candidates:
     Spearman's rho and Kendall's tau against validation accuracy."""
@@ -193,6 +215,7 @@ Storage: <code>{html.escape(study.storage_url)}</code>.</p>
 <h2>Pareto front over every (architecture, variant)</h2>{_table(study.pareto())}
 <h2>Top architectures (by validation accuracy)</h2>{_table(done[:10])}
 {_confirmations(study)}
+{_populations(study, done)}
 {_proxies(done)}
 {f"<h2>Failures</h2><ul>{failures}</ul>" if failed else ""}
 {_unreadable(study)}

@@ -30,6 +30,10 @@ from autosearch.training.train import EpochResult, TrainConfig, TrainResult
 __all__ = ["population_trainer", "read_schedule", "schedule_trainer"]
 
 
+# What is kept of each member with the trial: what autosearch.report.population draws.
+_DRAWN = ("id", "settings", "scores", "schedule", "lineage")
+
+
 def population_trainer(
     population: PopulationBasedTraining,
     on_epoch: Callable[[int, EpochResult], None] | None = None,
@@ -62,6 +66,7 @@ def population_trainer(
                 "lineage": result.members[result.winner]["lineage"],
                 "final": {str(m["id"]): m["scores"][str(config.epochs)] for m in result.members},
                 "rounds": result.rounds,
+                "members": [{k: m[k] for k in _DRAWN} for m in result.members],
             }
         }
         return model, TrainResult(history=history), extra

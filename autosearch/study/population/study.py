@@ -35,7 +35,7 @@ from autosearch.architecture import Architecture
 from autosearch.controller import Outcome
 from autosearch.errors import ConfigError
 from autosearch.evaluation.runner import candidate_builder
-from autosearch.evaluation.trial import Interrupted, TrialPlan
+from autosearch.evaluation.trial import Interrupted, TrialPlan, TrialResult
 from autosearch.study.claims import Claim
 from autosearch.study.loop import AllClaimed, SearchLoop, SearchParts
 from autosearch.study.population.full import population_trainer
@@ -72,8 +72,8 @@ class PopulationLoop(SearchLoop):
         claims = parts.claims.of_kind(f"population:{self.key}")
         super().__init__(dataclasses.replace(parts, claims=claims), **options)
         self.arch, self.population = arch, population
-        folder = parts.artifacts.folder / "populations" / (parts.uid or parts.name)
-        self.folder = folder / f"{self.key}-{arch.arch_id}"
+        self.name = f"{parts.uid or parts.name}/{self.key}-{arch.arch_id}"
+        self.folder = parts.artifacts.folder / "populations" / self.name
 
     def holder(self) -> FrozenTrial | None:
         """The live or finished trial that holds this population, if one does."""
@@ -91,23 +91,42 @@ class PopulationLoop(SearchLoop):
 
     def _plan(self, claim: Claim) -> TrialPlan:
         plan = self.parts.planner.plan(claim.arch, number=claim.number, confirm=True)
+        folder = self.parts.artifacts.population(self.name)  # the bucket's, on a new disk
+        # With a bucket, the trial's worker alone trains (see help): a member claimed in
+        # the record it fetched was its dead predecessor's, taken at once (grace 0).
+        grace = 0.0 if self.parts.artifacts.remote is not None else self.parts.claims.grace
         trainer = population_trainer(
-            self.population, self._member_epoch, grace=self.parts.claims.grace, folder=self.folder
-        )  # fmt: skip
+            self.population, self._member_epoch, grace=grace, folder=folder
+        )
         return dataclasses.replace(plan, trainer=trainer)
 
     def _member_epoch(self, member: int, epoch: EpochResult) -> None:
-        """After each member's epoch (its checkpoint written): stop there when asked;
-        the population resumes from its folder."""
+        """After each of the trial's member-epochs (its checkpoint written): the folder
+        to the bucket, where there is one; then stop there when asked (the population
+        resumes from its folder)."""
+        if self.parts.artifacts.remote is not None:
+            self.parts.artifacts.push_population(self.name)
+        self._helper_epoch(member, epoch)
+
+    def _helper_epoch(self, member: int, epoch: EpochResult) -> None:
         if self.interrupted:
             raise Interrupted(f"population member {member} after epoch {epoch.epoch}")
+
+    def _store(self, claim: Claim, result: TrialResult) -> Outcome:
+        outcome = super()._store(claim, result)
+        self.parts.artifacts.finish_population(self.name)  # its members' checkpoints go
+        return outcome
 
     def _tell(self, claim: Claim, outcome: Outcome) -> None:
         pass  # trained with adapted settings, not the search's: the controller never hears it
 
     def help(self, holder: FrozenTrial) -> None:
         """Train the members no worker holds, in the population's folder (``holder``'s
-        worker trains the others), until every member has trained."""
+        worker trains the others), until every member has trained. Where the study's
+        artifacts are in a bucket, each machine's folder is its own: only the trial's
+        worker trains (it pushes the folder to the bucket after each member's epoch)."""
+        if self.parts.artifacts.remote is not None:
+            return
         if not (self.folder / "population.json").exists():
             return  # its worker has not started the population yet: ask again later
         plan = self.parts.planner.plan(self.arch, number=holder.number, confirm=True)
@@ -116,7 +135,7 @@ class PopulationLoop(SearchLoop):
         with torch.random.fork_rng(devices=[]):  # as the trial's worker builds its members
             train_population(
                 candidate_builder(plan, data), data, plan.config, self.population, self.folder,
-                seed=plan.seed, on_epoch=self._member_epoch, grace=self.parts.claims.grace,
+                seed=plan.seed, on_epoch=self._helper_epoch, grace=self.parts.claims.grace,
             )  # fmt: skip
 
 

@@ -165,6 +165,42 @@ class Artifacts:
     def drop_job(self, job: str, number: int) -> None:
         self._drop(_job_prefix(job), number)
 
+    def population(self, name: str) -> Path:
+        """The folder of population ``name`` (``populations/NAME``: an architecture
+        trained as a population, autosearch.study.population.study), what the bucket
+        holds of it fetched first where this disk has no record of it (a trial resumed
+        on another machine)."""
+        prefix = _population_prefix(name)
+        folder = self.folder / prefix
+        if self.remote is not None and not (folder / "population.json").is_file():
+            keys = self._remote(self.remote.list, prefix)
+            files = []
+            for key in keys:
+                relative = key.removeprefix(f"{prefix}/")
+                path = inside(folder, relative) if relative != key else None
+                if path is None:
+                    logger.warning("skipping object %r in %s: not a file of %s", key,
+                                   self.location, prefix)  # fmt: skip
+                else:
+                    files.append((key, path))
+            for key, path in _placeable(files, folder, self.location):
+                self._remote(self.remote.get, key, path)
+        return folder
+
+    def push_population(self, name: str) -> None:
+        """Copy what population ``name``'s folder wrote since the last push to the bucket
+        (nothing to do without one): its members' checkpoints before its record."""
+        prefix = _population_prefix(name)
+        self._push(self.folder / prefix, prefix)
+
+    def finish_population(self, name: str) -> None:
+        """Population ``name``'s trial is stored: its members' checkpoints go, here and
+        in the bucket; its record (``population.json``) stays on this disk."""
+        prefix = _population_prefix(name)
+        shutil.rmtree(self.folder / prefix / "members", ignore_errors=True)
+        if self.remote is not None:
+            self._remote(self.remote.delete, prefix)
+
     def _start(self, prefix: str, number: int, *, legacy: Path | None = None) -> Path:
         work = self.folder / prefix / str(number)
         try:
@@ -333,6 +369,10 @@ class Artifacts:
 
 def _trial_prefix(arch: Architecture) -> str:
     return f"checkpoints/{arch.arch_id}"
+
+
+def _population_prefix(name: str) -> str:
+    return f"populations/{name}"
 
 
 def _job_prefix(job: str) -> str:

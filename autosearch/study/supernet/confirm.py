@@ -236,6 +236,7 @@ class _ConfirmLoop(SearchLoop):
         super().__init__(parts, **options)
         self.targets = {r.arch.arch_id: r for r in targets}
         self.population = population
+        self._claim: Claim | None = None  # the trial being trained
         # Every scored subnet (one trial per architecture): what a resumed confirmation
         # of an earlier call, not among ``targets``, confirms.
         self.scored = {
@@ -261,12 +262,17 @@ class _ConfirmLoop(SearchLoop):
             return plan
         # One worker holds the trial, and with it the population's folder: a member its
         # dead predecessor claimed is taken at once (grace 0).
+        self._claim = claim
         trainer = population_trainer(self.population, self._member_epoch, grace=0.0)
         return dataclasses.replace(plan, trainer=trainer)
 
     def _member_epoch(self, member: int, epoch: EpochResult) -> None:
-        """After each member's epoch (its checkpoint written): stop there when asked;
-        the trial resumes the population from its folder."""
+        """After each member's epoch (its checkpoint written): the trial's folder to the
+        bucket, where there is one (a confirmation resumed on another machine goes on
+        from it); then stop there when asked (the trial resumes the population)."""
+        artifacts = self.parts.artifacts
+        if artifacts.remote is not None and self._claim is not None:
+            artifacts.push(self._claim.arch, self._claim.number)
         if self.interrupted:
             raise Interrupted(f"population member {member} after epoch {epoch.epoch}")
 
