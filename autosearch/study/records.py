@@ -31,6 +31,7 @@ __all__ = [
     "ARCH_ID",
     "CONFIRMS",
     "FAIL_REASON",
+    "POPULATION",
     "POPULATION_KEY",
     "RESULT",
     "RESUME",
@@ -70,6 +71,7 @@ CONFIRMS = "confirms"
 # On a trial that trains its architecture as a population (autosearch.study.population.study):
 # the population's key. Left out of the controller's history too.
 POPULATION_KEY = "population_key"
+POPULATION = "population"  # on a trial trained as a population: the population's definition
 
 State = Literal["complete", "failed", "running", "stopped", "waiting"]
 _STATES: dict[TrialState, State] = {

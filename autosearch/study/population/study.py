@@ -41,14 +41,12 @@ from autosearch.study.loop import AllClaimed, SearchLoop, SearchParts
 from autosearch.study.population.full import population_trainer
 from autosearch.study.population.rules import PopulationBasedTraining
 from autosearch.study.population.run import train_population
-from autosearch.study.records import POPULATION_KEY, Record
+from autosearch.study.records import POPULATION, POPULATION_KEY, Record
 from autosearch.training.train import EpochResult
 
 __all__ = ["PopulationLoop", "population_key", "train_as_population"]
 
 logger = logging.getLogger(__name__)
-
-POPULATION = "population"  # on a population's trial: its definition
 
 
 def population_key(population: PopulationBasedTraining) -> str:
@@ -161,16 +159,17 @@ def train_as_population(
         while loop.signal is None:
             loop.run(1)  # the trial, unless a live worker holds it (or it is finished)
             holder = loop.holder()
-            if loop.signal is not None or holder is None:
-                continue
-            if holder.state.is_finished():
-                return parts.trials.record(holder.number), None
-            if not said:
-                logger.info("trial %d trains this population; helping it", holder.number)
-                said = True
-            try:
-                loop.help(holder)
-            except Interrupted:
+            if loop.signal is not None:
                 break
-            time.sleep(parts.heartbeat_interval)
+            if holder is not None and holder.state.is_finished():
+                return parts.trials.record(holder.number), None
+            if holder is not None:  # another worker's live trial: train beside it
+                if not said:
+                    logger.info("trial %d trains this population; helping it", holder.number)
+                    said = True
+                try:
+                    loop.help(holder)
+                except Interrupted:
+                    break
+            time.sleep(parts.heartbeat_interval)  # then look again (a dead holder is reaped)
     return None, loop.signal

@@ -56,10 +56,8 @@ from autosearch.study.claims import Claim
 from autosearch.study.loop import AllClaimed, RecordCallback, SearchLoop, SearchParts
 from autosearch.study.population.full import population_trainer
 from autosearch.study.population.rules import PopulationBasedTraining
-from autosearch.study.records import CONFIRMS, Record
+from autosearch.study.records import CONFIRMS, POPULATION, Record
 from autosearch.training.train import EpochResult
-
-POPULATION = "population"  # a confirmation trained as a population: its definition
 
 __all__ = [
     "ESTIMATES",
