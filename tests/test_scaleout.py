@@ -4,6 +4,7 @@ mid-trial and resumed from its checkpoint, Ctrl-C, and exact reruns."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -476,3 +477,52 @@ def test_a_pool_worker_that_keeps_dying_stops_the_run_in_one_line(tmp_path):
     with pytest.raises(PlatformError, match=r"worker 0 died 2 times \(its process ended"):
         executor.map(_dies, [{"marks": str(marks), "worker": 0}], lambda: None)
     assert marks.read_text() == "xx"  # run, and started again once
+
+
+def _what_a_worker_sees(variable: str, **_: object) -> dict:
+    """A worker's view: the variable's value, and its parent."""
+    return {"value": os.environ.get(variable), "parent": os.getppid()}
+
+
+def test_pool_workers_get_the_environment_of_the_pool_when_it_starts_them(monkeypatch):
+    """Workers are forked from a fork server, whose environment is that of its own
+    start; each still gets the environment the pool's process has when it starts them,
+    as a spawned process would."""
+    from autosearch import ProcessExecutor
+
+    executor = ProcessExecutor(max_retries=0)
+    monkeypatch.setenv("AUTOSEARCH_TEST_SEEN", "first")
+    calls = [{"variable": "AUTOSEARCH_TEST_SEEN"}]
+    (first,) = executor.map(_what_a_worker_sees, calls, lambda: None)
+    monkeypatch.setenv("AUTOSEARCH_TEST_SEEN", "second")
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    calls += [{"variable": "OMP_NUM_THREADS"}]
+    second, gone = executor.map(_what_a_worker_sees, calls, lambda: None)
+    assert first["value"] == "first" and second["value"] == "second" and gone["value"] is None
+    assert {w["parent"] for w in (first, second, gone)} - {os.getpid()}  # the server's
+
+
+_PRELOADED = """
+import json, sys
+from autosearch import ProcessExecutor
+
+def imported(**_):
+    return sorted(m for m in ("torch", "torch._dynamo", "autosearch") if m in sys.modules)
+
+if __name__ == "__main__":
+    print(json.dumps(ProcessExecutor().map(imported, [{}, {}], lambda: None)))
+"""
+
+
+def test_pool_workers_start_with_torch_and_its_compiler_loaded(tmp_path):
+    """A pool's fork server (the first of its process) loads torch, its compiler
+    (imported by every optimizer's first step) and autosearch once, for every worker:
+    not 3-4 s of imports each on a slow CPU."""
+    (tmp_path / "preloaded.py").write_text(_PRELOADED)
+    run = subprocess.run(
+        [sys.executable, "preloaded.py"], cwd=tmp_path, capture_output=True, text=True,
+        timeout=1800,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    loaded = ["autosearch", "torch", "torch._dynamo"]
+    assert json.loads(run.stdout) == [loaded, loaded], run.stdout

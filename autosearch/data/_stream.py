@@ -115,14 +115,16 @@ def loader_workers() -> int:
 _SERVER_PRELOAD = ["torch", __name__]
 
 
-def worker_context() -> BaseContext:
-    """How loader workers start: forked from a single-threaded fork server (spawned on
-    first use, once per process), so no worker inherits a lock held by another thread
-    of the training process. Spawned where fork servers do not exist (Windows)."""
+def worker_context(*preload: str) -> BaseContext:
+    """How loader workers (and a local pool's workers) start: forked from a
+    single-threaded fork server (spawned on first use, once per process), so no worker
+    inherits a lock held by another thread of the training process. Spawned where fork
+    servers do not exist (Windows). ``preload``: more modules the server loads, where
+    this call starts it (one server serves every caller of a process)."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(_SERVER_PRELOAD)
+    context.set_forkserver_preload([*_SERVER_PRELOAD, *preload])
     return context
 
 

@@ -6,7 +6,7 @@ study's storage coordinates the trials whatever the executor, so a worker lost w
 its machine is started again by the engine and its trial resumes from its checkpoint
 through the heartbeat protocol (a bucket or a shared folder holds the checkpoints).
 
-``"process"`` (default)   spawned processes on this machine
+``"process"`` (default)   processes on this machine (forked from a fork server)
 ``RayExecutor(...)``      Ray tasks on a Ray cluster (``"ray"``: the cluster at
                           ``RAY_ADDRESS``, or a local one); ``pip install 'autosearch[ray]'``
 ``SlurmExecutor(...)``    a Slurm job array through submitit (``cluster="local"`` runs
@@ -29,11 +29,12 @@ import functools
 import gc
 import json
 import logging
-import multiprocessing
 import os
+import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -45,6 +46,7 @@ from typing import Any, Literal, Protocol
 import torch
 
 from autosearch._checks import check_fields, flag, real, whole
+from autosearch.data import _stream
 from autosearch.errors import ConfigError, PlatformError
 from autosearch.study.workers import _mps, _ray_connect
 from autosearch.training import placement
@@ -74,7 +76,7 @@ class Executor(Protocol):
 
 @dataclass(frozen=True)
 class ProcessExecutor:
-    """Spawned processes on this machine: CPU threads shared evenly, workers spread
+    """Processes on this machine: CPU threads shared evenly, workers spread
     over the GPUs evenly, as many on one as the placement rule fits (``per_gpu``:
     that many instead). Workers sharing a GPU run under a CUDA MPS daemon of the run's
     own where one can start (``mps``: None, where it can; True, or refuse; False,
@@ -101,7 +103,7 @@ class ProcessExecutor:
     def map(
         self, worker: Callable[..., Any], calls: Sequence[Call], poll: Callable[[], None]
     ) -> list[Any]:
-        context = multiprocessing.get_context("spawn")
+        context = _stream.worker_context(*_POOL_PRELOAD)
         with self._sharing(calls) as env:
             runs = [_Retried(worker, {**call, "env": env}, context) for call in calls]
             try:
@@ -139,9 +141,14 @@ class _Retried:
         self.start()
 
     def start(self) -> None:
-        self.pool = ProcessPoolExecutor(1, mp_context=self.context, initializer=_follow_parent)
+        parent = os.getpid()
+        self.pool = ProcessPoolExecutor(
+            1, mp_context=self.context, initializer=_follow_parent, initargs=(parent,)
+        )
+        # The environment this process has now, as a spawned process would get it (a
+        # fork server's children start with the server's, from its own start).
         self.future: Future[Any] = self.pool.submit(
-            _run_then_leave_if_orphaned, self.worker, os.getpid(), **self.call
+            _run_then_leave_if_orphaned, self.worker, parent, dict(os.environ), **self.call
         )
 
     def result(self) -> Any:
@@ -177,15 +184,38 @@ class _Retried:
         return False
 
 
-def _run_then_leave_if_orphaned(target: Callable[..., Any], parent: int, /, **call: Any) -> Any:
-    """``target(**call)``; then, if the parent died meanwhile (its SIGTERM stopped the
-    work), exit: a pool's worker would otherwise wait for its next call for ever."""
+# What a pool's fork server loads once for all of its workers, beyond torch: the
+# worker's code, and torch's compiler, which every optimizer's first step imports
+# (torch._dynamo: 1.4 to 1.8 s of each process on a 2-core Zen 3).
+_POOL_PRELOAD = ("torch._dynamo", "autosearch.study.workers.pool")
+
+_orphaned = threading.Event()  # set in a worker whose pool's process has died
+
+
+def _run_then_leave_if_orphaned(
+    target: Callable[..., Any], parent: int, environ: dict[str, str], /, **call: Any
+) -> Any:
+    """``target(**call)`` in the pool's environment ``environ``; then, if the parent died
+    meanwhile (its SIGTERM stopped the work), exit: a pool's worker would otherwise wait
+    for its next call for ever."""
+    os.environ.clear()
+    os.environ.update(environ)
     try:
         return target(**call)
     finally:
-        if os.getppid() != parent:
+        if _orphaned.is_set() or not _alive(parent):
             logging.shutdown()
             os._exit(0)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's (its pid taken again)
+        return True
+    return True
 
 
 @functools.cache  # once a process
@@ -201,17 +231,27 @@ def skip_final_collection() -> None:
     atexit.register(gc.freeze)
 
 
-def _follow_parent() -> None:
-    """In a worker process: SIGTERM when the parent dies (Linux), so that no worker
-    outlives the run that started it; it stops after its epoch's checkpoint."""
+def _follow_parent(parent: int) -> None:
+    """In a worker process: SIGTERM when the pool's process ``parent`` dies (Linux), so
+    that no worker outlives the run that started it; it stops after its epoch's
+    checkpoint. A thread waits on the parent's pidfd: the worker's own parent is the
+    fork server, which lives on while any of its children does."""
     skip_final_collection()
-    with contextlib.suppress(OSError, AttributeError):
-        import ctypes
+    try:
+        handle = os.pidfd_open(parent)
+    except ProcessLookupError:  # the parent died before the call
+        _orphaned.set()
+        os.kill(os.getpid(), signal.SIGTERM)
+        return
+    except (AttributeError, OSError):  # no pidfd here: checked after the call only
+        return
+    threading.Thread(target=_term_when_gone, args=(handle,), daemon=True).start()
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
-        if os.getppid() == 1:  # the parent died before the call
-            os.kill(os.getpid(), signal.SIGTERM)
+
+def _term_when_gone(handle: int) -> None:
+    select.select([handle], [], [])  # readable once the process has ended
+    _orphaned.set()
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 _FREE_PROBE = (

@@ -1,6 +1,7 @@
 """Processes that run a study's trials: a local pool of workers, and torchrun ranks.
 
-``optimize(n, n_workers=K)`` spawns K worker processes, each opening the study from
+``optimize(n, n_workers=K)`` starts K worker processes (forked from a fork server that
+has loaded torch once for all of them), each opening the study from
 its storage and running its share of the trials with a search loop of its own (and
 its controller on a random stream of its own). The parent watches the storage while
 they run and calls the user's trial callbacks as trials finish. Under torchrun, rank 0
@@ -66,7 +67,7 @@ def run_pool(
     need: Callable[[], Need] | None = None,
 ) -> list[Record]:
     """Run ``n_trials`` of the study of ``trials`` (at ``storage_url``) in ``n_workers``
-    workers that ``executor`` starts (spawned local processes, Ray tasks, Slurm jobs);
+    workers that ``executor`` starts (local processes, Ray tasks, Slurm jobs);
     call ``callbacks`` here as their trials finish; the trials' records. ``replay``
     catches this process's controller up with them at the end.
 
