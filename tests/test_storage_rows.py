@@ -23,6 +23,8 @@ from optuna.storages import RDBStorage as OptunaRDB
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
+from autosearch import load_study
+from autosearch.errors import AutosearchError
 from autosearch.study.storage._rdb import RDBStorage
 from autosearch.study.storage._urls import end_trial, open_storage
 
@@ -293,3 +295,26 @@ def test_postgresql_stores_what_optunas_path_stores(postgres_url):
     with pytest.raises(ValueError):
         ours.create_new_trial(a, template_trial=bad)
     assert len(ours.get_all_trials(a)) == 3
+
+
+def test_a_database_of_an_older_schema_is_refused_with_optunas_words(tmp_path, make_study):
+    """Opening reads the installed Optuna's schema head once a process (not from its
+    migration scripts at every open); a database at another revision still gets
+    Optuna's own refusal, and one at the head opens, however often."""
+    import sqlite3
+
+    url = f"sqlite:///{tmp_path}/old.db"
+    RDBStorage(url)
+    for _ in range(3):
+        RDBStorage(url, skip_table_creation=True)
+    with sqlite3.connect(tmp_path / "old.db") as db:
+        db.execute("UPDATE alembic_version SET version_num = 'v3.0.0.a'")
+    with pytest.raises(RuntimeError, match="optuna storage upgrade --storage"):
+        RDBStorage(url, skip_table_creation=True)
+    RDBStorage(url, skip_table_creation=True, skip_compatibility_check=True)  # as asked
+    study = make_study("new")
+    with sqlite3.connect(tmp_path / "new.db") as db:
+        db.execute("UPDATE alembic_version SET version_num = 'v3.0.0.a'")
+    with pytest.raises(AutosearchError, match="optuna storage upgrade") as refused:
+        load_study(study.name, storage=study.storage_url)
+    assert "\n" not in str(refused.value)

@@ -15,6 +15,12 @@ Optuna's path writes); a template this path does not cover (with values or inter
 values) takes Optuna's. Only ``_get_prepared_new_trial``, the step Optuna's trial
 creation delegates to inside its locked transaction, is replaced; the lock on the study
 row that keeps trial numbers unique is Optuna's.
+
+Opening a storage, Optuna checks that the database's schema revision is the head of its
+own migration scripts, which it finds by loading every script from disk, each time: 56
+ms of every open on a 2-core Zen 3, a third of reading a study's status. The head is
+the installed Optuna's and cannot change in a process: read once, then compared with
+the database's revision on every open; where they differ, Optuna's own check says why.
 """
 
 from __future__ import annotations
@@ -43,12 +49,26 @@ if TYPE_CHECKING:
 __all__ = ["RDBStorage"]
 
 
+_HEAD: list[str] = []  # the installed Optuna's schema revision, once read
+
+
+def _head_revision(versions: Any) -> str:
+    """The head of the installed Optuna's migration scripts, read once a process."""
+    if not _HEAD:
+        _HEAD.append(versions.get_head_version())
+    return _HEAD[0]
+
+
 class RDBStorage(optuna.storages.RDBStorage):
     """:class:`optuna.storages.RDBStorage` whose trials are created and ended in few
     statements (see the module's docstring); everything else is Optuna's."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+        super().__init__(*args, **{**kwargs, "skip_compatibility_check": True})
+        if not kwargs.get("skip_compatibility_check"):
+            versions = self._version_manager
+            if versions.get_current_version() != _head_revision(versions):
+                versions.check_table_schema_compatibility()  # Optuna's words
         # (study id, param name) -> the distribution of that name's first stored value
         self._first: dict[tuple[int, str], BaseDistribution] = {}
 
