@@ -23,7 +23,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
-from scipy import stats
 
 from autosearch.architecture import Architecture
 from autosearch.controller import Controller, Outcome, PoolScorer
@@ -147,6 +146,8 @@ class ZeroCostWarmup(Controller):
                 f"each of the {len(archs)} candidates for {missing or names}: name proxies "
                 "that the scorer computes, one value an architecture in the pool's order"
             )
+        from scipy import stats  # 0.6 s to import: not in every process that lists controllers
+
         ranks = [
             stats.rankdata(np.nan_to_num(np.asarray(found[n], float), nan=-np.inf)) for n in names
         ]

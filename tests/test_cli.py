@@ -170,6 +170,22 @@ def test_help_shows_each_default_and_plain_text(capsys):
     assert "per image of --data" in text and "``" not in text
 
 
+# Libraries a command loads only where it uses them: every CLI command, worker and
+# torchrun rank pays what the parser's imports cost (scipy.stats alone: 0.6 s on a Zen 3).
+_HEAVY = ("scipy", "sklearn", "mlflow", "ray", "onnx", "onnxruntime", "onnxscript", "torchao")
+
+
+def test_the_cli_and_the_packages_of_spaces_and_controllers_load_no_heavy_library():
+    probe = (
+        "import json, sys; from autosearch.cli import parser; parser.build_parser(); "
+        "import controllers, search_spaces; print(json.dumps([m for m in sys.modules]))"
+    )
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    loaded = {name.split(".")[0] for name in json.loads(run.stdout)}
+    assert "torch" in loaded and not loaded & set(_HEAVY), sorted(loaded & set(_HEAVY))
+
+
 def test_a_flops_budget_is_counted_at_the_datas_image_size(tmp_path, monkeypatch):
     """`search --max-flops` on 8×8 digits: the budget holds at 1×8×8, not 3×32×32."""
     import autosearch
