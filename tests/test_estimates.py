@@ -20,7 +20,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import autosearch
 from autosearch import Compression, SupernetConfig, TrainConfig
 from autosearch.compress import derive
-from autosearch.compress._fake_quant import _observer
+from autosearch.compress._fake_quant import _observer, histogram
 from autosearch.compress._quantize import has_vnni
 from autosearch.errors import StudyError
 from autosearch.scoring.cost import safetensors_size, saved_bytes
@@ -258,6 +258,27 @@ def test_a_truncated_or_missing_table_is_refused_in_one_line(tiny_space, tmp_pat
 
 
 # int8 by fake quantization ---------------------------------------------------------------
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@given(
+    values=st.lists(st.floats(-1e6, 1e6, width=32), min_size=2, max_size=300),
+    edges=st.lists(st.integers(0, 2048), max_size=50),
+    scale=st.sampled_from([1e-30, 1e-6, 1.0, 3.0, 1e20]),
+)
+def test_the_first_histogram_counts_what_histc_counts(values, edges, scale):
+    """An observer's first histogram, by bincount, against torch.histc itself: values
+    anywhere, on bin edges (the ones histc's division puts on either side), at the top
+    edge, repeated."""
+    x = torch.tensor(values, dtype=torch.float32) * scale
+    low, high = torch.aminmax(x)
+    if not low < high:
+        assert histogram(x, 2048, low, high) is None  # histc's own rule for an empty range
+        return
+    on_edges = low + torch.tensor(edges, dtype=torch.float32) * (high - low) / 2048
+    x = torch.cat([x, on_edges.clamp(low, high)])
+    counts = histogram(x, 2048, low, high)
+    assert counts is not None and torch.equal(counts, torch.histc(x, 2048, min=low, max=high))
+
+
 def test_the_observers_range_search_is_torchaos_step_for_step():
     from torchao.quantization.pt2e.observer import HistogramObserver
 
