@@ -194,6 +194,26 @@ def test_int8_runs_quantized_kernels_within_tolerance(trained, digits):
     assert derived.model(torch.zeros(7, *SHAPE)).shape == (7, 10)
 
 
+def test_the_converted_graph_lowers_to_torchaos_program_without_strict_tracing(
+    trained, digits, monkeypatch
+):
+    """The converted graph is exported again without torch's compiler tracing it (faster
+    than torchao's strict export): the same program, but for the order it reads its
+    attributes in, and the same logits to the bit."""
+    from autosearch.compress import _quantize
+
+    derived = derive("int8", trained, digits, FAST, seed=0)
+    example = torch.zeros(2, *SHAPE)
+    ours = _quantize._lower(copy.deepcopy(derived.reference), example)
+    export = torch.export.export
+    monkeypatch.setattr(torch.export, "export", lambda *a, **k: export(*a, **{**k, "strict": True}))
+    theirs = _quantize._lower(copy.deepcopy(derived.reference), example)
+    assert sorted(ours.code.splitlines()) == sorted(theirs.code.splitlines())
+    images = digits.normalize(digits.val.take(torch.arange(64))).float()
+    with torch.no_grad():
+        assert torch.equal(ours(images), theirs(images))
+
+
 @pytest.mark.slow
 def test_int8_handles_a_batchnorm_after_a_shared_convolution(digits):
     """DenseNet: the stem's conv feeds a concatenation and a BatchNorm; PT2E would fold

@@ -193,7 +193,11 @@ def _quantizer(*, is_qat: bool) -> object:
 
 def _lower(converted: torch.fx.GraphModule, example: torch.Tensor) -> torch.fx.GraphModule:
     """torchao's ``lower_pt2e_quantized_to_x86``, with the batch dimension kept dynamic
-    so that one lowered program serves batch 1, 32 and evaluation batches."""
+    so that one lowered program serves batch 1, 32 and evaluation batches, and the
+    converted graph exported again without torch's compiler tracing it (``strict=False``;
+    torchao's is strict): the converted module is a graph already, and the program is the
+    same but for the order its attributes are read in, in 2.2 s instead of 3.5 (four
+    ResNets of the weight-sharing example's space on a 2-core Zen 3)."""
     from torch._export.utils import _is_cia_op
     from torch._inductor.constant_folding import constant_fold
     from torch._inductor.fx_passes.freezing_patterns import freezing_passes
@@ -203,7 +207,7 @@ def _lower(converted: torch.fx.GraphModule, example: torch.Tensor) -> torch.fx.G
         if not _is_cia_op(op):
             del table[op]
     lowered = (
-        torch.export.export(converted, (example,), dynamic_shapes=_dynamic_batch(), strict=True)
+        torch.export.export(converted, (example,), dynamic_shapes=_dynamic_batch(), strict=False)
         .run_decompositions(table)
         .module()
     )
