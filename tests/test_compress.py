@@ -194,6 +194,7 @@ def test_int8_runs_quantized_kernels_within_tolerance(trained, digits):
     assert derived.model(torch.zeros(7, *SHAPE)).shape == (7, 10)
 
 
+@pytest.mark.filterwarnings("ignore:`isinstance\\(treespec, LeafSpec\\)`:FutureWarning")
 def test_the_converted_graph_lowers_to_torchaos_program_without_strict_tracing(
     trained, digits, monkeypatch
 ):
