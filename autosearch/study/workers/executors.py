@@ -209,12 +209,12 @@ def _run_then_leave_if_orphaned(
 
 
 def _alive(pid: int) -> bool:
+    """Whether the pool's process ``pid`` still runs (a pid now another user's is not
+    it: that process ended, and its pid was given again)."""
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, PermissionError):
         return False
-    except PermissionError:  # alive, another user's (its pid taken again)
-        return True
     return True
 
 
