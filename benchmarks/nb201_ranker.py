@@ -11,6 +11,8 @@ trained is their mean rank), and the cell's operations, one-hot per edge. For ea
 budget of ``k`` trainings, three ways to spend them:
 
 - ``prior``: none; the mean rank of the estimates (a zero-cost ensemble);
+- ``top``: the prior's best ``k`` trained (a confirmation of the estimate's top, no
+  ranker), the ranker fitted on them;
 - ``random``: ``k`` cells drawn at random, trained, the ranker fitted on them;
 - ``active``: the prior's top ``k / 4`` first, then rounds of ``k / 4`` chosen by
   :meth:`Ranker.choose` (the ranked top where the members disagree most), refitted
@@ -59,7 +61,9 @@ def spend(
     config = RankerConfig(seed=seed)
     ranker = Ranker(config, estimates=estimates)
     trained: list[int] = []
-    if strategy == "random":
+    if strategy == "top":
+        trained = [int(i) for i in np.argsort(-ranker.predict(features)[0], kind="stable")[:k]]
+    elif strategy == "random":
         trained = [int(i) for i in np.random.default_rng(seed).permutation(len(truth))[:k]]
     elif strategy == "active":
         step = max(1, k // 4)
@@ -92,7 +96,7 @@ def run(stored: dict[str, Any]) -> dict[str, Any]:
         seed = int(run_["seed"])
         figures_by = {"prior": spend("prior", 0, features, truth, estimates.shape[1], seed)}
         for k in BUDGETS:
-            for strategy in ("random", "active"):
+            for strategy in ("top", "random", "active"):
                 figures_by[f"{strategy} {k}"] = spend(
                     strategy, k, features, truth, estimates.shape[1], seed
                 )

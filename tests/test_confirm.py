@@ -388,7 +388,8 @@ study = StudySpec(
 
 @pytest.mark.slow
 def test_two_confirm_commands_at_once_train_each_subnet_once(weights, tmp_path):
-    """Two real `autosearch confirm` processes on one study, started together."""
+    """Two real `autosearch confirm --ranker` processes on one study, started together:
+    each of the ranker's choices trained once."""
     (tmp_path / "cf.py").write_text(STUDY_FILE.format(weights=str(weights)))
     url = f"sqlite:///{tmp_path}/cf.db"
     cli = Path(sys.executable).with_name("autosearch")
@@ -399,7 +400,7 @@ def test_two_confirm_commands_at_once_train_each_subnet_once(weights, tmp_path):
     searched.optimize(6, show_progress_bar=False)
     workers = [
         subprocess.Popen(
-            [str(cli), "confirm", "cf.py", "-k", "2", "--storage", url, "--json"],
+            [str(cli), "confirm", "cf.py", "-k", "2", "--ranker", "--storage", url, "--json"],
             cwd=tmp_path,
             env={**os.environ, "AUTOSEARCH_HEARTBEAT_INTERVAL": "1"},  # the waiter looks often
             stdout=subprocess.PIPE,
@@ -417,6 +418,10 @@ def test_two_confirm_commands_at_once_train_each_subnet_once(weights, tmp_path):
         t for t in study.optuna_trials() if CONFIRMS in t.user_attrs and t.state.name == "COMPLETE"
     ]
     assert len(trained) == 2  # each subnet trained once, by one of the two
+    # the ranker chose: the first from its prior (fitted on nothing yet), each with its
+    # estimate (the other's may be fitted on the first, or chosen beside it)
+    ranked = sorted((t.user_attrs["ranked"] for t in trained), key=lambda r: r["fitted_on"])
+    assert ranked[0]["fitted_on"] == [] and all(len(r["fitted_on"]) <= 1 for r in ranked)
     assert sorted(t.user_attrs[CONFIRMS] for t in trained) == sorted(c["trial"] for c in said[0])
     assert {t.user_attrs["worker"] for t in trained} <= {
         t.user_attrs["worker"] for t in study.optuna_trials() if CONFIRMS in t.user_attrs

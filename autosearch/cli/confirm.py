@@ -1,6 +1,7 @@
 """``autosearch confirm``: train the top ``k`` subnets of a supernet study's front from
-scratch, as trials of the study (autosearch.study.supernet.confirm), and compare each subnet's
-inherited accuracy with its confirmed one. Several of these commands on one study share
+scratch (or, with ``--ranker``, ``k`` chosen one after another by the ranker), as trials of
+the study (autosearch.study.supernet.confirm), and compare each subnet's inherited
+accuracy with its confirmed one. Several of these commands on one study share
 the subnets (each is trained once); a cut run resumes where it stopped."""
 
 from __future__ import annotations
@@ -60,15 +61,17 @@ def cmd_confirm(args: argparse.Namespace) -> int:
         population = PopulationBasedTraining.of_learning_rate(
             args.population, args.population_interval, study.train_config.lr, seed=study.seed
         )
-    done = study.confirm(args.k, population=population)
+    done = study.confirm(args.k, ranker=args.ranker or None, population=population)
     wanted = {r.confirms for r in done}
     rows = [c for c in study.confirmations() if c.trial in wanted]
     if args.json:
         print(json.dumps({"study": study.name, "confirmations": [c.to_json() for c in rows]}))
     else:
         print(
-            f"study {study.name}: {len(done)} subnet(s) of the supernet's front confirmed "
-            "by training from scratch (validation accuracy):\n" + confirmations_table(rows)
+            f"study {study.name}: {len(done)} subnet(s) "
+            + ("chosen by the ranker" if args.ranker else "of the supernet's front")
+            + " confirmed by training from scratch (validation accuracy):\n"
+            + confirmations_table(rows)
         )
     if study.interrupted:
         print(f"interrupted by {study.interrupted}; `autosearch confirm` again resumes it")
