@@ -8,7 +8,7 @@ the cell it trains (NAS-Bench-201's own 200-epoch training: what the table holds
 protocol of NAS-Bench-Suite-Zero's predictor experiments. Features of a cell: the five
 proxies, FLOPs and parameters (the estimates; the ranker's prior before anything is
 trained is their mean rank), and the cell's operations, one-hot per edge. For each
-budget of ``k`` trainings, three ways to spend them:
+budget of ``k`` trainings, the ways to spend them:
 
 - ``prior``: none; the mean rank of the estimates (a zero-cost ensemble);
 - ``top``: the prior's best ``k`` trained (a confirmation of the estimate's top, no
