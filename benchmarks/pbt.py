@@ -7,7 +7,8 @@ same number of epochs each (equal compute: 8 x epochs), two at a time on the 2 c
 - fixed: 8 trials with fixed settings, drawn from the ranges (the population's own
   initial draws), the best final validation accuracy kept;
 - autosearch: ``autosearch.train_population`` with 2 workers sharing the population's
-  folder (size 8, every 2 epochs, quantile 0.25, resample 0.25, factors 0.8 / 1.2);
+  folder (size 8, every 2 epochs, quantile 0.25, resample 0.25, factors 0.8 / 1.2;
+  members ranked with batch-norm statistics recomputed over ``--precise-bn`` images);
 - ray: Ray Tune's ``PopulationBasedTraining`` with the same settings and the same
   initial draws, the same trainer (autosearch's ``train``, one epoch a report, its
   checkpoint handed to Ray), 2 trials at a time (1 CPU each).
@@ -64,7 +65,7 @@ def task(args: argparse.Namespace):
     config = TrainConfig(epochs=args.epochs, batch_size=128, crop_padding=2, device="cpu")
     population = PopulationBasedTraining(
         size=SIZE, interval=INTERVAL, quantile=0.25, resample=0.25, mutations=MUTATIONS,
-        seed=args.seed, burn_in=args.burn_in,
+        seed=args.seed, burn_in=args.burn_in, precise_bn=args.precise_bn,
     )  # fmt: skip
     return data, config, population
 
@@ -175,6 +176,7 @@ def _launch(method: str, args, folder: Path, workers: int) -> tuple[list[dict], 
     base = [sys.executable, __file__, "--worker", "--method", method, "--seed", str(args.seed)]
     base += ["--epochs", str(args.epochs), "--images", str(args.images), "--data", args.data]
     base += ["--folder", str(folder), "--burn-in", str(args.burn_in)]
+    base += ["--precise-bn", str(args.precise_bn)]
     home = folder / "home"  # Ray reads nothing of the user's (~/.ray) here
     home.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HOME": str(home)}
@@ -201,6 +203,13 @@ def main() -> None:
     parser.add_argument("--methods", nargs="+", default=["fixed", "autosearch", "ray"])
     parser.add_argument("--keep", help="keep every run's folder (population records) here")
     parser.add_argument("--burn-in", type=int, default=0, help="epochs before the first round")
+    parser.add_argument(
+        "--precise-bn",
+        type=int,
+        default=PopulationBasedTraining().precise_bn,
+        help="training images autosearch's rounds recompute batch-norm statistics over "
+        "before ranking (0: rank as trained, as Ray Tune does)",
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--method", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
@@ -214,6 +223,7 @@ def main() -> None:
         return
     report: dict = {"epochs": args.epochs, "images": args.images, "data": args.data,
                     "size": SIZE, "interval": INTERVAL, "burn_in": args.burn_in,
+                    "precise_bn": args.precise_bn,
                     "seeds": {}}  # fmt: skip
     for seed in args.seeds:
         args.seed = seed

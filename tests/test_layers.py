@@ -43,6 +43,7 @@ RANKS = {
     "training._feed": 6,  # each epoch's batches, augmented on the device, each rank its share
     "training._step": 6,  # one training step, eager or replayed from a CUDA graph; NaN watch
     "training._checkpoint": 1,  # a training run's state after each epoch, resumed by the run
+    "training.precise_bn": 6,  # batch-norm statistics recomputed for the weights as they are
     "training.sharding": 5,  # FSDP / HSDP: a model sharded over ranks, its checkpoints (DCP)
     "training.train": 7,
     "training": 7,  # the package: its docstring only

@@ -24,7 +24,8 @@ from autosearch import ConfigError, TrainConfig
 from autosearch.study.population import replay, train_population
 from autosearch.study.population.rules import PopulationBasedTraining, draw, explore, perturb
 from autosearch.training._optim import make_optimizer, make_schedule, retune
-from autosearch.training.train import train
+from autosearch.training.precise_bn import precise_bn
+from autosearch.training.train import evaluate, train
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
@@ -121,19 +122,67 @@ def _population(**changes) -> PopulationBasedTraining:
 CONFIG = TrainConfig(epochs=3, batch_size=64, lr=0.05, crop_padding=1, device="cpu")
 
 
+def _bn_net(seed: int = 0) -> torch.nn.Module:
+    """A small conv net with batch norm, whose running statistics trail its weights."""
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(1, 8, 3, padding=1),
+        torch.nn.BatchNorm2d(8),
+        torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(2),
+        torch.nn.Flatten(),
+        torch.nn.Linear(32, 10),
+    )
+
+
+def test_precise_bn_gives_the_statistics_of_the_weights_as_they_are(digits):
+    model = _bn_net()
+    train(model, digits, TrainConfig(epochs=2, batch_size=64, lr=0.05, device="cpu"), seed=0)
+    trained = evaluate(model, digits.val, digits)[0]
+    norm = model[1]
+    norm.running_mean += 3.0  # statistics of weights the network no longer has
+    norm.running_var *= 9.0
+    lagging = {k: v.clone() for k, v in model.state_dict().items()}
+    model.train()
+    stale = evaluate(model, digits.val, digits)[0]
+
+    images = 200
+    scored = precise_bn(model, digits.train, digits, images=images, batch_size=images)
+    assert scored is not model and not scored.training and model.training
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, lagging[name]), name  # the model itself as it was
+    x = digits.normalize(digits.train.x[:images])
+    inputs = model[0](x).detach()  # what the batch norm sees, over the images
+    torch.testing.assert_close(scored[1].running_mean, inputs.mean((0, 2, 3)))
+    torch.testing.assert_close(scored[1].running_var, inputs.var((0, 2, 3), unbiased=True))
+    fresh = evaluate(scored, digits.val, digits)[0]
+    assert stale < trained - 0.3 and fresh > trained - 0.05, (stale, trained, fresh)
+
+    plain = _net()
+    assert precise_bn(plain, digits.train, digits, images=images) is plain  # nothing to do
+    with pytest.raises(ValueError, match="images=0"):
+        precise_bn(model, digits.train, digits, images=0)
+
+
 def test_a_population_exploits_explores_and_its_winner_replays_to_the_same_weights(
     digits, tmp_path
 ):
     population = _population(seed=3)
-    result = train_population(_net, digits, CONFIG, population, tmp_path / "pop", seed=7)
+    result = train_population(_bn_net, digits, CONFIG, population, tmp_path / "pop", seed=7)
     assert [r["epoch"] for r in result.rounds] == [1, 2]  # a round a boundary, none at the end
     for round_ in result.rounds:
         (exploit,) = round_["exploits"]  # the bottom quarter of 4
         assert exploit["member"] == round_["ranking"][-1]
         assert exploit["from"] == round_["ranking"][0]
         assert all(_inside(MUTATIONS[k], v) for k, v in exploit["after"].items())
+        # Ranked by the accuracy with batch-norm statistics recomputed, best first.
+        epoch = str(round_["epoch"])
+        precise = {m["id"]: m["precise_bn"][epoch] for m in result.members}
+        assert round_["scores"] == [precise[i] for i in round_["ranking"]]
+        assert round_["scores"] == sorted(round_["scores"], reverse=True)
     for member in result.members:
         assert member["epoch"] == 3 and set(member["scores"]) == {"1", "2", "3"}
+        assert set(member["precise_bn"]) == {"1", "2"}  # at each round, not at the end
         assert [s["to"] for s in member["schedule"]][-1] == 3
         assert member["schedule"][0]["from"] == 0
     scores = {m["id"]: m["scores"]["3"] for m in result.members}
@@ -141,23 +190,26 @@ def test_a_population_exploits_explores_and_its_winner_replays_to_the_same_weigh
     record = json.loads((tmp_path / "pop" / "population.json").read_text())
     assert record["rounds"] == result.rounds  # what it did is stored
 
-    replayed, history = replay(_net, digits, CONFIG, result.schedule, seed=7)
-    winner = result.load(_net())
+    replayed, history = replay(_bn_net, digits, CONFIG, result.schedule, seed=7)
+    winner = result.load(_bn_net())  # its statistics as trained: the same, bit for bit
     for name, value in winner.state_dict().items():
         assert torch.equal(replayed.state_dict()[name], value), name
     assert history[-1].val_accuracy == result.val_accuracy
 
-    burnt = train_population(_net, digits, CONFIG, _population(seed=3, burn_in=2),
-                             tmp_path / "burn", seed=7)  # fmt: skip
+    burnt = train_population(_bn_net, digits, CONFIG, _population(seed=3, burn_in=2,
+                             precise_bn=0), tmp_path / "burn", seed=7)  # fmt: skip
     assert [r["epoch"] for r in burnt.rounds] == [2]  # no round before the burn-in's end
     assert all(link["epoch"] >= 2 for m in burnt.members for link in m["lineage"])
     assert sum(len(m["lineage"]) for m in burnt.members) == 1
+    assert not any("precise_bn" in m for m in burnt.members)  # ranked as trained
+    (round_,) = burnt.rounds
+    assert round_["scores"] == [burnt.members[i]["scores"]["2"] for i in round_["ranking"]]
 
     # The same folder, asked again: nothing trains, the same result.
-    again = train_population(_net, digits, CONFIG, population, tmp_path / "pop", seed=7)
+    again = train_population(_bn_net, digits, CONFIG, population, tmp_path / "pop", seed=7)
     assert again.rounds == result.rounds and again.winner == result.winner
     with pytest.raises(ConfigError, match="holds another population .*seed"):
-        train_population(_net, digits, CONFIG, population, tmp_path / "pop", seed=8)
+        train_population(_bn_net, digits, CONFIG, population, tmp_path / "pop", seed=8)
 
 
 _WORKER = textwrap.dedent(
@@ -219,6 +271,8 @@ def test_bad_population_settings_are_refused_in_one_line():
         ({"mutations": {"batch_size": IntDistribution(16, 64)}}, "only lr, weight_decay"),
         ({"mutations": {}}, "name at least one setting"),
         ({"factors": (0.8, -1)}, "factors="),
+        ({"precise_bn": -1}, "precise_bn=-1: expected a number of training images >= 0"),
+        ({"precise_bn": True}, "precise_bn=True"),
     ]:
         with pytest.raises(ConfigError, match=match):
             PopulationBasedTraining(**changes)

@@ -10,6 +10,8 @@
   after an epoch and continued with new settings: ``train(until=, adaptive=)``);
 - ``sharding``: where a model trains on torchrun's ranks: whole (DDP) or sharded (FSDP,
   HSDP), and a sharded run's checkpoints (``torch.distributed.checkpoint``);
+- ``precise_bn``: batch-norm statistics recomputed for the weights as they are (how a
+  population's rounds rank members);
 - ``early_stopping``: successive halving and Hyperband over a study's learning curves.
 
 The data it reads is ``autosearch.data``. Nothing here imports Optuna: a trainer reports

@@ -61,6 +61,11 @@ class PopulationBasedTraining:
         burn_in: Epochs before the first round (Ray Tune's ``burn_in_period``): early
             accuracy is noisy, and favours settings that start fast over those that end
             best (a high learning rate under a cosine schedule).
+        precise_bn: Training images over which a member's batch-norm statistics are
+            recomputed before it is ranked (:func:`autosearch.training.precise_bn.
+            precise_bn`); its checkpoint keeps them as trained. Running statistics trail
+            weights that move fast, and rank a member with a high learning rate far below
+            its worth (Ray Tune's PBT ranks as trained). 0: rank as trained.
     """
 
     size: int = 8
@@ -71,6 +76,7 @@ class PopulationBasedTraining:
     factors: tuple[float, float] = (0.8, 1.2)
     seed: int = 0
     burn_in: int = 0
+    precise_bn: int = 1024
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mutations", dict(self.mutations))
@@ -90,6 +96,15 @@ class PopulationBasedTraining:
             problems.append(f"factors={self.factors!r}: expected two numbers > 0, e.g. (0.8, 1.2)")
         if not (isinstance(self.burn_in, int) and self.burn_in >= 0):
             problems.append(f"burn_in={self.burn_in!r}: expected a number of epochs >= 0")
+        if not (
+            isinstance(self.precise_bn, int)
+            and not isinstance(self.precise_bn, bool)
+            and self.precise_bn >= 0
+        ):
+            problems.append(
+                f"precise_bn={self.precise_bn!r}: expected a number of training images >= 0 "
+                "(0 ranks members by their running statistics as trained)"
+            )
         if not self.mutations:
             problems.append("mutations={}: name at least one setting that adapts, e.g. lr")
         for name, distribution in self.mutations.items():
@@ -145,6 +160,8 @@ class PopulationBasedTraining:
             "seed": self.seed,
             "burn_in": self.burn_in,
             "mutations": {k: repr(v) for k, v in sorted(self.mutations.items())},
+            # absent when 0: a population recorded before the option goes on with 0
+            **({"precise_bn": self.precise_bn} if self.precise_bn else {}),
         }
 
 

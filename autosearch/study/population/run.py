@@ -4,12 +4,15 @@ Every member starts from the same initial weights and data order (the run's seed
 members differ in their adaptive settings. Rounds are synchronous: at each boundary
 (every ``interval`` epochs) all members stop, the bottom ``quantile`` copy the whole
 training checkpoint of a top member (weights, momentum, the schedule's position, the
-data order) and explore its settings. A round's choices depend only on the stored
-scores and the seed, and are made under the ledger's lock, once: a worker killed while
-it copies leaves the round undecided in the record, and the next worker makes the same
-round again. A member is trained only by the worker that claimed it; a claim whose
-process is gone (this machine) or that has not beaten for ``grace`` seconds (another
-machine) is taken over, and the member resumes from its last epoch's checkpoint.
+data order) and explore its settings. Members are ranked by their validation accuracy
+with batch-norm statistics recomputed (``precise_bn``: statistics that trail a high
+learning rate's weights would rank it far below its worth). A round's choices depend
+only on the stored scores and the seed, and are made under the ledger's lock, once: a
+worker killed while it copies leaves the round undecided in the record, and the next
+worker makes the same round again. A member is trained only by the worker that claimed
+it; a claim whose process is gone (this machine) or that has not beaten for ``grace``
+seconds (another machine) is taken over, and the member resumes from its last epoch's
+checkpoint.
 
 Because members share their start, a member's schedule (the settings it trained with,
 epoch by epoch, along its lineage) replays it: :func:`replay` trains the same network
@@ -38,8 +41,9 @@ from autosearch.errors import ConfigError, TrialFailed
 from autosearch.study.population.ledger import Ledger, State, claim, held
 from autosearch.study.population.rules import PopulationBasedTraining, explore
 from autosearch.study.workers._heartbeat import worker_id
+from autosearch.training.precise_bn import precise_bn
 from autosearch.training.runtime import world
-from autosearch.training.train import EpochResult, TrainConfig, train
+from autosearch.training.train import EpochResult, TrainConfig, evaluate, train
 
 __all__ = ["PopulationResult", "replay", "train_population"]
 
@@ -250,7 +254,8 @@ def _decide(state: State, epoch: int, population: PopulationBasedTraining, ledge
     """The round at ``epoch``: the bottom quantile copy the top and explore. Files are
     copied before the record says so (the record is written when the lock's block ends)."""
     members = state["members"]
-    ranked = sorted(members, key=lambda m: (-m["scores"][str(epoch)], m["id"]))
+    scores = {m["id"]: _rank_score(m, epoch) for m in members}
+    ranked = sorted(members, key=lambda m: (-scores[m["id"]], m["id"]))
     k = max(1, int(len(members) * population.quantile))
     top, bottom = ranked[:k], sorted(ranked[-k:], key=lambda m: m["id"])
     rng = np.random.default_rng([population.seed, 1, epoch])
@@ -270,13 +275,25 @@ def _decide(state: State, epoch: int, population: PopulationBasedTraining, ledge
             lineage=[*recipient["lineage"], {"epoch": epoch, "from": donor["id"]}],
         )
     state["rounds"].append(
-        {"epoch": epoch, "ranking": [m["id"] for m in ranked], "exploits": exploits}
+        {
+            "epoch": epoch,
+            "ranking": [m["id"] for m in ranked],
+            "scores": [scores[m["id"]] for m in ranked],
+            "exploits": exploits,
+        }
     )
     logger.info(
         "population round at epoch %d: %s",
         epoch,
         ", ".join(f"{e['member']} <- {e['from']}" for e in exploits),
     )
+
+
+def _rank_score(member: Mapping[str, Any], epoch: int) -> float:
+    """What a round ranks ``member`` by: its accuracy with batch-norm statistics
+    recomputed where it was measured (``precise_bn``), else as trained."""
+    precise = member.get("precise_bn", {})
+    return float(precise.get(str(epoch), member["scores"][str(epoch)]))
 
 
 def _copy(source: Path, target: Path) -> None:
@@ -309,12 +326,17 @@ def _train_member(
             on_epoch(member, epoch)
 
     cfg = dataclasses.replace(config, **settings)
-    failed = None
+    failed, ranked = None, None
     try:
         path, adaptive = ledger.checkpoint(member), sorted(population.mutations)
-        result = train(build(), data, cfg, seed=seed, checkpoint=path, until=until,
+        model = build()
+        result = train(model, data, cfg, seed=seed, checkpoint=path, until=until,
                        adaptive=adaptive, on_epoch=beat)  # fmt: skip
         score = result.history[-1].val_accuracy
+        if population.precise_bn and max(population.burn_in, 1) <= until < config.epochs:
+            scored = precise_bn(model, data.train, data, images=population.precise_bn)
+            if scored is not model:  # it has batch norm: the round ranks it by this
+                ranked = evaluate(scored, data.val, data)[0]
     except TrialFailed as exc:  # diverged: the worst score, so the next round replaces it
         failed, score = str(exc), 0.0
         logger.warning("population member %d failed before epoch %d: %s", member, until, exc)
@@ -332,6 +354,8 @@ def _train_member(
         record = state["members"][member]
         record["epoch"] = until
         record["scores"][str(until)] = score
+        if ranked is not None:
+            record.setdefault("precise_bn", {})[str(until)] = ranked
         record["schedule"][-1]["to"] = until
         if failed is not None:
             record.setdefault("failures", []).append({"epoch": until, "reason": failed})
