@@ -357,3 +357,34 @@ def test_every_space_kinds_export_loads_and_runs_in_a_fresh_process(kind, tmp_pa
         )
         last = missing.stderr.strip().splitlines()[-1]
         assert missing.returncode != 0 and "needs NNI: pip install nni" in last
+
+
+def test_the_onnx_exporters_registry_is_built_once_and_the_file_is_torchs(tmp_path):
+    """torch.onnx.export builds its ATen-to-ONNX registry at every call (a third of a
+    small export); autosearch's export builds it once a process, and writes the bytes
+    torch.onnx.export writes."""
+    from torch.onnx._internal.exporter._registration import ONNXRegistry
+
+    from autosearch.export import _dynamic_batch, _onnx_export, _quiet
+    from autosearch.export._onnx_registry import _REGISTRIES
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(1, 4, 3, padding=1), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(4, 10),
+    ).eval()  # fmt: skip
+    example = torch.zeros(2, 1, 8, 8)
+    torchs = ONNXRegistry.__dict__["from_torchlib"]
+    with _quiet():
+        torch.onnx.export(
+            net, (example,), str(tmp_path / "torch.onnx"), input_names=["images"],
+            output_names=["logits"], dynamic_shapes=_dynamic_batch(), external_data=False,
+            dynamo=True,
+        )  # fmt: skip
+        _onnx_export(net, example, tmp_path / "first.onnx")
+        built = _REGISTRIES[20]
+        _onnx_export(net, example, tmp_path / "second.onnx")
+    assert _REGISTRIES[20] is built  # not built again
+    assert ONNXRegistry.__dict__["from_torchlib"] is torchs  # torch's own again after
+    files = [(tmp_path / f"{n}.onnx").read_bytes() for n in ("torch", "first", "second")]
+    assert files[0] == files[1] == files[2]

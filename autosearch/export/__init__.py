@@ -43,6 +43,7 @@ from autosearch._files import save_tensors
 from autosearch.architecture import Architecture
 from autosearch.compress import Derived, parse_variant
 from autosearch.errors import ExportError
+from autosearch.export._onnx_registry import registry_built_once
 from autosearch.scoring.cost import CONVENTIONS
 from autosearch.scoring.metrics import metric
 from autosearch.space import NetworkSpec
@@ -340,18 +341,10 @@ def write_onnx(network: nn.Module, samples: torch.Tensor, path: str | Path) -> f
     Raises:
         ExportError: the exporter failed, or the difference exceeds ``ONNX_TOLERANCE``.
     """
+    example = torch.zeros(2, *samples.shape[1:])  # traced on zeros: no data in the file
     try:
         with _quiet():
-            torch.onnx.export(
-                network.cpu().eval(),
-                (torch.zeros(2, *samples.shape[1:]),),  # traced on zeros: no data in the file
-                str(path),
-                input_names=["images"],
-                output_names=["logits"],
-                dynamic_shapes=_dynamic_batch(),
-                external_data=False,
-                dynamo=True,
-            )
+            _onnx_export(network.cpu().eval(), example, Path(path))
     except Exception as exc:
         raise ExportError(f"the ONNX exporter failed: {type(exc).__name__}: {exc}") from None
     diff = onnx_parity(network, samples, path)
@@ -361,6 +354,18 @@ def write_onnx(network: nn.Module, samples: torch.Tensor, path: str | Path) -> f
             f"(tolerance {ONNX_TOLERANCE}); the ONNX file is not trustworthy"
         )
     return diff
+
+
+def _onnx_export(network: nn.Module, example: torch.Tensor, path: Path) -> None:
+    """``torch.onnx.export(..., dynamo=True)``, with its table of ATen-to-ONNX functions
+    built once a process: torch builds it again at every export (onnxscript reading the
+    source of its ~500 functions), a third of a small network's export. Every other
+    step is ``torch.onnx.export``'s own, so the file is the same."""
+    with registry_built_once():
+        torch.onnx.export(
+            network, (example,), str(path), input_names=["images"], output_names=["logits"],
+            dynamic_shapes=_dynamic_batch(), external_data=False, dynamo=True,
+        )  # fmt: skip
 
 
 def onnx_parity(network: nn.Module, samples: torch.Tensor, path: str | Path) -> float:
