@@ -299,7 +299,7 @@ def test_two_runs_of_one_study_file_run_the_study_to_its_total(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgresql", marks=pytest.mark.service)])
 def test_a_study_deleted_under_a_running_worker_stops_it_in_one_line(
-    kind, tmp_path, request, tiny_space
+    kind, tmp_path, request, tiny_space, monkeypatch
 ):
     """A KeyError 'Record does not exist.' traceback, or once "worker finished 8 trials"
     with exit 0 and nothing stored: the worker now stops, says why, exits non-zero."""
@@ -307,6 +307,7 @@ def test_a_study_deleted_under_a_running_worker_stops_it_in_one_line(
 
     from controllers import RandomSearch
 
+    monkeypatch.chdir(tmp_path)  # a database's default artifacts (runs/gone/) land here
     url = _url(kind, tmp_path, request)
     study = autosearch.create_study(
         "gone", controller=RandomSearch(tiny_space, seed=0), storage=url, train=INTERRUPTED_TRAIN
