@@ -54,7 +54,7 @@ RANKS = {
     "evaluation": 10,  # the package: its docstring only
     "export": 10,  # an export folder (the package's own module)
     "export.retrain": 10,  # trains an export folder in full with the shared stack
-    "export._onnx_registry": 1,  # torch only: the ONNX exporter's function table, built once a process
+    "export._onnx_registry": 1,  # torch only: the ONNX exporter's registry, built once
     "study": 11,
     "report.population": 11,  # a population's accuracy and adapted setting, drawn
     "report.plots": 12,
