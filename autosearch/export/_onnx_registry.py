@@ -14,7 +14,7 @@ from typing import Any
 
 __all__ = ["registry_built_once"]
 
-_REGISTRIES: dict[int, Any] = {}
+_REGISTRIES: dict[tuple, Any] = {}  # by the arguments torch built each with
 _REGISTRY_LOCK = threading.Lock()
 
 
@@ -34,10 +34,11 @@ def registry_built_once() -> Iterator[None]:
         yield
         return
 
-    def built_once(cls: type, opset_version: int = 18) -> Any:
-        if opset_version not in _REGISTRIES:
-            _REGISTRIES[opset_version] = build.__func__(cls, opset_version=opset_version)
-        return _REGISTRIES[opset_version]
+    def built_once(cls: type, *args: Any, **kwargs: Any) -> Any:  # torch's own defaults
+        key = (args, tuple(sorted(kwargs.items())))
+        if key not in _REGISTRIES:
+            _REGISTRIES[key] = build.__func__(cls, *args, **kwargs)
+        return _REGISTRIES[key]
 
     with _REGISTRY_LOCK:
         ONNXRegistry.from_torchlib = classmethod(built_once)  # type: ignore[method-assign,assignment]
