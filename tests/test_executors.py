@@ -204,7 +204,7 @@ def test_a_ray_cluster_of_two_nodes_survives_a_killed_worker(
         controller=RandomSearch(tiny_space, seed=0),
         storage=postgres_url,
         artifacts=f"s3://{name}/ray",
-        train=TrainConfig(epochs=8, batch_size=16, lr=0.05),  # seconds left after one epoch
+        train=TrainConfig(epochs=8, batch_size=32, lr=0.05),  # seconds left after one epoch
     )
     executor = RayExecutor(
         address=ray_cluster,
