@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 
@@ -60,16 +61,11 @@ def _best_found(name: str, table: Table, seed: int, budget: int) -> float:
     return best
 
 
-_BASELINES: dict[tuple[int, range, int], list[float]] = {}
-
-
+@functools.cache
 def _random_baseline(table: Table, seeds: range, budget: int) -> list[float]:
     """Random search's best over ``seeds``: the same for every controller compared with
     it (seeded, the module's table), so searched once."""
-    key = (id(table), seeds, budget)
-    if key not in _BASELINES:
-        _BASELINES[key] = [_best_found("random", table, s, budget) for s in seeds]
-    return _BASELINES[key]
+    return [_best_found("random", table, s, budget) for s in seeds]
 
 
 @pytest.mark.slow
