@@ -123,3 +123,71 @@ def test_a_second_signal_that_lands_in_a_finalizer_is_not_lost():
         assert sys.unraisablehook is not before  # ours, for this test, restored
     finally:
         sys.unraisablehook = before
+
+
+_DDP_STUDY = """
+from autosearch import StudySpec, TrainConfig
+from controllers import RandomSearch
+from search_spaces import ResNetSpace
+
+study = StudySpec(
+    name="cut",
+    controller=RandomSearch(
+        ResNetSpace(max_stages=2, depths=(1,), widths=(4, 8), stem_widths=(4,)), seed=0
+    ),
+    train=TrainConfig(epochs=40, batch_size=128, lr=0.1),
+    n_trials=1,
+)
+"""
+
+
+@pytest.mark.slow
+def test_sigterm_to_a_torchrun_study_stops_every_rank_after_the_epoch(tmp_path):
+    """`autosearch run --nproc-per-node 2` signalled as Slurm or a terminal does (the
+    launcher passes SIGTERM to every rank): all ranks stop after the same epoch, the
+    trial is left to resume, not recorded failed (a rank that died at once used to break
+    rank 0's next collective, and the trial was stored as failed), no rank is left, and
+    the same command finishes it."""
+    import os
+    from pathlib import Path
+
+    import autosearch
+
+    (tmp_path / "cut.py").write_text(_DDP_STUDY)
+    url = f"sqlite:///{tmp_path}/runs/cut/study.db"
+    command = [str(Path(sys.executable).with_name("autosearch")), "run", "cut.py"]
+    command += ["--nproc-per-node", "2"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+    def epochs_in() -> int:
+        try:
+            trials = autosearch.load_study("cut", storage=url, read_only=True).optuna_trials()
+        except autosearch.AutosearchError:
+            return 0  # not created yet
+        return len(trials[0].intermediate_values) if trials else 0
+
+    run = subprocess.Popen(
+        command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
+    try:
+        for _ in range(18000):  # waits on the storage's state; the bound keeps a hang out
+            if epochs_in() >= 1:
+                break
+            time.sleep(0.1)
+        run.send_signal(signal.SIGTERM)
+        out, _ = run.communicate(timeout=1800)
+    finally:
+        run.kill()
+    assert run.returncode == 128 + signal.SIGTERM, out[-3000:]
+    assert "interrupted (SIGTERM) after 0 of 1 trials" in out, out[-3000:]
+    assert "Traceback" not in out, out[-3000:]  # no rank broke on a collective
+    cut = epochs_in()
+    study = autosearch.load_study("cut", storage=url, read_only=True)
+    assert [r.state for r in study.records()] == [], "the cut trial is not stored as ended"
+    assert 1 <= cut < 40
+    again = subprocess.run(
+        command, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=1800
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    (record,) = autosearch.load_study("cut", storage=url, read_only=True).records()
+    assert record.state == "complete" and record.metrics["world_size"] == 2

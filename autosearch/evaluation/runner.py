@@ -46,7 +46,7 @@ from autosearch.scoring.cost import Cost, measure, saved_bytes, sparse_macs
 from autosearch.scoring.cost import latency as time_latency
 from autosearch.scoring.latency import latency_table
 from autosearch.space import SearchSpace
-from autosearch.training.runtime import broadcast_object, world
+from autosearch.training.runtime import any_rank, broadcast_object, world
 from autosearch.training.train import EpochResult, evaluate, train
 
 __all__ = [
@@ -312,13 +312,15 @@ def profile(
 class _EpochHook:
     """After each epoch: rank 0 records it and decides whether to go on (user interrupt,
     early stopping); under torchrun every rank follows rank 0's decision, so all stop at
-    the same epoch."""
+    the same epoch, and a signal to any rank (torchrun's agent and Slurm signal every
+    one) is a stop for all."""
 
     def __init__(self, plan: TrialPlan, context: TrialContext, reported: list[EpochResult]):
         self.plan, self.context, self.reported = plan, context, reported
 
     def __call__(self, epoch: EpochResult) -> None:
-        decision = self._decide(epoch) if world()[0] == 0 else None
+        asked = any_rank(self.context.interrupted())
+        decision = self._decide(epoch, asked) if world()[0] == 0 else None
         decision = broadcast_object(decision)
         if decision == "interrupt":
             raise Interrupted(f"after epoch {epoch.epoch}")
@@ -327,13 +329,13 @@ class _EpochHook:
         if decision is not None:
             raise TakenOver(decision)
 
-    def _decide(self, epoch: EpochResult) -> str | None:
+    def _decide(self, epoch: EpochResult, asked: bool) -> str | None:
         lost = self.context.taken_over()  # before writing anything more for this trial
         if lost is not None:
             return lost
         self.reported.append(epoch)
         self.context.epoch_done(epoch)
-        if self.context.interrupted():  # the epoch's checkpoint is written: stop here
+        if asked:  # the epoch's checkpoint is written: stop here
             return "interrupt"
         rule = self.plan.early_stopping
         if rule is not None and rule.should_stop(

@@ -147,6 +147,16 @@ def broadcast_object(value: Any) -> Any:
     return box[0]
 
 
+def any_rank(flag: bool) -> bool:
+    """Whether ``flag`` holds on any rank of the process group (``flag`` itself when not
+    distributed): a stop asked of one rank (a signal) is every rank's."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return flag
+    flags: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(flags, bool(flag))
+    return any(flags)
+
+
 @contextlib.contextmanager
 def autocast(runtime: Runtime, *, cache: bool = True) -> Iterator[None]:
     """Mixed-precision autocast for bf16 / fp16, nothing for fp32 (``cache``: autocast's

@@ -49,7 +49,7 @@ from autosearch.study.supernet import progress as supernet_progress
 from autosearch.study.supernet.state import SupernetState
 from autosearch.study.workers._heartbeat import beating
 from autosearch.study.workers.interrupts import Interrupts
-from autosearch.training.runtime import broadcast_object, resolve, world
+from autosearch.training.runtime import any_rank, broadcast_object, resolve, world
 from autosearch.training.train import EpochResult
 
 __all__ = ["REPAIR", "SupernetJob"]
@@ -300,7 +300,8 @@ class SupernetJob:
                 shown(epoch)
                 if self.on_epoch is not None and rank == 0:
                     self.on_epoch(epoch)
-                stop = self._should_stop(claim, attempt) if claim else None
+                asked = any_rank(self.interrupts.requested)  # a signal to any rank
+                stop = self._should_stop(claim, attempt, asked) if claim else None
                 stop = broadcast_object(stop)
                 if stop is not None:
                     raise stop
@@ -324,13 +325,13 @@ class SupernetJob:
             "history": [vars(e) for e in result.history],
         }
 
-    def _should_stop(self, claim: JobClaim, attempt: _Attempt) -> BaseException | None:
+    def _should_stop(self, claim: JobClaim, attempt: _Attempt, asked: bool) -> BaseException | None:
         """After an epoch (its checkpoint written): stop when the claim was taken over
         or the user asked; else send the checkpoint to the bucket."""
         lost = self.jobs.taken_over(claim)
         if lost is not None:
             return TakenOver(lost)
-        if self.interrupts.requested:
+        if asked:
             return _interrupted(self.interrupts.signal)
         self.artifacts.push_job(attempt.job, attempt.number)
         return None

@@ -45,11 +45,13 @@ class StopNow(KeyboardInterrupt):
 
 class Interrupts:
     """Whether the user asked to stop, and with which signal (``"SIGINT"``,
-    ``"SIGTERM"``); set while :meth:`handled` is active in the main thread."""
+    ``"SIGTERM"``); set while :meth:`handled` is active in the main thread. ``announce``:
+    say so in a warning (a torchrun rank other than 0 leaves that to rank 0)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, announce: bool = True) -> None:
         self.requested = False
         self.signal: str | None = None
+        self.announce = announce
 
     @contextlib.contextmanager
     def handled(self) -> Iterator[Interrupts]:
@@ -67,7 +69,8 @@ class Interrupts:
                 if self.requested or len(arrived) >= 2:  # again, or twice at once
                     raise StopNow(name)
                 self.requested, self.signal = True, name
-                logger.warning(
+                logger.log(
+                    logging.WARNING if self.announce else logging.DEBUG,
                     "%s: finishing this epoch's checkpoint, then stopping (Ctrl-C again to "
                     "stop at once)",
                     name,

@@ -25,7 +25,7 @@ from autosearch._script import unguarded_line
 from autosearch.architecture import Architecture
 from autosearch.data import Dataset, Split
 from autosearch.errors import ConfigError
-from autosearch.evaluation.runner import run_trial
+from autosearch.evaluation.runner import TrialContext, run_trial
 from autosearch.space import SearchSpace
 from autosearch.study import records
 from autosearch.study.dataset import StudyData
@@ -35,6 +35,7 @@ from autosearch.study.records import Record
 from autosearch.study.replay import ControllerReplay, worker_stream
 from autosearch.study.trials import StoredTrials
 from autosearch.study.workers.executors import Executor, ProcessExecutor, resolve_executor
+from autosearch.study.workers.interrupts import Interrupts
 from autosearch.training._batch import MAX_GROWTH
 from autosearch.training.placement import Need, step_need
 from autosearch.training.runtime import broadcast_object
@@ -256,11 +257,26 @@ def trial_need(
 def follow(planner: Planner, data: StudyData) -> list[Record]:
     """A non-zero rank under torchrun: train what rank 0 broadcasts, until told to stop.
     Rank 0 records every result (and every failure); its decisions after each epoch
-    (stop early, interrupted) reach this rank inside the runner."""
-    while (message := broadcast_object(None)) is not None:
-        arch = Architecture.from_json(message["arch"])
-        try:
-            run_trial(planner.plan(arch, number=message["number"]), data.training)
-        except Exception:  # rank 0 saw the same failure and stores it
-            logger.debug("trial failed on this rank too", exc_info=True)
+    (stop early, interrupted) reach this rank inside the runner. A Ctrl-C or SIGTERM
+    here is told to rank 0 at the epoch's end, which stops every rank there (the trial
+    resumes from that checkpoint); a second one stops this rank at once."""
+    interrupts = Interrupts(announce=False)  # rank 0 says it
+    with interrupts.handled():
+        while (message := broadcast_object(None)) is not None:
+            arch = Architecture.from_json(message["arch"])
+            plan = planner.plan(arch, number=message["number"])
+            try:
+                run_trial(plan, data.training, _Following(interrupts))
+            except Exception:  # rank 0 saw the same failure (or stop) and stores it
+                logger.debug("trial failed on this rank too", exc_info=True)
     return []
+
+
+class _Following(TrialContext):
+    """A follower's trial: it asks to stop where this rank was signalled."""
+
+    def __init__(self, interrupts: Interrupts) -> None:
+        self.interrupts = interrupts
+
+    def interrupted(self) -> bool:
+        return self.interrupts.requested
