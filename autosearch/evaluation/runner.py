@@ -319,8 +319,10 @@ class _EpochHook:
         self.plan, self.context, self.reported = plan, context, reported
 
     def __call__(self, epoch: EpochResult) -> None:
-        asked = any_rank(self.context.interrupted())
-        decision = self._decide(epoch, asked) if world()[0] == 0 else None
+        rank_0 = world()[0] == 0
+        lost = self._record(epoch) if rank_0 else None
+        asked = any_rank(self.context.interrupted())  # also a signal during the recording
+        decision = self._decide(epoch, lost, asked) if rank_0 else None
         decision = broadcast_object(decision)
         if decision == "interrupt":
             raise Interrupted(f"after epoch {epoch.epoch}")
@@ -329,12 +331,17 @@ class _EpochHook:
         if decision is not None:
             raise TakenOver(decision)
 
-    def _decide(self, epoch: EpochResult, asked: bool) -> str | None:
+    def _record(self, epoch: EpochResult) -> str | None:
+        """Why the trial is no longer this worker's; else the epoch recorded (None)."""
         lost = self.context.taken_over()  # before writing anything more for this trial
+        if lost is None:
+            self.reported.append(epoch)
+            self.context.epoch_done(epoch)
+        return lost
+
+    def _decide(self, epoch: EpochResult, lost: str | None, asked: bool) -> str | None:
         if lost is not None:
             return lost
-        self.reported.append(epoch)
-        self.context.epoch_done(epoch)
         if asked:  # the epoch's checkpoint is written: stop here
             return "interrupt"
         rule = self.plan.early_stopping
