@@ -242,6 +242,34 @@ def test_int8_handles_a_batchnorm_after_a_shared_convolution(digits):
     assert agree.mean() > 0.9
 
 
+def test_an_int8_program_with_a_projection_shortcut_evaluates_the_same_every_time(digits):
+    """oneDNN's int8 convolution with a fused residual sum whose other input is a
+    convolution's (a projection shortcut) gave logits a quantization step apart from
+    call to call on two threads; a point measured again got another accuracy. Evaluated
+    on one thread, its accuracy and loss repeat to the bit (the caller's threads kept)."""
+    from search_spaces._resnet_net import BasicBlock
+
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(1, 8, 3, padding=1),
+        nn.ReLU(),
+        BasicBlock(8, 8, stride=2, shortcut="projection"),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(8, 10),
+    )
+    train(model, digits, TrainConfig(epochs=1, batch_size=64), seed=0)
+    derived = derive("int8", model.eval(), digits, FAST, seed=0)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        figures = {evaluate(derived.model, digits.val, digits) for _ in range(5)}
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    assert len(figures) == 1, figures
+
+
 @pytest.mark.slow
 def test_qat_and_distillation_variants_train_and_stay_accurate(trained, digits):
     compression = Compression(finetune_epochs=1)

@@ -471,16 +471,23 @@ def _settings(
 def evaluate(
     model: nn.Module, split: Split | FileSplit, data: Dataset, *, batch_size: int = 1024
 ) -> tuple[float, float]:
-    """Top-1 accuracy and mean cross-entropy of ``model`` on ``split`` (on its device)."""
+    """Top-1 accuracy and mean cross-entropy of ``model`` on ``split`` (on its device).
+    A model that names ``evaluation_threads`` (an int8 program: its results repeat only
+    on one CPU thread) is evaluated on that many."""
     was_training = model.training
     model.eval()
     device = next(model.parameters(), torch.empty(0)).device
     correct = torch.zeros((), dtype=torch.int64, device=device)
     loss = torch.zeros((), dtype=torch.float64, device=device)
-    for x, y in split.batches(batch_size):  # summed on the device: one wait, at the end
-        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        logits = model(data.normalize(x)).float()
-        correct += (logits.argmax(1) == y).sum()
-        loss += F.cross_entropy(logits, y, reduction="sum").double()
-    model.train(was_training)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(getattr(model, "evaluation_threads", threads))
+    try:
+        for x, y in split.batches(batch_size):  # summed on the device: one wait, at the end
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            logits = model(data.normalize(x)).float()
+            correct += (logits.argmax(1) == y).sum()
+            loss += F.cross_entropy(logits, y, reduction="sum").double()
+    finally:
+        torch.set_num_threads(threads)
+        model.train(was_training)
     return int(correct) / len(split), float(loss) / len(split)
