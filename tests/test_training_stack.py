@@ -156,17 +156,19 @@ _DDP_RUN = textwrap.dedent(
     def main():
         init_distributed("cpu")  # gloo, even on a machine with GPUs
         runtime = resolve(device="cpu", precision="fp32")
-        model = _net()
-        config = TrainConfig(
-            epochs={epochs}, batch_size=64, lr=0.05, crop_padding=1, device="cpu"
-        )
-        data = load_data({data!r}, stream={stream})
-        result = train(model, data, config, seed=3, runtime=runtime)
-        torch.save(
-            {{"params": model.state_dict(), "world": result.world_size,
-              "accuracy": result.val_accuracy}},
-            os.path.join({out!r}, f"rank{{runtime.rank}}.pt"),
-        )
+        for name, data, epochs, stream, workers in {runs!r}:
+            os.environ.pop("AUTOSEARCH_LOADER_WORKERS", None)
+            os.environ.update(workers)
+            model = _net()
+            config = TrainConfig(
+                epochs=epochs, batch_size=64, lr=0.05, crop_padding=1, device="cpu"
+            )
+            result = train(model, load_data(data, stream=stream), config, seed=3, runtime=runtime)
+            torch.save(
+                {{"params": model.state_dict(), "world": result.world_size,
+                  "accuracy": result.val_accuracy}},
+                os.path.join({out!r}, f"{{name}}-rank{{runtime.rank}}.pt"),
+            )
         leave_distributed()  # together, before the interpreter's teardown
 
     if __name__ == "__main__":  # loader workers import this script
@@ -175,29 +177,40 @@ _DDP_RUN = textwrap.dedent(
 )
 
 
-def _two_ranks(tmp_path: Path, data: str, epochs: int, stream: bool, **env: str) -> list[dict]:
-    """Train ``_net`` with 2 torchrun processes (gloo, 1 thread each); each rank's
-    parameters, world size and validation accuracy."""
-    torchrun = Path(sys.executable).with_name("torchrun")
-    code = tmp_path / "ddp.py"
-    code.write_text(
-        _DDP_RUN.format(
-            tests=str(ROOT / "tests"), out=str(tmp_path), data=data, epochs=epochs, stream=stream
-        )
-    )
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory, digits_folder) -> dict[str, list[dict]]:
+    """``_net`` trained by 2 torchrun processes (gloo, 1 thread each), once for the
+    module: on the digits in memory (2 epochs) and on the digits folder streamed from
+    its files by one loader worker (3 epochs); by run, each rank's parameters, world
+    size and validation accuracy."""
+    out = tmp_path_factory.mktemp("ddp")
+    runs = [
+        ("memory", "digits", 2, False, {}),
+        ("streamed", f"folder:{digits_folder}", 3, True, {"AUTOSEARCH_LOADER_WORKERS": "1"}),
+    ]
+    code = out / "ddp.py"
+    code.write_text(_DDP_RUN.format(tests=str(ROOT / "tests"), out=str(out), runs=runs))
     subprocess.run(
-        [str(torchrun), "--standalone", "--nproc-per-node=2", str(code)],
-        cwd=tmp_path,
-        env={**os.environ, "OMP_NUM_THREADS": "1", **env},
+        [
+            str(Path(sys.executable).with_name("torchrun")),
+            "--standalone",
+            "--nproc-per-node=2",
+            str(code),
+        ],
+        cwd=out,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "AUTOSEARCH_CACHE": str(out / "cache")},
         check=True,
         timeout=1800,
     )
-    return [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
+    return {
+        name: [torch.load(out / f"{name}-rank{r}.pt", weights_only=True) for r in (0, 1)]
+        for name, *_ in runs
+    }
 
 
 @pytest.mark.slow
-def test_two_torchrun_processes_match_one_process(digits, tmp_path):
-    ranks = _two_ranks(tmp_path, "digits", epochs=2, stream=False)
+def test_two_torchrun_processes_match_one_process(digits, two_ranks):
+    ranks = two_ranks["memory"]
     assert ranks[0]["world"] == ranks[1]["world"] == 2
     single = _net()
     config = TrainConfig(epochs=2, batch_size=64, lr=0.05, crop_padding=1, device="cpu")
@@ -399,10 +412,8 @@ def test_training_images_stay_on_the_gpu_only_when_they_fit():
 
 
 @pytest.mark.slow
-def test_two_torchrun_processes_train_a_streamed_folder(streamed, digits_folder, tmp_path):
-    ranks = _two_ranks(
-        tmp_path, f"folder:{digits_folder}", epochs=3, stream=True, AUTOSEARCH_LOADER_WORKERS="1"
-    )
+def test_two_torchrun_processes_train_a_streamed_folder(streamed, two_ranks):
+    ranks = two_ranks["streamed"]
     assert ranks[0]["world"] == ranks[1]["world"] == 2
     for name, value in ranks[0]["params"].items():
         assert torch.equal(value, ranks[1]["params"][name]), name
