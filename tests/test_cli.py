@@ -8,6 +8,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from _trials import sigterm_after_first_epoch
 
 from autosearch import StudyFileError
 from autosearch.cli import main
@@ -212,11 +213,7 @@ def test_a_run_where_every_trial_failed_says_why(tmp_path, monkeypatch, capsys):
 def test_an_interrupted_run_says_so_and_exits_with_the_signal(tmp_path):
     """SIGTERM mid-trial: the epoch's checkpoint is written, the run says it was
     interrupted (no Pareto front, no export, as if done) and exits 128 + 15."""
-    import os
     import signal
-    import time
-
-    import autosearch
 
     # Epochs enough that the trial cannot end between the epoch seen and the signal
     # (4 epochs of this tiny network took under a second on a fast machine, so the trial
@@ -225,33 +222,9 @@ def test_an_interrupted_run_says_so_and_exits_with_the_signal(tmp_path):
         TINY_STUDY.replace("epochs=1", "epochs=500").replace("cli-tiny", "cli-slow")
     )
     cli = Path(sys.executable).with_name("autosearch")
-    run = subprocess.Popen(
-        [str(cli), "run", "slow.py"],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ},
-    )
     url = f"sqlite:///{tmp_path}/runs/cli-slow/study.db"
-
-    def one_epoch_in() -> bool:
-        try:
-            trials = autosearch.load_study("cli-slow", storage=url, read_only=True).optuna_trials()
-        except autosearch.AutosearchError:
-            return False  # not created yet
-        return bool(trials) and len(trials[0].intermediate_values) >= 1
-
-    try:
-        for _ in range(18000):  # waits on the storage's state; the bound keeps a hang out
-            if one_epoch_in():
-                break
-            time.sleep(0.1)
-        run.send_signal(signal.SIGTERM)
-        out, _ = run.communicate(timeout=1800)
-    finally:
-        run.kill()
-    assert run.returncode == 128 + signal.SIGTERM, out[-2000:]
+    code, out = sigterm_after_first_epoch([str(cli), "run", "slow.py"], tmp_path, "cli-slow", url)
+    assert code == 128 + signal.SIGTERM, out[-2000:]
     assert "interrupted (SIGTERM) after 0 of 2 trials" in out and "Run the same command" in out
     assert "Pareto front" not in out and "export:" not in out
 

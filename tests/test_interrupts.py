@@ -10,6 +10,7 @@ import sys
 import time
 
 import pytest
+from _trials import sigterm_after_first_epoch
 
 # The main thread spends seconds inside one native call (a key derivation) while the
 # signals arrive; Python's handler runs when it returns.
@@ -160,26 +161,8 @@ def test_sigterm_to_a_torchrun_study_stops_every_rank_after_the_epoch(tmp_path):
     command += ["--nproc-per-node", "2"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
 
-    def epochs_in() -> int:
-        try:
-            trials = autosearch.load_study("cut", storage=url, read_only=True).optuna_trials()
-        except autosearch.AutosearchError:
-            return 0  # not created yet
-        return len(trials[0].intermediate_values) if trials else 0
-
-    run = subprocess.Popen(
-        command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
-    )
-    try:
-        for _ in range(18000):  # waits on the storage's state; the bound keeps a hang out
-            if epochs_in() >= 1:
-                break
-            time.sleep(0.1)
-        run.send_signal(signal.SIGTERM)
-        out, _ = run.communicate(timeout=1800)
-    finally:
-        run.kill()
-    assert run.returncode == 128 + signal.SIGTERM, out[-3000:]
+    code, out = sigterm_after_first_epoch(command, tmp_path, "cut", url, env)
+    assert code == 128 + signal.SIGTERM, out[-3000:]
     assert "interrupted (SIGTERM) after 0 of 1 trials" in out, out[-3000:]
     assert "Traceback" not in out, out[-3000:]  # no rank broke on a collective
     (trial,) = autosearch.load_study("cut", storage=url, read_only=True).optuna_trials()
