@@ -14,6 +14,7 @@ only its share; its batches are augmented the same way once they reach the devic
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
@@ -32,6 +33,7 @@ import torch.nn.functional as F
 from autosearch._checks import Check, check_fields, flag, real, whole
 from autosearch.data import Dataset, FileSplit, Split
 from autosearch.errors import ConfigError, TrialFailed
+from autosearch.scoring.cost import cpu_threads
 from autosearch.training import _checkpoint as checkpoint_file
 from autosearch.training import sharding
 from autosearch.training._batch import batch_cap, find_batch_size, grown
@@ -479,15 +481,14 @@ def evaluate(
     device = next(model.parameters(), torch.empty(0)).device
     correct = torch.zeros((), dtype=torch.int64, device=device)
     loss = torch.zeros((), dtype=torch.float64, device=device)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(getattr(model, "evaluation_threads", threads))
+    threads = getattr(model, "evaluation_threads", None)
     try:
-        for x, y in split.batches(batch_size):  # summed on the device: one wait, at the end
-            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            logits = model(data.normalize(x)).float()
-            correct += (logits.argmax(1) == y).sum()
-            loss += F.cross_entropy(logits, y, reduction="sum").double()
+        with cpu_threads(threads) if threads else contextlib.nullcontext():
+            for x, y in split.batches(batch_size):  # summed on the device: one wait, at the end
+                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+                logits = model(data.normalize(x)).float()
+                correct += (logits.argmax(1) == y).sum()
+                loss += F.cross_entropy(logits, y, reduction="sum").double()
     finally:
-        torch.set_num_threads(threads)
         model.train(was_training)
     return int(correct) / len(split), float(loss) / len(split)
