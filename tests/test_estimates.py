@@ -20,7 +20,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import autosearch
 from autosearch import Compression, SupernetConfig, TrainConfig
 from autosearch.compress import derive
-from autosearch.compress._fake_quant import _observer, histogram
+from autosearch.compress._fake_quant import _observer, histogram, quantization_errors
 from autosearch.compress._quantize import has_vnni
 from autosearch.errors import StudyError
 from autosearch.scoring.cost import safetensors_size, saved_bytes
@@ -294,6 +294,45 @@ def test_the_observers_range_search_is_torchaos_step_for_step():
         assert [t.tolist() for t in theirs.calculate_qparams()] == [
             t.tolist() for t in ours.calculate_qparams()
         ]
+
+
+def _observed(kind: int, spread: float, outlier: float, reduce_range: bool, seed: int):
+    """An observer of the estimate after one tensor of a kind an activation can be: after
+    a ReLU (half the mass in the first bin), two-sided, skewed, nearly constant with a
+    few far values."""
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(4096, generator=generator) * spread
+    x = [x.relu(), x + outlier / 10, x.abs() ** 3, torch.where(x.abs() > 2.5 * spread, x, 0)][kind]
+    x[0] = outlier * spread  # a far value the search may clip
+    observer = _observer(reduce_range)
+    observer(x)
+    return observer
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None)
+@given(
+    kind=st.integers(0, 3),
+    spread=st.sampled_from([1e-4, 0.3, 1.0, 7.0]),
+    outlier=st.sampled_from([1.0, 5.0, 60.0]),
+    reduce_range=st.booleans(),
+    seed=st.integers(0, 1000),
+    steps=st.lists(st.tuples(st.integers(0, 2047), st.integers(0, 2047)), min_size=1, max_size=20),
+)
+def test_the_range_searchs_errors_computed_together_are_torchaos_to_the_bit(
+    kind, spread, outlier, reduce_range, seed, steps
+):
+    """Many steps' quantization errors in one batch: each the float torchao's
+    ``_compute_quantization_error`` returns for that step alone (empty destination bins
+    included), and the whole search ends where torchao's own search ends."""
+    from torchao.quantization.pt2e.observer import HistogramObserver
+
+    observer = _observed(kind, spread, outlier, reduce_range, seed)
+    steps = [(min(a, b), max(a, b)) for a, b in steps] + [(9, 9), (0, 2047)]
+    assert quantization_errors(observer, steps) == [
+        observer._compute_quantization_error(start, end) for start, end in steps
+    ]
+    theirs = HistogramObserver._non_linear_param_search(observer)  # torchao's, not ours
+    assert [t.tolist() for t in observer._non_linear_param_search()] == [t.tolist() for t in theirs]
 
 
 @pytest.mark.slow
