@@ -324,7 +324,7 @@ def test_a_study_deleted_under_a_running_worker_stops_it_in_one_line(
     )
     # Far more trials than it could run while the deletion lands, on any machine: the
     # deletion stops it, never the end of its trials (with 8, a worker on a fast CPU once
-    # finished them all while the test process, starved by the other one, still deleted).
+    # finished them all, 8.7 s of work, before the deletion took effect in a full run).
     worker = _worker(url, "gone", 1000, {})
     try:
         _wait_for(lambda: _epochs(study, 1) >= 1, "trial 1 one epoch in")
