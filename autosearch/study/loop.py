@@ -48,7 +48,7 @@ from autosearch.study.plans import Planner
 from autosearch.study.records import FINISHED, Record
 from autosearch.study.replay import ControllerReplay
 from autosearch.study.results import on_front
-from autosearch.study.storage._urls import connection_lost
+from autosearch.study.storage._urls import connection_lost, database
 from autosearch.study.storage.artifacts import Artifacts
 from autosearch.study.tracking.tracker import Tracker
 from autosearch.study.trials import StoredTrials
@@ -152,12 +152,11 @@ class SearchLoop:
         self.interrupts = Interrupts()
 
     def run(self, n_trials: int) -> list[Record]:
-        done: list[Record] = []
         if n_trials:
             trials, definition = self.parts.trials, self.parts.planner.definition
             check_latency_model(trials.storage, trials.study_id, self.parts.name, definition)
         try:
-            return self._run(n_trials, done)
+            return self._run(n_trials, [])
         finally:
             if self.parts.tracker is not None:
                 self.parts.tracker.close()
@@ -207,24 +206,26 @@ class SearchLoop:
         """
         try:
             return self._run_one()
-        except KeyError:  # Optuna's "Record does not exist.": is the study still there?
-            deleted = self.deleted()
+        except (KeyError, PlatformError):  # Optuna's "Record does not exist.", or a row the
+            deleted = self.deleted()  # database refused (its foreign key): is the study there?
             if deleted is None:
                 raise
             raise deleted from None
 
     def deleted(self) -> StudyError | None:
-        """The error to stop with when the study is no longer in its storage (deleted
-        while this worker ran: its trials went with it); None while it is there."""
+        """The error to stop with when the database (not Optuna's cache) no longer holds
+        the study (deleted while this worker ran, its trials with it); else None."""
         trials = self.parts.trials
         try:
-            trials.storage.get_study_name_from_id(trials.study_id)
+            database(trials.storage).get_study_name_from_id(trials.study_id)
+            return None
         except KeyError:
             return StudyError(
                 f"study {self.parts.name!r} was deleted from {self.parts.where} while this "
                 "worker ran (its trials with it); the worker stops and stores nothing more"
             )
-        return None
+        except PLATFORM_FAILURES:  # cannot tell: the failure at hand stands
+            return None
 
     def _run_one(self) -> Record | str | None:
         parts = self.parts

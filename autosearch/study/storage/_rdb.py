@@ -26,6 +26,7 @@ the database's revision on every open; where they differ, Optuna's own check say
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
 __all__ = ["RDBStorage"]
 
 
+_DELETE_TRIES = 8  # a deletion colliding with writes under the study: tried again
 _HEAD: list[str] = []  # the installed Optuna's schema revision, once read
 
 
@@ -73,7 +75,34 @@ class RDBStorage(optuna.storages.RDBStorage):
         self._first: dict[tuple[int, str], BaseDistribution] = {}
 
     def delete_study(self, study_id: int) -> None:
-        super().delete_study(study_id)
+        """Delete the study and everything under it, or raise.
+
+        Optuna's delete reads the study's rows, then deletes them and the study in its
+        commit. A row a running worker commits in between (a new trial, an epoch's
+        value) makes the database refuse the study's deletion (its foreign key), and
+        Optuna ignores that IntegrityError: the delete returns having deleted nothing.
+        Here the delete is tried again with the rows read again, and fails aloud if it
+        keeps colliding.
+
+        Raises:
+            KeyError: no study has this id (Optuna's error).
+            optuna.exceptions.StorageInternalError: every try collided with a write.
+        """
+        from sqlalchemy.exc import IntegrityError
+
+        for attempt in range(_DELETE_TRIES):
+            try:
+                with _create_scoped_session(self.scoped_session) as session:
+                    session.delete(models.StudyModel.find_or_raise_by_id(study_id, session))
+                break
+            except IntegrityError:
+                time.sleep(0.01 * 2**attempt)  # 10 ms, then twice as long each time
+        else:
+            raise optuna.exceptions.StorageInternalError(
+                f"study {study_id} was not deleted: each of {_DELETE_TRIES} tries collided "
+                "with a write under it (a worker still running); stop its workers and "
+                "delete it again"
+            )
         # A later study may be given the same id: what this one stored no longer binds.
         self._first = {key: d for key, d in self._first.items() if key[0] != study_id}
 

@@ -157,7 +157,7 @@ def _sqlite(url: str, create: bool, write: bool) -> BaseStorage:
             _existing(path, url, write=True)
         _check_sqlite(path, url)
         storage = _rdb(url, create=True)
-        _write_ahead_log(storage)
+        _pragmas(storage)
         return _cached(storage)
     # Read-only: nothing written, not even SQLite's own files where the folder forbids it.
     _existing(path, url)
@@ -166,11 +166,18 @@ def _sqlite(url: str, create: bool, write: bool) -> BaseStorage:
     return _cached(_rdb(f"sqlite:///{uri}&uri=true", create=False, shown=url))
 
 
-def _write_ahead_log(storage: BaseStorage) -> None:
-    """SQLite in write-ahead-log mode with normal syncing: readers no longer block the
-    writer (several local workers share the file), and each of a trial's many small
-    commits no longer waits for a full fsync. A crash can lose the last commits, never
-    corrupt the file."""
+def _pragmas(storage: BaseStorage) -> None:
+    """SQLite as the workers need it, on every connection:
+
+    - write-ahead-log mode with normal syncing: readers no longer block the writer
+      (several local workers share the file), and each of a trial's many small commits
+      no longer waits for a full fsync. A crash can lose the last commits, never corrupt
+      the file.
+    - foreign keys enforced, as every database server enforces them: a study deleted
+      while a worker writes under it is refused (and tried again, see
+      ``RDBStorage.delete_study``) instead of leaving the worker's new rows behind,
+      orphans a later study given the same id would inherit.
+    """
     from sqlalchemy import event
 
     engine = storage.engine  # type: ignore[attr-defined]
@@ -179,6 +186,7 @@ def _write_ahead_log(storage: BaseStorage) -> None:
         cursor = connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
         cursor.close()
 
     event.listen(engine, "connect", on_connect)
@@ -308,7 +316,7 @@ def close_storage(storage: BaseStorage) -> None:
     """Close ``storage``'s database connections now (a command that failed does not
     keep a SQLite file open, with its write-ahead log and shared-memory files beside it,
     until the garbage collector runs)."""
-    engine = getattr(_backend(storage), "engine", None)
+    engine = getattr(database(storage), "engine", None)
     if engine is not None:
         engine.dispose()
 
@@ -321,8 +329,9 @@ def trial_number(storage: BaseStorage, trial_id: int) -> int:
     return int(cached[1]) if cached else storage.get_trial_number_from_id(trial_id)
 
 
-def _backend(storage: BaseStorage) -> BaseStorage:
-    """The storage behind Optuna's cache (the storage itself where there is none)."""
+def database(storage: BaseStorage) -> BaseStorage:
+    """The storage behind Optuna's cache (the storage itself where there is none): what
+    it answers, the database says now."""
     return getattr(storage, "_backend", storage)
 
 
@@ -335,7 +344,7 @@ def end_trial(
 ) -> None:
     """Set a running trial's ``user_attrs`` and end it: in one transaction on a database
     (all stored or none; autosearch.study.storage._rdb), else one write each, the state last."""
-    backend = _backend(storage)
+    backend = database(storage)
     failpoint("end_trial.before")
     if isinstance(backend, RDBStorage):
         backend.finish_trial(trial_id, user_attrs=user_attrs, state=state, values=values)
