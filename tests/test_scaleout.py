@@ -412,6 +412,14 @@ study = StudySpec(
 """
 
 
+# A study whose definition is stored: whole (the study's row comes first, its definition
+# last, in their own commits; a test that opens it between them finds no definition).
+_DEFINED = (
+    "SELECT 1 FROM studies JOIN study_user_attributes USING (study_id)"
+    " WHERE study_name = ? AND key = 'autosearch'"
+)
+
+
 @pytest.mark.slow
 def test_a_pools_workers_stop_when_its_parent_dies(tmp_path):
     """`autosearch run --workers 2` killed: its workers went on as orphans to the end of
@@ -439,9 +447,7 @@ def test_a_pools_workers_stop_when_its_parent_dies(tmp_path):
             with contextlib.closing(
                 sqlite3.connect(f"file:{tmp_path / 'orphans.db'}?mode=ro", uri=True)
             ) as db:
-                return bool(
-                    db.execute("SELECT 1 FROM studies WHERE study_name='orphans'").fetchall()
-                )
+                return bool(db.execute(_DEFINED, ("orphans",)).fetchall())
         except sqlite3.Error:
             return False  # not there yet, or its tables still being made
 
