@@ -318,3 +318,46 @@ def test_a_database_of_an_older_schema_is_refused_with_optunas_words(tmp_path, m
     with pytest.raises(AutosearchError, match="optuna storage upgrade") as refused:
         load_study(study.name, storage=study.storage_url)
     assert "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgresql", marks=pytest.mark.service)])
+def test_a_study_created_whole_stores_what_optunas_path_stores_in_one_commit(
+    kind, tmp_path, request
+):
+    """autosearch's creation (directions, metric names, creation id and definition in
+    one transaction) against Optuna's (a commit each): the same study, read back; a
+    creation that fails part way stores nothing; a second of the same name is Optuna's
+    DuplicatedStudyError."""
+    import optuna
+    from optuna.exceptions import DuplicatedStudyError
+
+    url = (
+        str(request.getfixturevalue("postgres_url"))
+        if kind == "postgresql"
+        else f"sqlite:///{tmp_path}/s.db"
+    )
+    ours, theirs = open_storage(url), OptunaRDB(url)
+    backend = ours._backend  # type: ignore[attr-defined]
+    directions = [StudyDirection.MAXIMIZE, StudyDirection.MINIMIZE]
+    user = {"autosearch": {"space": {"name": "nb201"}, "seed": 3}, "note": [1, "x"]}
+    system = {"study:metric_names": ["accuracy", "flops"], "autosearch:uid": "0a1b"}
+    a = backend.create_whole_study(directions, "ours", user_attrs=user, system_attrs=system)
+    b = theirs.create_new_study(directions, "theirs")
+    for key, value in system.items():
+        theirs.set_study_system_attr(b, key, value)
+    for key, value in user.items():
+        theirs.set_study_user_attr(b, key, value)
+    for read in (ours, theirs):
+        assert read.get_study_directions(a) == read.get_study_directions(b) == directions
+        assert read.get_study_user_attrs(a) == read.get_study_user_attrs(b) == user
+        assert read.get_study_system_attrs(a) == read.get_study_system_attrs(b) == system
+        assert read.get_study_name_from_id(a) == "ours"
+    assert optuna.load_study(study_name="ours", storage=url).metric_names == ["accuracy", "flops"]
+    with pytest.raises(TypeError):  # not JSON: the study's row goes back with the rest
+        backend.create_whole_study(
+            directions, "half", user_attrs={"x": object()}, system_attrs=system
+        )
+    assert "half" not in [s.study_name for s in ours.get_all_studies()]
+    with pytest.raises(DuplicatedStudyError):
+        backend.create_whole_study(directions, "ours", user_attrs={}, system_attrs={})
+    assert sorted(s.study_name for s in ours.get_all_studies()) == ["ours", "theirs"]

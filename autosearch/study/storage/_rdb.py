@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 __all__ = ["RDBStorage"]
 
 
+_optuna_logger = optuna.logging.get_logger("optuna.storages._rdb.storage")  # its words
 _DELETE_TRIES = 8  # a deletion colliding with writes under the study: tried again
 _HEAD: list[str] = []  # the installed Optuna's schema revision, once read
 
@@ -73,6 +74,53 @@ class RDBStorage(optuna.storages.RDBStorage):
                 versions.check_table_schema_compatibility()  # Optuna's words
         # (study id, param name) -> the distribution of that name's first stored value
         self._first: dict[tuple[int, str], BaseDistribution] = {}
+
+    def create_whole_study(
+        self,
+        directions: Sequence[optuna.study.StudyDirection],
+        name: str,
+        *,
+        user_attrs: Mapping[str, Any],
+        system_attrs: Mapping[str, Any],
+    ) -> int:
+        """Create study ``name`` with its attributes in one transaction, the rows Optuna's
+        ``create_new_study`` and ``set_study_*_attr`` write one commit each: a process
+        killed while it makes the study leaves all of it or none (never a study without
+        the attributes that make it whole). Its id.
+
+        Raises:
+            optuna.exceptions.DuplicatedStudyError: a study of that name exists.
+        """
+        from sqlalchemy.exc import IntegrityError
+
+        try:
+            with _create_scoped_session(self.scoped_session) as session:
+                study = models.StudyModel(
+                    study_name=name,
+                    directions=[
+                        models.StudyDirectionModel(objective=objective, direction=direction)
+                        for objective, direction in enumerate(directions)
+                    ],
+                )
+                session.add(study)
+                session.flush()  # its id, for the rows below
+                session.add_all(
+                    [
+                        model(study_id=study.study_id, key=key, value_json=json.dumps(value))
+                        for model, attrs in (
+                            (models.StudyUserAttributeModel, user_attrs),
+                            (models.StudySystemAttributeModel, system_attrs),
+                        )
+                        for key, value in attrs.items()
+                    ]
+                )
+                study_id = int(study.study_id)
+        except IntegrityError:  # the unique name: another process made it first
+            raise optuna.exceptions.DuplicatedStudyError(
+                f"Another study with name '{name}' already exists."
+            ) from None
+        _optuna_logger.info(f"A new study created in RDB with name: {name}")
+        return study_id
 
     def delete_study(self, study_id: int) -> None:
         """Delete the study and everything under it, or raise.

@@ -8,18 +8,17 @@ import dataclasses
 import logging
 import time
 import uuid
-import warnings
 from typing import Any
 
-import optuna
 from optuna.exceptions import DuplicatedStudyError
 from optuna.storages import BaseStorage
+from optuna.study import StudyDirection
 
 from autosearch.data import Dataset, load_data, spec_of
 from autosearch.errors import StorageError, StudyError, suggest
 from autosearch.study.definition import StudyDefinition
 from autosearch.study.jobs import is_companion
-from autosearch.study.storage._urls import close_storage, open_storage
+from autosearch.study.storage._urls import close_storage, database, open_storage
 
 __all__ = ["open_stored", "read_definition", "store_definition", "study_uid", "write_definition"]
 
@@ -27,6 +26,7 @@ logger = logging.getLogger(__name__)
 
 _ATTR = "autosearch"  # the study user attribute that holds the definition
 _UID = "autosearch:uid"  # the study system attribute: a random id, made once at creation
+_METRIC_NAMES = "study:metric_names"  # where Optuna keeps the objectives' names
 
 
 def open_stored(
@@ -79,17 +79,22 @@ def study_uid(storage: BaseStorage, study_id: int) -> str:
 
 
 def _create(storage: BaseStorage, name: str, definition: StudyDefinition) -> StudyDefinition:
-    """Make study ``name``; its definition is written last, so a study that holds one is
-    whole (a worker that joins waits for it: :func:`_await_definition`)."""
-    created = optuna.create_study(
-        storage=storage, study_name=name, directions=definition.directions
-    )
-    with warnings.catch_warnings():  # "experimental": stable since Optuna 3.2
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        created.set_metric_names(list(definition.objectives))  # the dashboard shows them
-    study_id = storage.get_study_id_from_name(name)
-    storage.set_study_system_attr(study_id, _UID, uuid.uuid4().hex)
-    write_definition(storage, study_id, definition)
+    """Make study ``name`` whole: its directions, metric names, creation id and
+    definition. On a database, in one transaction (a process killed meanwhile leaves
+    all of it or nothing); in a journal, one record after another, the definition last,
+    so that a study that holds one is whole (a worker that joins waits for it:
+    :func:`_await_definition`)."""
+    user = {_ATTR: definition.to_json()}
+    system = {_METRIC_NAMES: list(definition.objectives), _UID: uuid.uuid4().hex}
+    directions = [StudyDirection[direction.upper()] for direction in definition.directions]
+    whole = getattr(database(storage), "create_whole_study", None)
+    if whole is not None:
+        whole(directions, name, user_attrs=user, system_attrs=system)
+        return definition
+    study_id = storage.create_new_study(directions, name)
+    for key, value in system.items():
+        storage.set_study_system_attr(study_id, key, value)
+    storage.set_study_user_attr(study_id, _ATTR, user[_ATTR])
     return definition
 
 
