@@ -206,8 +206,8 @@ class SearchLoop:
         """
         try:
             return self._run_one()
-        except (KeyError, PlatformError):  # Optuna's "Record does not exist.", or a row the
-            deleted = self.deleted()  # database refused (its foreign key): is the study there?
+        except KeyError:  # Optuna's "Record does not exist.": is the study still there?
+            deleted = self.deleted()
             if deleted is None:
                 raise
             raise deleted from None
@@ -224,13 +224,13 @@ class SearchLoop:
                 f"study {self.parts.name!r} was deleted from {self.parts.where} while this "
                 "worker ran (its trials with it); the worker stops and stores nothing more"
             )
-        except PLATFORM_FAILURES:  # cannot tell: the failure at hand stands
-            return None
 
     def _run_one(self) -> Record | str | None:
         parts = self.parts
         try:
             claim = parts.claims.claim(self._propose, self._attrs, limit=self.total)
+        except sqlalchemy.exc.IntegrityError as exc:  # the new trial refused: study deleted?
+            raise self.deleted() or platform_error(exc, parts.where) from None
         except PLATFORM_FAILURES as exc:
             raise platform_error(exc, parts.where) from None
         with parts.claims.beating(claim.trial_id, parts.heartbeat_interval):

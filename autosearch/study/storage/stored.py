@@ -13,6 +13,7 @@ from typing import Any
 from optuna.exceptions import DuplicatedStudyError
 from optuna.storages import BaseStorage
 from optuna.study import StudyDirection
+from optuna.study.study import _SYSTEM_ATTR_METRIC_NAMES as _METRIC_NAMES  # Optuna's key
 
 from autosearch.data import Dataset, load_data, spec_of
 from autosearch.errors import StorageError, StudyError, suggest
@@ -26,7 +27,6 @@ logger = logging.getLogger(__name__)
 
 _ATTR = "autosearch"  # the study user attribute that holds the definition
 _UID = "autosearch:uid"  # the study system attribute: a random id, made once at creation
-_METRIC_NAMES = "study:metric_names"  # where Optuna keeps the objectives' names
 
 
 def open_stored(
