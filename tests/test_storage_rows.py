@@ -26,7 +26,7 @@ from optuna.trial import FrozenTrial, TrialState, create_trial
 from autosearch import load_study
 from autosearch.errors import AutosearchError
 from autosearch.study.storage._rdb import RDBStorage
-from autosearch.study.storage._urls import end_trial, open_storage
+from autosearch.study.storage._urls import database, end_trial, open_storage
 
 NAMES = st.text("abcdefgh_", min_size=1, max_size=6)
 JSON = st.recursive(
@@ -337,7 +337,7 @@ def test_a_study_created_whole_stores_what_optunas_path_stores_in_one_commit(
         else f"sqlite:///{tmp_path}/s.db"
     )
     ours, theirs = open_storage(url), OptunaRDB(url)
-    backend = ours._backend  # type: ignore[attr-defined]
+    backend = database(ours)
     directions = [StudyDirection.MAXIMIZE, StudyDirection.MINIMIZE]
     user = {"autosearch": {"space": {"name": "nb201"}, "seed": 3}, "note": [1, "x"]}
     system = {"study:metric_names": ["accuracy", "flops"], "autosearch:uid": "0a1b"}

@@ -41,6 +41,7 @@ from optuna.distributions import (
 from optuna.storages._rdb import models
 from optuna.storages._rdb.storage import _create_scoped_session
 from optuna.trial import FrozenTrial, TrialState
+from sqlalchemy.exc import IntegrityError
 
 from autosearch.study.workers._failpoints import failpoint
 
@@ -91,8 +92,6 @@ class RDBStorage(optuna.storages.RDBStorage):
         Raises:
             optuna.exceptions.DuplicatedStudyError: a study of that name exists.
         """
-        from sqlalchemy.exc import IntegrityError
-
         try:
             with _create_scoped_session(self.scoped_session) as session:
                 study = models.StudyModel(
@@ -136,8 +135,6 @@ class RDBStorage(optuna.storages.RDBStorage):
             KeyError: no study has this id (Optuna's error).
             optuna.exceptions.StorageInternalError: every try collided with a write.
         """
-        from sqlalchemy.exc import IntegrityError
-
         for attempt in range(_DELETE_TRIES):
             try:
                 with _create_scoped_session(self.scoped_session) as session:
