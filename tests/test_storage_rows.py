@@ -361,3 +361,58 @@ def test_a_study_created_whole_stores_what_optunas_path_stores_in_one_commit(
     with pytest.raises(DuplicatedStudyError):
         backend.create_whole_study(directions, "ours", user_attrs={}, system_attrs={})
     assert sorted(s.study_name for s in ours.get_all_studies()) == ["ours", "theirs"]
+
+
+@pytest.mark.parametrize("cut", [0, 1, 2])
+@pytest.mark.parametrize("kind", ["journal", "sqlite"])
+def test_a_creation_cut_off_before_its_definition_is_completed_by_the_next_run(
+    kind, cut, make_study, tmp_path, monkeypatch
+):
+    """A process killed while it makes a study in a journal (a record each: the study,
+    its metric names, its creation id, its definition) leaves a prefix of them. Loading
+    it says so; the next run of the same study finishes it (keeping a creation id already
+    written) and runs, where it used to be refused as not autosearch's after a minute.
+    A study that holds anything else, or other directions, is still refused, untouched."""
+    from autosearch.study.storage import stored
+
+    monkeypatch.setattr(stored, "_CREATION_WAIT", 0.0)  # nobody else is making it here
+    url = f"journal:{tmp_path}/s.log" if kind == "journal" else f"sqlite:///{tmp_path}/s.db"
+    whole = make_study("whole", storage=url)
+    storage = open_storage(url)
+    keys = [stored._METRIC_NAMES, stored._UID]  # _create's order
+    system = storage.get_study_system_attrs(whole._study_id)
+    assert set(system) == set(keys)
+    directions = storage.get_study_directions(whole._study_id)
+    cut_id = storage.create_new_study(directions, "cut")
+    for key in keys[:cut]:  # the records written before the kill
+        storage.set_study_system_attr(cut_id, key, system[key])
+    foreign = storage.create_new_study(directions, "foreign")
+    storage.set_study_user_attr(foreign, "owner", "someone")
+    other = storage.create_new_study([StudyDirection.MINIMIZE] * len(directions), "other")
+
+    with pytest.raises(AutosearchError, match="half-made") as said:
+        load_study("cut", storage=url)
+    assert "\n" not in str(said.value)
+    study = make_study("cut", storage=url, load_if_exists=True)
+    assert len(study.optimize(1)) == 1
+    done = open_storage(url)
+    kept = done.get_study_system_attrs(cut_id)
+    assert kept[stored._METRIC_NAMES] == system[stored._METRIC_NAMES]
+    assert (kept[stored._UID] == system[stored._UID]) == (cut == 2)  # made once
+    assert (
+        stored.read_definition(done, "cut", url)[1] == stored.read_definition(done, "whole", url)[1]
+    )
+    assert len(load_study("cut", storage=url).optuna_study.trials) == 1
+
+    refusals = [
+        ("foreign", foreign, "not created by autosearch"),
+        ("other", other, "other objectives"),
+    ]
+    for name, study_id, says in refusals:
+        before = done.get_study_user_attrs(study_id)
+        with pytest.raises(AutosearchError, match=says) as refused:
+            make_study(name, storage=url, load_if_exists=True)
+        assert "\n" not in str(refused.value)
+        study_id = done.get_study_id_from_name(name)
+        assert done.get_study_user_attrs(study_id) == before
+        assert not done.get_study_system_attrs(study_id) and not done.get_n_trials(study_id)

@@ -66,6 +66,12 @@ def read_definition(storage: BaseStorage, name: str, url: str) -> tuple[int, Stu
         ) from None
     stored = storage.get_study_user_attrs(study_id).get(_ATTR)
     if not isinstance(stored, dict):
+        if _half_made(storage, study_id):
+            raise StudyError(
+                f"study {name!r} in {url} was left half-made (no definition and no trial: a "
+                "process stopped while creating it); run its study file again (or create_study "
+                "with load_if_exists=True) to complete it"
+            )
         raise StudyError(f"study {name!r} in {url} was not created by autosearch (no definition)")
     return study_id, StudyDefinition.from_json(stored, where=f"study {name!r} in {url}")
 
@@ -83,7 +89,8 @@ def _create(storage: BaseStorage, name: str, definition: StudyDefinition) -> Stu
     definition. On a database, in one transaction (a process killed meanwhile leaves
     all of it or nothing); in a journal, one record after another, the definition last,
     so that a study that holds one is whole (a worker that joins waits for it:
-    :func:`_await_definition`)."""
+    :func:`_await_definition`; one cut off before it is finished by the next process
+    that continues the study: :func:`_complete`)."""
     user = {_ATTR: definition.to_json()}
     system = {_METRIC_NAMES: list(definition.objectives), _UID: uuid.uuid4().hex}
     directions = [StudyDirection[direction.upper()] for direction in definition.directions]
@@ -114,6 +121,51 @@ def _await_definition(storage: BaseStorage, name: str) -> None:
         waited, pause = waited + pause, min(pause * 2, 1.0)
 
 
+def _half_made(storage: BaseStorage, study_id: int) -> bool:
+    """Whether the study holds only a prefix of what :func:`_create` writes before the
+    definition (in a journal, a record each): a creation cut off by a killed process,
+    or an empty study made with Optuna alone. Nothing in it can be lost by completing it."""
+    return (
+        not storage.get_study_user_attrs(study_id)
+        and set(storage.get_study_system_attrs(study_id)) <= {_METRIC_NAMES, _UID}
+        and not storage.get_n_trials(study_id)
+    )
+
+
+def _complete(storage: BaseStorage, name: str, url: str, definition: StudyDefinition) -> None:
+    """Finish a half-made study ``name`` (:func:`_half_made`) as :func:`_create` would
+    have: the records it lacks, in the same order, the definition last; a creation id
+    already written is kept. Two processes completing it at once both write the
+    definition (the one continued is then checked against it, as any joining worker's is).
+
+    Raises:
+        StudyError: it was begun for other objectives (left as it is).
+    """
+    study_id = storage.get_study_id_from_name(name)
+    if not _half_made(storage, study_id):
+        return
+    system = storage.get_study_system_attrs(study_id)
+    objectives = list(definition.objectives)
+    directions = [StudyDirection[direction.upper()] for direction in definition.directions]
+    if storage.get_study_directions(study_id) != directions or (
+        system.get(_METRIC_NAMES, objectives) != objectives
+    ):
+        raise StudyError(
+            f"study {name!r} in {url} was left half-made (no definition, no trial) for other "
+            f"objectives than {', '.join(objectives)} "
+            f"({', '.join(d.name.lower() for d in directions)}); "
+            "delete it or choose another study name"
+        )
+    logger.warning(
+        "study %s was left half-made (a process stopped while creating it): completing it", name
+    )
+    if _METRIC_NAMES not in system:
+        storage.set_study_system_attr(study_id, _METRIC_NAMES, objectives)
+    if _UID not in system:
+        storage.set_study_system_attr(study_id, _UID, uuid.uuid4().hex)
+    write_definition(storage, study_id, definition)
+
+
 def write_definition(storage: BaseStorage, study_id: int, definition: StudyDefinition) -> None:
     storage.set_study_user_attr(study_id, _ATTR, definition.to_json())
 
@@ -141,6 +193,7 @@ def store_definition(
             "it, load it with autosearch.load_study, or choose another name"
         )
     _await_definition(storage, name)
+    _complete(storage, name, url, definition)
     study_id, stored = read_definition(storage, name, url)
     definition.check_continues(stored, name)
     if artifacts_given and definition.artifacts != stored.artifacts:
