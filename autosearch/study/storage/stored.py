@@ -84,6 +84,10 @@ def study_uid(storage: BaseStorage, study_id: int) -> str:
     return uid if isinstance(uid, str) and uid.isalnum() else ""
 
 
+def _directions(definition: StudyDefinition) -> list[StudyDirection]:
+    return [StudyDirection[direction.upper()] for direction in definition.directions]
+
+
 def _create(storage: BaseStorage, name: str, definition: StudyDefinition) -> StudyDefinition:
     """Make study ``name`` whole: its directions, metric names, creation id and
     definition. On a database, in one transaction (a process killed meanwhile leaves
@@ -93,7 +97,7 @@ def _create(storage: BaseStorage, name: str, definition: StudyDefinition) -> Stu
     that continues the study: :func:`_complete`)."""
     user = {_ATTR: definition.to_json()}
     system = {_METRIC_NAMES: list(definition.objectives), _UID: uuid.uuid4().hex}
-    directions = [StudyDirection[direction.upper()] for direction in definition.directions]
+    directions = _directions(definition)
     whole = getattr(database(storage), "create_whole_study", None)
     if whole is not None:
         whole(directions, name, user_attrs=user, system_attrs=system)
@@ -145,8 +149,7 @@ def _complete(storage: BaseStorage, name: str, url: str, definition: StudyDefini
     if not _half_made(storage, study_id):
         return
     system = storage.get_study_system_attrs(study_id)
-    objectives = list(definition.objectives)
-    directions = [StudyDirection[direction.upper()] for direction in definition.directions]
+    objectives, directions = list(definition.objectives), _directions(definition)
     if storage.get_study_directions(study_id) != directions or (
         system.get(_METRIC_NAMES, objectives) != objectives
     ):
