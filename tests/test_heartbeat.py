@@ -66,7 +66,8 @@ def test_a_process_of_another_machine_boot_or_container_is_never_called_gone():
     machine, _, start = this_process().rsplit("/", 2)
     boot, _, namespace = machine.partition("/")
     unused = 2**22 + 17  # above Linux's largest pid: no such process here
-    for other in (f"0{boot[1:]}/{namespace}", f"{boot}/pid:[1]"):
+    another_boot = ("1" if boot.startswith("0") else "0") + boot[1:]  # never this one
+    for other in (f"{another_boot}/{namespace}", f"{boot}/pid:[1]"):
         assert not process_gone(_claim(f"{other}/{unused}/{start}"))
     assert process_gone(_claim(f"{machine}/{unused}/{start}"))  # on this machine: gone
 

@@ -95,9 +95,11 @@ def _stops_not_lost() -> Iterator[None]:
         if isinstance(unraisable.exc_value, StopNow):
             # Sent from a thread a moment later: a handler run inside this hook would be
             # lost for good; by then the main thread is out of the callback (if not, the
-            # stop comes back here and is sent again).
+            # stop comes back here and is sent again). Sent to the main thread itself,
+            # where Python runs handlers: a signal sent to the process may be taken by
+            # another thread (a library's, waiting on it) and never reach the handler.
             sig = signal.Signals[unraisable.exc_value.signal]
-            again = threading.Timer(0.05, os.kill, (os.getpid(), sig))
+            again = threading.Timer(0.05, _to_main_thread, (sig,))
             again.daemon = True
             again.start()
             return
@@ -108,6 +110,14 @@ def _stops_not_lost() -> Iterator[None]:
         yield
     finally:
         sys.unraisablehook = previous
+
+
+def _to_main_thread(sig: signal.Signals) -> None:
+    main = threading.main_thread().ident
+    if hasattr(signal, "pthread_kill") and main is not None:
+        signal.pthread_kill(main, sig)
+    else:  # no pthreads (Windows)
+        os.kill(os.getpid(), sig)
 
 
 @contextlib.contextmanager
