@@ -12,8 +12,11 @@ so a second Ctrl-C a moment after the first is not lost.
 A handler's exception is raised wherever the main thread is, and where that is a
 finalizer or a garbage collector's callback (SQLAlchemy has some), Python prints it as
 "Exception ignored" and goes on: a second signal would be lost. While the block is
-active, such a lost stop is sent again (the same signal, to this process), to land
-outside the callback.
+active, such a lost stop is sent again (the same signal, to the main thread), to land
+outside the callback. A finalizer that swallows every exception itself (a bare
+``except:``) takes the second stop with it: then the first one's request stands, and
+the work stops after its epoch's checkpoint. (Sending it again until the block is left
+would interrupt the code that records the stop itself.)
 """
 
 from __future__ import annotations
