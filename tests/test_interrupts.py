@@ -12,11 +12,18 @@ import time
 import pytest
 from _trials import sigterm_after_first_epoch
 
+from autosearch.study.workers import interrupts as interrupts_module
+
 # The main thread spends seconds inside one native call (a key derivation) while the
-# signals arrive; Python's handler runs when it returns.
+# signals arrive; Python's handler runs when it returns. The module is loaded from its
+# file alone (it needs the standard library only): the child does not pay torch's import.
 _CHILD = """
-import hashlib
-from autosearch.study.workers.interrupts import Interrupts, StopNow
+import hashlib, importlib.util, sys
+
+spec = importlib.util.spec_from_file_location("interrupts", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+Interrupts, StopNow = module.Interrupts, module.StopNow
 
 interrupts = Interrupts()
 with interrupts.handled():
@@ -31,7 +38,7 @@ with interrupts.handled():
 
 def _send(signals: list[signal.Signals]) -> str:
     child = subprocess.Popen(
-        [sys.executable, "-c", _CHILD],
+        [sys.executable, "-c", _CHILD, interrupts_module.__file__],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
