@@ -508,6 +508,60 @@ def test_a_pool_worker_that_keeps_dying_stops_the_run_in_one_line(tmp_path):
     assert marks.read_text() == "xx"  # run, and started again once
 
 
+def _returns(**_: object) -> str:
+    return "ran"
+
+
+def _gone_or_zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def test_a_fork_server_that_dies_as_it_starts_a_worker_is_started_again(monkeypatch, caplog):
+    """Seen in the chaos soak: a pool's fork server killed just after the pool found it
+    alive, as the pool asked it for a worker; the run stopped with a traceback
+    (EOFError from multiprocessing). That worker is started again, the fork server with
+    it; a worker that never starts stops the run in one line."""
+    from multiprocessing import forkserver
+
+    from autosearch import PlatformError, ProcessExecutor
+
+    server = forkserver._forkserver
+    checked, connect = server.ensure_running, forkserver.connect_to_new_process
+    killed: list[int] = []
+    always = False
+
+    def connect_after_its_death(fds):
+        checked()  # alive now; then killed before the pool connects to it
+        if always or not killed:
+            pid = server._forkserver_pid
+            os.kill(pid, signal.SIGKILL)
+            for _ in range(6000):  # a state to wait on, generously bounded (60 s)
+                if _gone_or_zombie(pid):
+                    break
+                time.sleep(0.01)
+            killed.append(pid)
+            monkeypatch.setattr(server, "ensure_running", lambda: None)  # checked already
+        try:
+            return connect(fds)
+        finally:
+            monkeypatch.setattr(server, "ensure_running", checked)
+
+    monkeypatch.setattr(forkserver, "connect_to_new_process", connect_after_its_death)
+    with caplog.at_level("WARNING"):
+        ran = ProcessExecutor(max_retries=1).map(_returns, [{"worker": 0}], lambda: None)
+    assert ran == ["ran"] and len(killed) == 1
+    assert "worker 0 died (its process could not start (ConnectionRefusedError" in caplog.text
+
+    always = True
+    with pytest.raises(PlatformError, match=r"^worker 0 died 2 times \(its process could not "):
+        ProcessExecutor(max_retries=1).map(_returns, [{"worker": 0}], lambda: None)
+    assert len(killed) == 3
+
+
 def _what_a_worker_sees(variable: str, **_: object) -> dict:
     """A worker's view: the variable's value, and its parent."""
     return {"value": os.environ.get(variable), "parent": os.getppid()}

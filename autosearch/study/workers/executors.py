@@ -147,19 +147,28 @@ class _Retried:
         )
         # The environment this process has now, as a spawned process would get it (a
         # fork server's children start with the server's, from its own start).
-        self.future: Future[Any] = self.pool.submit(
-            _run_then_leave_if_orphaned, self.worker, parent, dict(os.environ), **self.call
-        )
+        try:
+            self.future: Future[Any] = self.pool.submit(
+                _run_then_leave_if_orphaned, self.worker, parent, dict(os.environ), **self.call
+            )
+        except (EOFError, OSError, BrokenProcessPool) as exc:
+            # Its process could not start: the fork server died while starting it (it
+            # was checked alive just before), or the machine refused a process or a
+            # file. Counted as the process dying: started again, the fork server too.
+            self.future = Future()
+            self.future.set_exception(
+                BrokenProcessPool(f"its process could not start ({type(exc).__name__}: {exc})")
+            )
 
     def result(self) -> Any:
         """The call's result; a worker that kept dying is one line, not a traceback."""
         try:
             return self.future.result()
-        except BrokenProcessPool:
+        except BrokenProcessPool as exc:
             raise PlatformError(
                 f"worker {self.call.get('worker')} died {self.retries + 1} times (its process "
-                "ended abruptly: killed, or out of memory?); the run stops, and its trial "
-                "resumes from its checkpoint on the next run"
+                f"{_how(exc)}); the run stops, and its trial resumes from its checkpoint on "
+                "the next run"
             ) from None
 
     def done(self, max_retries: int) -> bool:
@@ -167,21 +176,31 @@ class _Retried:
         retries are left)."""
         if not self.future.done():
             return False
-        if not isinstance(self.future.exception(), BrokenProcessPool):
+        broken = self.future.exception()
+        if not isinstance(broken, BrokenProcessPool):
             return True
         if self.retries >= max_retries:
             return True  # its result() says so
         self.retries += 1
         logger.warning(
-            "worker %s died (its process ended abruptly); started again (%d of %d); its "
-            "trial resumes from its checkpoint",
+            "worker %s died (its process %s); started again (%d of %d); its trial resumes "
+            "from its checkpoint",
             self.call.get("worker"),
+            _how(broken),
             self.retries,
             max_retries,
         )
         self.pool.shutdown(wait=True)
         self.start()
         return False
+
+
+def _how(broken: BaseException) -> str:
+    """How a worker's process was lost, in a few words."""
+    said = str(broken)
+    if said.startswith("its process could not start"):
+        return said.removeprefix("its process ")
+    return "ended abruptly: killed, or out of memory?"
 
 
 # What a pool's fork server loads once for all of its workers, beyond torch: the
