@@ -145,6 +145,7 @@ class _Retried:
         self.pool = ProcessPoolExecutor(
             1, mp_context=self.context, initializer=_follow_parent, initargs=(parent,)
         )
+        self.lost = "ended abruptly: killed, or out of memory?"  # if it is lost
         # The environment this process has now, as a spawned process would get it (a
         # fork server's children start with the server's, from its own start).
         try:
@@ -152,22 +153,20 @@ class _Retried:
                 _run_then_leave_if_orphaned, self.worker, parent, dict(os.environ), **self.call
             )
         except (EOFError, OSError, BrokenProcessPool) as exc:
-            # Its process could not start: the fork server died while starting it (it
-            # was checked alive just before), or the machine refused a process or a
-            # file. Counted as the process dying: started again, the fork server too.
+            # The fork server died as it was asked (found alive just before), or the
+            # machine refused a process: as a death (started again, the server too).
+            self.lost = f"could not start ({type(exc).__name__}: {exc})"
             self.future = Future()
-            self.future.set_exception(
-                BrokenProcessPool(f"its process could not start ({type(exc).__name__}: {exc})")
-            )
+            self.future.set_exception(BrokenProcessPool(self.lost))
 
     def result(self) -> Any:
         """The call's result; a worker that kept dying is one line, not a traceback."""
         try:
             return self.future.result()
-        except BrokenProcessPool as exc:
+        except BrokenProcessPool:
             raise PlatformError(
                 f"worker {self.call.get('worker')} died {self.retries + 1} times (its process "
-                f"{_how(exc)}); the run stops, and its trial resumes from its checkpoint on "
+                f"{self.lost}); the run stops, and its trial resumes from its checkpoint on "
                 "the next run"
             ) from None
 
@@ -176,8 +175,7 @@ class _Retried:
         retries are left)."""
         if not self.future.done():
             return False
-        broken = self.future.exception()
-        if not isinstance(broken, BrokenProcessPool):
+        if not isinstance(self.future.exception(), BrokenProcessPool):
             return True
         if self.retries >= max_retries:
             return True  # its result() says so
@@ -186,21 +184,13 @@ class _Retried:
             "worker %s died (its process %s); started again (%d of %d); its trial resumes "
             "from its checkpoint",
             self.call.get("worker"),
-            _how(broken),
+            self.lost,
             self.retries,
             max_retries,
         )
         self.pool.shutdown(wait=True)
         self.start()
         return False
-
-
-def _how(broken: BaseException) -> str:
-    """How a worker's process was lost, in a few words."""
-    said = str(broken)
-    if said.startswith("its process could not start"):
-        return said.removeprefix("its process ")
-    return "ended abruptly: killed, or out of memory?"
 
 
 # What a pool's fork server loads once for all of its workers, beyond torch: the
