@@ -357,6 +357,27 @@ def test_a_lost_database_connection_is_named_as_such_not_as_invalid_data():
     plain = str(platform_error(StorageInternalError("disk I/O error"), "sqlite:///x.db"))
     assert plain == "storage sqlite:///x.db failed: StorageInternalError: disk I/O error"
 
+    def wrapped_by_optuna(error: BaseException) -> StorageInternalError:
+        try:
+            try:
+                raise error
+            except Exception as exc:
+                raise StorageInternalError("An exception is raised during the commit.") from exc
+        except StorageInternalError as exc:
+            return exc
+
+    # Seen in a later soak: the next statement on a connection invalidated mid-transaction.
+    pending = sqlalchemy.exc.PendingRollbackError(
+        "Can't reconnect until invalid transaction is rolled back. Please rollback() fully"
+    )
+    line = str(platform_error(wrapped_by_optuna(pending), "postgresql://h/db"))
+    assert line.startswith("storage postgresql://h/db: the connection to the database was lost")
+    # Anything else Optuna wraps is named by its own error, not "invalid data in the commit".
+    other = sqlalchemy.exc.DataError("INSERT", {}, ValueError("value too long for varchar(512)"))
+    line = str(platform_error(wrapped_by_optuna(other), "postgresql://h/db"))
+    assert line.startswith("storage postgresql://h/db failed: DataError: (builtins.ValueError)")
+    assert "value too long" in line and "invalid data" not in line
+
 
 def test_a_connection_cut_while_the_storage_opens_is_opened_again(tmp_path, monkeypatch):
     """Seen in the chaos soak: a worker whose connection was cut while it opened the

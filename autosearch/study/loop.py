@@ -48,7 +48,7 @@ from autosearch.study.plans import Planner
 from autosearch.study.records import FINISHED, Record
 from autosearch.study.replay import ControllerReplay
 from autosearch.study.results import on_front
-from autosearch.study.storage._urls import connection_lost, database
+from autosearch.study.storage._urls import connection_lost, database, root_cause
 from autosearch.study.storage.artifacts import Artifacts
 from autosearch.study.tracking.tracker import Tracker
 from autosearch.study.trials import StoredTrials
@@ -76,8 +76,7 @@ _MAX_DUPLICATE_ASKS = 100
 _MAX_DROPPED = 10
 DROPPED = "dropped"  # run_one's answer for a trial another worker took over
 
-# Failures of the platform, not of the candidate: the storage, or a file the study writes
-# (checkpoints, weights, variant results) on a read-only, full or vanished disk.
+# The platform's failures, not the candidate's: the storage, or a disk read-only, full or gone.
 PLATFORM_FAILURES = (PlatformError, OSError, StorageInternalError, sqlalchemy.exc.SQLAlchemyError)
 
 
@@ -88,13 +87,14 @@ def platform_error(exc: BaseException, storage: str) -> PlatformError:
     if isinstance(exc, OSError) and exc.filename:
         return PlatformError(f"cannot use {exc.filename}: {exc.strerror or exc}")
     lost = connection_lost(exc)
-    if lost is not None:  # Optuna's wrapper blames "invalid data in the commit"
+    if lost is not None:  # Optuna's wrapper blames "invalid data in the commit" for all
         return PlatformError(
             f"storage {storage}: the connection to the database was lost ({lost}); run the "
             "same command again to go on (a trial it held resumes from its checkpoint)"[:500]
         )
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return PlatformError(f"storage {storage} failed: {type(exc).__name__}: {first}"[:500])
+    cause = root_cause(exc) if isinstance(exc, StorageInternalError) else exc  # as above
+    first = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
+    return PlatformError(f"storage {storage} failed: {type(cause).__name__}: {first}"[:500])
 
 
 class AllClaimed(SpaceExhausted):

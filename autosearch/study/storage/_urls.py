@@ -35,6 +35,7 @@ __all__ = [
     "end_trial",
     "local_path",
     "open_storage",
+    "root_cause",
     "trial_number",
 ]
 
@@ -216,7 +217,7 @@ def _rdb(url: str, *, create: bool, attempts: int = 8, shown: str | None = None)
                 f"({exc}); for PostgreSQL: pip install 'autosearch[postgres]'"
             ) from None
         except Exception as exc:  # SQLAlchemy raises many types; all mean "unusable"
-            cause = _root_cause(exc)
+            cause = root_cause(exc)
             lost = connection_lost(exc)
             if lost is not None and attempt == attempts - 1:
                 raise StorageError(
@@ -234,6 +235,9 @@ def _rdb(url: str, *, create: bool, attempts: int = 8, shown: str | None = None)
     raise AssertionError("unreachable")  # the loop returns or raises
 
 
+_DROPPED = ("AdminShutdown", "OperationalError")
+
+
 def connection_lost(exc: BaseException) -> str | None:
     """The first line of a dropped database connection among ``exc``'s causes (the
     server shut it, or it closed), or None."""
@@ -243,13 +247,15 @@ def connection_lost(exc: BaseException) -> str | None:
             return None
         invalidated = getattr(seen, "connection_invalidated", False)
         said = any(w in str(seen) for w in ("terminating connection", "server closed"))
-        if invalidated or (type(seen).__name__ in ("AdminShutdown", "OperationalError") and said):
+        # SQLAlchemy's word for a statement on a connection invalidated mid-transaction.
+        reconnect = type(seen).__name__ == "PendingRollbackError" and "reconnect" in str(seen)
+        if reconnect or invalidated or (type(seen).__name__ in _DROPPED and said):
             return f"{type(seen).__name__}: {str(seen).strip().splitlines()[0]}"
         seen = seen.__cause__ or seen.__context__
     return None
 
 
-def _root_cause(exc: BaseException) -> BaseException:
+def root_cause(exc: BaseException) -> BaseException:
     """The error an exception wraps (Optuna wraps SQLAlchemy's, which wraps the
     driver's): the outermost SQLAlchemy error in the chain, else the innermost error."""
     from sqlalchemy.exc import SQLAlchemyError
