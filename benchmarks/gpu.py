@@ -41,6 +41,7 @@ Where no CUDA GPU exists it prints one line saying so and exits 0 (CI).
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import json
 import os
@@ -58,6 +59,7 @@ sys.path = [p for p in sys.path if Path(p or ".").resolve() != HERE]
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 BATCH = 256
 
@@ -304,14 +306,20 @@ config = TrainConfig(
     epochs=1, batch_size=256, lr=0.1, device="cuda", precision="bf16", channels_last=True
 )
 torch.zeros(1, device="cuda")
+train(resnet20(), data, config, seed=10_000)  # a pool's worker is warm after its first trial
+torch.cuda.synchronize()
 go = pathlib.Path({go!r})
 print("READY", flush=True)
 while not go.exists():
     time.sleep(0.01)
+seconds, cpu = [], time.process_time()
 for t in range({trials}):
+    start = time.perf_counter()
     torch.manual_seed(t)
     train(resnet20(), data, config, seed=t)
+    seconds.append(time.perf_counter() - start)
 torch.cuda.synchronize()
+print("TRIALS", json.dumps({{"seconds": seconds, "cpu": time.process_time() - cpu}}), flush=True)
 print("END", time.time(), flush=True)
 """
 
@@ -326,7 +334,10 @@ def bench_workers(data_spec: str, total: int) -> dict:
     root = str(HERE.parent)
     out: dict = {}
 
-    def measure(n: int, env: dict[str, str]) -> float:
+    def measure(n: int, env: dict[str, str], label: str) -> float:
+        """Trials an hour of ``n`` warm workers; beside it (under ``profile``) what each
+        trial took, the host's CPU cores the workers kept busy and the GPU's utilization
+        (nvidia-smi, sampled every 100 ms) while they ran."""
         with tempfile.TemporaryDirectory() as tmp:
             go = Path(tmp) / "go"
             script = Path(tmp) / "w.py"
@@ -346,22 +357,44 @@ def bench_workers(data_spec: str, total: int) -> dict:
                 assert p.stdout is not None
                 while "READY" not in (p.stdout.readline() or "READY"):
                     pass
+            smi = subprocess.Popen(
+                [
+                    *("nvidia-smi", "--query-gpu=utilization.gpu"),
+                    *("--format=csv,noheader,nounits", "-lms", "100"),
+                ],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
             start = time.time()
             go.touch()
-            ends = []
+            ends, trials, used = [], [], 0.0
             for p in procs:
                 text, _ = p.communicate(timeout=600)
                 ends.append(float(text.split("END")[-1]))
-        return max(1, total // n) * n / (max(ends) - start) * 3600
+                done = json.loads(text.split("TRIALS")[-1].split("END")[0])
+                trials += done["seconds"]
+                used += done["cpu"]
+            wall = max(ends) - start
+            smi.terminate()
+            busy = [float(v) for v in smi.communicate()[0].split() if v.strip().isdigit()]
+        profile[f"{label}{n}"] = {
+            "trial_s_median": statistics.median(trials),
+            "trial_s_max": max(trials),
+            "host_cores_busy": used / wall,  # the workers' CPU seconds over the wall
+            "gpu_utilization_mean": statistics.mean(busy) if busy else None,
+        }
+        return max(1, total // n) * n / wall * 3600
 
+    profile: dict = {}
+    out["profile"] = profile
     for n in (1, 2, 4, 8):
-        out[f"trials_per_hour_{n}"] = measure(n, {})
+        out[f"trials_per_hour_{n}"] = measure(n, {}, "plain_")
     for n in (2, 4, 8):
         out[f"gain_{n}_vs_1"] = out[f"trials_per_hour_{n}"] / out["trials_per_hour_1"]
     try:
         with _mps.daemon(required=True) as env:
             for n in (2, 4, 8):
-                out[f"mps_trials_per_hour_{n}"] = measure(n, env)
+                out[f"mps_trials_per_hour_{n}"] = measure(n, env, "mps_")
                 out[f"mps_gain_{n}_vs_1"] = (
                     out[f"mps_trials_per_hour_{n}"] / out["trials_per_hour_1"]
                 )
@@ -370,22 +403,33 @@ def bench_workers(data_spec: str, total: int) -> dict:
     return out
 
 
+class _FloatBatchNorm(nn.BatchNorm2d):
+    """Batch norm on a bf16 input in float32, cast back. Under vmap, batch norm's batching
+    rule needs its input and weights in one dtype, which autocast's bf16 activations and
+    float32 weights are not ("Expected grad_output to have type BFloat16 but got Float"
+    on the H200, 2026-11-29; the CPU fails in the forward)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x.float()).to(x.dtype)
+
+
 def fused_images_per_s(data, k: int, *, device: str = "cuda", steps: int = 30) -> float:
     """Images a second of ``k`` ResNet-20s trained as one fused model (horizontal fusion,
     HFTA's idea, with torch.func: the k models' weights stacked, one vmapped forward and
     backward, each model on a batch of its own, one fused SGD step for all), bf16
     autocast on a GPU."""
-    import copy
-
     from torch.func import functional_call, grad_and_value, stack_module_state, vmap
 
     models = [_resnet20(data, seed=s).to(device).train() for s in range(k)]
     params, buffers = stack_module_state(models)
     base = copy.deepcopy(models[0]).to("meta")
+    for module in base.modules():  # see _FloatBatchNorm
+        if type(module) is nn.BatchNorm2d:
+            module.__class__ = _FloatBatchNorm
     kind = torch.device(device).type
 
     def loss(p, b, x, y):
-        with torch.autocast(kind, dtype=torch.bfloat16, enabled=kind == "cuda"):
+        with torch.autocast(kind, dtype=torch.bfloat16):
             out = functional_call(base, (p, b), (x,))
         return F.cross_entropy(out.float(), y)
 
@@ -440,7 +484,9 @@ def bench_placement(data) -> dict:
     """The placement rule's size of a trial against what the GPU's allocator held while
     it trained: ResNet-20 and two wider candidates (bf16, channels_last, batch 256, two
     epochs on 4,096 images), the allocator's peak counted from before each (the CUDA
-    context is in neither), and how many of each the rule puts on this GPU."""
+    context is in neither) as trials train, then with cuDNN's autotuner off, then with
+    CUDA graphs off too (where the rule's missing bytes are), and how many of each the
+    rule puts on this GPU."""
     from autosearch.data import Split
     from autosearch.training.placement import per_gpu, step_need
     from search_spaces import ResNetSpace
@@ -466,14 +512,22 @@ def bench_placement(data) -> dict:
             precision="bf16",
             data_bytes=int(small.train.x.nbytes),
         )
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-        _run(model, small, config)
-        peak = torch.cuda.max_memory_allocated() - base
+        peaks = {}
+        for label, autotune, graphs in (
+            ("peak_allocated_gib", True, True),  # as trials train
+            ("without_autotuner_gib", False, True),  # cuDNN's benchmark workspaces out
+            ("without_either_gib", False, False),  # and the CUDA graph's private pool
+        ):
+            os.environ["AUTOSEARCH_CUDNN_BENCHMARK"] = str(int(autotune))
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+            _run(copy.deepcopy(model), small, dataclasses.replace(config, cuda_graphs=graphs))
+            peaks[label] = (torch.cuda.max_memory_allocated() - base) / 2**30
+        os.environ.pop("AUTOSEARCH_CUDNN_BENCHMARK")
         out[f"width_{width}"] = {
             "predicted_gib": (need.total - need.context) / 2**30,
-            "peak_allocated_gib": peak / 2**30,
+            **peaks,
             "per_gpu": per_gpu(need, free),
         }
     return out
@@ -624,7 +678,7 @@ def main() -> None:
         "study": lambda: bench_study(args.data),
         "subnet": lambda: bench_subnet(data),
         "ws_example": lambda: _script_json("ws_example.py", "--device", "cuda"),
-        "int8": lambda: _script_json("int8_estimate.py", "--device", "cuda"),
+        "int8": lambda: _script_json("int8_estimate.py", "--device", "cuda", "--data", args.data),
     }
     out: dict = {
         "device": torch.cuda.get_device_name(),

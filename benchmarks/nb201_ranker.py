@@ -61,6 +61,7 @@ def spend(
     config = RankerConfig(seed=seed)
     ranker = Ranker(config, estimates=estimates)
     trained: list[int] = []
+    k = min(k, len(truth))  # a run of fewer cells than the budget trains them all
     if strategy == "top":
         trained = [int(i) for i in np.argsort(-ranker.predict(features)[0], kind="stable")[:k]]
     elif strategy == "random":

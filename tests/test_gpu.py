@@ -229,7 +229,8 @@ def test_the_placement_rule_holds_what_a_trial_allocates_on_the_gpu(digits):
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()
-    train(model, digits, TrainConfig(epochs=1, batch_size=64, device="cuda", precision="bf16"))
+    config = TrainConfig(epochs=1, batch_size=64, device="cuda", precision="bf16")
+    train(model, digits, config, seed=0)
     peak = torch.cuda.max_memory_allocated() - base
     assert 0 < peak <= need.total, (peak, need.describe())
 
@@ -286,3 +287,35 @@ def test_a_pools_parent_reads_free_memory_without_holding_a_context():
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=300
     )
     assert done.stdout.strip() == "ok", done.stderr
+
+
+def test_the_fused_benchmark_trains_several_models_as_one_under_bf16_autocast(digits):
+    """benchmarks/gpu.py's fused section (k ResNet-20s vmapped as one model) under bf16
+    autocast, as on the GPU, where batch norm's batching rule refused autocast's mixed
+    dtypes (H200, 2026-11-29); the CPU's autocast refuses them too."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu.py"
+    spec = importlib.util.spec_from_file_location("gpu_benchmark", path)
+    assert spec is not None and spec.loader is not None
+    gpu = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu)
+    gpu.BATCH = 64
+    assert gpu.fused_images_per_s(digits, 2, device="cpu", steps=1) > 0
+
+
+@cuda
+def test_the_zero_cost_proxies_score_a_cuda_network_as_its_cpu_copy(tiny_space, digits):
+    """Every proxy runs on a network and batch on the GPU (NASWOT's kernel once lived on
+    the CPU: 'Expected all tensors to be on the same device', H200, 2026-11-29) and
+    scores it as on the CPU."""
+    from autosearch.evaluation.proxies import PROXIES, proxy_scores
+
+    model = _model(tiny_space, digits)
+    images = digits.normalize(digits.train.x[:32])
+    labels = digits.train.y[:32]
+    on_cpu = proxy_scores(model, images, labels)
+    on_gpu = proxy_scores(model.cuda(), images.cuda(), labels.cuda())
+    for name in PROXIES:
+        assert on_gpu[name] == pytest.approx(on_cpu[name], rel=1e-2, abs=1e-6), name

@@ -135,12 +135,15 @@ class _Codes(TorchFunctionMode):
 
     def __init__(self, n: int) -> None:
         super().__init__()
-        self.kernel = torch.zeros((n, n), dtype=torch.float64)
+        self.n = n
+        self.kernel: torch.Tensor | None = None  # on the device of the first codes
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         if func in _RECTIFIERS and args and isinstance(args[0], torch.Tensor):
             codes = (args[0].detach() > 0).reshape(args[0].shape[0], -1).double()
-            if codes.shape[0] == self.kernel.shape[0]:
+            if codes.shape[0] == self.n:
+                if self.kernel is None:
+                    self.kernel = codes.new_zeros((self.n, self.n))
                 self.kernel += codes @ codes.T + (1 - codes) @ (1 - codes).T
         return func(*args, **(kwargs or {}))
 
@@ -150,7 +153,9 @@ def naswot(model: nn.Module, images: torch.Tensor, labels: torch.Tensor) -> floa
     codes = _Codes(images.shape[0])
     with torch.no_grad(), codes:
         net(images)
-    sign, logdet = torch.linalg.slogdet(codes.kernel)
+    if codes.kernel is None:
+        return -math.inf  # no rectifier: no codes
+    sign, logdet = torch.linalg.slogdet(codes.kernel.cpu())
     return float(logdet) if float(sign) != 0 else -math.inf
 
 
