@@ -27,8 +27,9 @@ Sections (``--only`` picks some):
    training images, 2,000 validation images): seconds a subnet, the first and the
    median of the rest (target <= 0.1 s on the GPU).
 7. ws_example: the weight-sharing guide's example (``benchmarks/ws_example.py --device
-   cuda``): subnets a minute of ``optimize(1000)`` with int8 estimates and latency
-   predictions, and where a subnet's time goes (target <= 60 s).
+   cuda --profile 20``): subnets a minute of ``optimize(1000)`` with int8 estimates and
+   latency predictions, where a subnet's time goes (target <= 60 s), and 20 more under
+   torch.profiler: the operators of a trial's host and device time, its driver calls.
 8. int8: the int8 estimate on the GPU against the real int8 program (lowered and run
    on the CPU), Fashion-MNIST, 2,400 validation images (``benchmarks/int8_estimate.py
    --device cuda``; target: a tenth of the real program's time, within 0.3 point).
@@ -677,7 +678,7 @@ def main() -> None:
         "batch": lambda: bench_batch(data, args.epochs),
         "study": lambda: bench_study(args.data),
         "subnet": lambda: bench_subnet(data),
-        "ws_example": lambda: _script_json("ws_example.py", "--device", "cuda"),
+        "ws_example": lambda: _script_json("ws_example.py", "--device", "cuda", "--profile", "20"),
         "int8": lambda: _script_json("int8_estimate.py", "--device", "cuda", "--data", args.data),
     }
     out: dict = {

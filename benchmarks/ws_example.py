@@ -9,7 +9,7 @@ and its evaluation, the costs and latency prediction, the front measured for rea
 the end). Target on the 2-core CPU: the whole example in <= 6 minutes; on one GPU:
 ``optimize(1000)`` in <= 60 s. Run it with nothing else on the machine.
 
-    python benchmarks/ws_example.py [--device cpu|cuda] [--trials 1000] [--out FILE]
+    python benchmarks/ws_example.py [--device cpu|cuda] [--trials 1000] [--profile N] [--out FILE]
 """
 
 from __future__ import annotations
@@ -120,6 +120,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         with timed_parts() as spent:
             s.optimize(args.trials, show_progress_bar=False)
         times["optimize"] = time.perf_counter() - t
+        profile = profiled(s, args.profile, args.device) if args.profile else None
         t = time.perf_counter()
         s.confirm(3)
         times["confirm_3"] = time.perf_counter() - t
@@ -147,6 +148,62 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     out["ms_a_trial"]["the rest (the loop, the trial's plan, Optuna)"] = round(
         1000 * times["optimize"] / args.trials - sum(out["ms_a_trial"].values()), 2
     )
+    if profile:
+        out["profile"] = profile
+    return out
+
+
+# What the host asks of the driver: how often a trial launches work, copies and waits.
+DRIVER = ("cudaLaunchKernel", "cudaMemcpyAsync", "cudaStreamSynchronize", "cudaDeviceSynchronize")
+
+
+def profiled(s: autosearch.Study, trials: int, device: str) -> dict[str, Any]:
+    """``trials`` more subnets under torch.profiler (outside the timed phases): the
+    operators that take the most of a trial's host time and, on a GPU, of its device
+    time, a trial's driver calls, and the profiled trial's wall time (the profiler's own
+    overhead in it). The front is not measured for real at the end of these (a trial's
+    own costs are profiled, not the int8 lowering's: ``best`` measures what it needs)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from autosearch.study.measure import FrontMeasurer
+
+    cuda = device.startswith("cuda")
+    activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]
+    real = FrontMeasurer.measure
+    FrontMeasurer.measure = lambda self, points: None  # type: ignore[method-assign]
+    try:
+        start = time.perf_counter()
+        with profile(activities=activities) as prof:
+            s.optimize(trials, show_progress_bar=False)
+        wall = time.perf_counter() - start
+    finally:
+        FrontMeasurer.measure = real  # type: ignore[method-assign]
+    events = prof.key_averages()
+
+    def top(field: str) -> list[dict[str, Any]]:
+        rows = sorted(events, key=lambda e: getattr(e, field), reverse=True)[:15]
+        return [
+            {
+                "op": e.key,
+                "calls_a_trial": round(e.count / trials, 1),
+                "ms_a_trial": round(getattr(e, field) / 1000 / trials, 3),
+            }
+            for e in rows
+        ]
+
+    out: dict[str, Any] = {
+        "trials": trials,
+        "ms_a_trial_profiled": round(1000 * wall / trials, 1),
+        "by_self_host_time": top("self_cpu_time_total"),
+    }
+    if cuda:
+        out["by_self_device_time"] = top("self_device_time_total")
+        out["device_ms_a_trial"] = round(
+            sum(e.self_device_time_total for e in events) / 1000 / trials, 3
+        )
+        out["driver_calls_a_trial"] = {
+            e.key: round(e.count / trials, 1) for e in events if e.key in DRIVER
+        }
     return out
 
 
@@ -154,6 +211,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--trials", type=int, default=1000)
+    parser.add_argument(
+        "--profile", type=int, default=0, help="this many more subnets under torch.profiler"
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     result = run(args)
