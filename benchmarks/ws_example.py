@@ -18,6 +18,7 @@ import argparse
 import contextlib
 import importlib
 import json
+import os
 import platform
 import sys
 import tempfile
@@ -110,6 +111,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     times: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
+        if not args.warm_latency_table:  # as a new user: this machine's table measured anew
+            os.environ["AUTOSEARCH_LATENCY_TABLES"] = str(root / "latency")
         start = time.perf_counter()
         s = study(root, args.device)
         times["create_study"] = time.perf_counter() - start
@@ -137,6 +140,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "trials": args.trials,
+        "latency_table": "kept from earlier runs" if args.warm_latency_table else "new",
         "seconds": {k: round(v, 1) for k, v in times.items()},
         "subnets_a_minute": round(60 * args.trials / times["optimize"], 1),
         "targets": {"whole_cpu_seconds": 360, "optimize_1000_gpu_seconds": 60},
@@ -213,6 +217,11 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=1000)
     parser.add_argument(
         "--profile", type=int, default=0, help="this many more subnets under torch.profiler"
+    )
+    parser.add_argument(
+        "--warm-latency-table",
+        action="store_true",
+        help="predict with this machine's kept latency table (default: a new one, as a new user)",
     )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
