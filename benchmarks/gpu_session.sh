@@ -6,12 +6,13 @@
 #           (wheels the GPU image lacks, for its Python 3.12; CIFAR-10's JPEG tarball and
 #           the NAS-Bench-201 table; all into .gpu/, which git ignores)
 #   there:  run(command="bash benchmarks/gpu_session.sh measure", carry=[".gpu/wheels",
-#               ".gpu/fmnist"], timeout_s=450)
-#           run(command="bash benchmarks/gpu_session.sh nb201 240", carry=[".gpu/wheels",
-#               ".gpu/shared"], timeout_s=300)
-#           (the carry limit, 64 MiB with the tree, holds one call's data, not both)
-#           (about 13 of the 15 device-minutes with the machine's start; what a call's timeout
-#           cuts is lost only from the section it cut: each section's JSON is written as it ends)
+#               ".gpu/fmnist"], timeout_s=560)
+#           run(command="bash benchmarks/gpu_session.sh nb201 60", carry=[".gpu/wheels",
+#               ".gpu/shared"], timeout_s=<what is left, less 20 s>)
+#           (the carry limit, 64 MiB with the tree, holds one call's data, not both; the
+#           machine's start took about a minute on 2026-11-29, measure about 530 s, so the
+#           nb201 call gets about 4 minutes: its proxies write each seed as it ends, and what
+#           a call's timeout cuts is lost only from the section it cut)
 #
 # measure: tests/test_gpu.py, then benchmarks/gpu.py's sections of issue 45, the targets first
 #   (workers, fused, placement, subnet, ws_example: the ones the H200 of 2026-11-29 left
@@ -24,7 +25,7 @@
 #   with SIGINT after SECONDS (the epoch's checkpoint finishes), its folder packed into
 #   $OUT/nb201-work.tar.gz: copy that to .gpu/ to go on in the next session. Before it, the
 #   zero-cost proxies at the real size on the GPU (nb201_proxies.py --device cuda, 3 seeds x
-#   200 cells, at most 150 s) and the ranker on them ($OUT/nb201-proxies.json, nb201-ranker.json).
+#   200 cells, at most 200 s: about 0.5 s a cell on the H200) and the ranker on them ($OUT/nb201-proxies.json, nb201-ranker.json).
 # sharding: FSDP / HSDP against DDP (benchmarks/sharding.py, ResNet-18 on CIFAR-10 images,
 #   bf16): the peak CUDA memory and the bytes each rank holds, on as many ranks as the
 #   machine has GPUs (one process only on a one-GPU machine: nccl takes a GPU a rank).
@@ -66,9 +67,9 @@ python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >>"$out
 
 case "$mode" in
 measure)
-    timeout -k 10 100 python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py \
+    timeout -k 10 90 python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py \
         >"$out/test_gpu.txt" 2>&1
-    timeout -k 10 -s INT 320 python3 benchmarks/gpu.py --workers-trials 8 --data "fashion-mnist:$gpu/fmnist" \
+    timeout -k 10 -s INT 430 python3 benchmarks/gpu.py --workers-trials 8 --data "fashion-mnist:$gpu/fmnist" \
         --only workers fused placement subnet ws_example --out "$out/gpu.json" \
         >"$out/gpu.log" 2>&1
     tail -3 "$out/test_gpu.txt"
@@ -78,7 +79,7 @@ nb201)
     seconds=${2:-420}
     # The zero-cost proxies at the real size (3 seeds x 200 cells, as on the CPU), each seed
     # written as it ends, and the ranker on what they scored (CPU, seconds).
-    timeout -k 10 -s INT 150 python3 benchmarks/nb201_proxies.py --device cuda --seeds 0 1 2 \
+    timeout -k 10 -s INT 200 python3 benchmarks/nb201_proxies.py --device cuda --seeds 0 1 2 \
         --cells 200 --out "$out/nb201-proxies.json" >/dev/null 2>"$out/nb201-proxies.log"
     echo "proxies: exit $?" >>"$out/nb201-proxies.log"
     [ -s "$out/nb201-proxies.json" ] && timeout -k 10 60 python3 benchmarks/nb201_ranker.py \
