@@ -340,6 +340,43 @@ def test_variants_of_a_subnet_are_derived_from_its_inherited_weights(trained, tm
     assert abs(int8.accuracy - record.accuracy) < 0.1
 
 
+def test_a_subnets_passes_run_without_cudnns_autotuner_which_is_as_it_was_after(
+    trained, tmp_path, monkeypatch
+):
+    """Every pass of a weight-sharing trial (its costs, the int8 estimate's calibration,
+    the variant's evaluation) meets the subnet's shapes once: cuDNN's autotuner is off
+    for all of them, not for the supernet's evaluation alone (the H200 of 2026-11-29 ran
+    them tuned), and the flag is as it was after the trial."""
+    from autosearch.evaluation import runner
+
+    seen: list[tuple[str, bool]] = []
+
+    def spy(name, real):
+        def wrapper(*args, **kwargs):
+            seen.append((name, torch.backends.cudnn.benchmark))
+            return real(*args, **kwargs)
+
+        return wrapper
+
+    for name in ("profile", "derive_variant", "evaluate"):
+        monkeypatch.setattr(runner, name, spy(name, getattr(runner, name)))
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", True)
+    study = autosearch.create_study(
+        "t",
+        controller=RandomSearch(_space(), seed=1),
+        storage=f"sqlite:///{tmp_path}/t.db",
+        train=TINY,
+        variants=("base", "int8"),
+        supernet=SupernetConfig(latency=False, weights=str(trained["weights"])),
+    )
+    study.train_supernet()
+    (record,) = study.optimize(1)
+    assert study.record(record.trial, "int8").state == "complete"
+    assert {name for name, _ in seen} == {"profile", "derive_variant", "evaluate"}, seen
+    assert not any(tuned for _, tuned in seen), seen
+    assert torch.backends.cudnn.benchmark is True
+
+
 def test_bad_input_to_a_supernet_study_changes_nothing(trained, tmp_path, capsys):
     url = f"sqlite:///{tmp_path}/b.db"
     with pytest.raises(ConfigError, match="must be the elastic part of one"):

@@ -32,6 +32,7 @@ from autosearch.compress import Derived, VariantSpec, derive
 from autosearch.data import Dataset
 from autosearch.errors import AutosearchError, PlatformError
 from autosearch.evaluation.proxies import ProxyConfig, candidate_proxies
+from autosearch.evaluation.supernet import no_autotuning
 from autosearch.evaluation.trial import (
     TRAIN_STATE,
     Interrupted,
@@ -94,9 +95,10 @@ def run_trial(
         return TrialResult(status="complete", points=(base,), evaluated_by="table")
     assert data is not None, "a trained trial needs its data"
     if plan.supernet is not None:
-        model, metrics = evaluate_on_supernet(plan, data)
-        base = _scored(plan, "base", {**metrics, **_proxies(plan, data)})
-        variants, note = _variants(plan, model, data, base.metrics, context)
+        with no_autotuning():  # a subnet's passes (costs, variants) meet their shapes once
+            model, metrics = evaluate_on_supernet(plan, data)
+            base = _scored(plan, "base", {**metrics, **_proxies(plan, data)})
+            variants, note = _variants(plan, model, data, base.metrics, context)
         return TrialResult(
             status="complete",
             points=(base, *variants),

@@ -49,6 +49,7 @@ __all__ = [
     "SubnetEvaluator",
     "SupernetConfig",
     "fingerprint",
+    "no_autotuning",
     "recalibrate",
     "train_supernet",
     "weights_digest",
@@ -454,7 +455,7 @@ class SubnetEvaluator:
     def subnet(self, arch: Architecture) -> nn.Module:
         """``arch``'s ordinary network with inherited weights and recalibrated batch-norm
         statistics, in eval mode (on the evaluator's device)."""
-        with _no_autotuning(self.device):
+        with no_autotuning():
             model = self.net.subnet(arch)  # type: ignore[operator]
             recalibrate(model, self.calibration)
         return model.eval()
@@ -463,7 +464,7 @@ class SubnetEvaluator:
         """``arch``'s subnet and its validation and test accuracy (on the evaluation
         images)."""
         model = self.subnet(arch)
-        with _no_autotuning(self.device):
+        with no_autotuning():
             accuracy, loss = evaluate(model, self.val, self.data)
             metrics = {"accuracy": accuracy, "val_loss": loss if math.isfinite(loss) else math.inf}
             if self.config.test_accuracy:
@@ -472,11 +473,9 @@ class SubnetEvaluator:
 
 
 @contextlib.contextmanager
-def _no_autotuning(device: torch.device) -> Iterator[None]:
-    """cuDNN's autotuner off on a CUDA device inside the block (as it was, after)."""
-    if device.type != "cuda":
-        yield
-        return
+def no_autotuning() -> Iterator[None]:
+    """cuDNN's autotuner off inside the block (as it was, after): a subnet's shapes are
+    its own, met once, and tuned for nothing (off CUDA the flag does nothing)."""
     before = torch.backends.cudnn.benchmark
     torch.backends.cudnn.benchmark = False
     try:
