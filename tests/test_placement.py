@@ -94,7 +94,7 @@ def test_a_refusal_names_the_trial_the_memory_and_the_fix():
         assign(8, [16 * GiB], lambda: need)
     said = str(refused.value)
     assert "8 workers on 1 GPU(s) put 8 on one, but only 1 fit" in said
-    assert "a trial needs 6.59 GiB" in said and "at batch 256" in said
+    assert "a trial needs 13.09 GiB" in said and "at batch 256" in said
     assert "16.0 GiB free" in said and "per_gpu" in said
     assert assign(8, [16 * GiB], lambda: need, per_gpu_override=8) == [0] * 8
 
@@ -208,7 +208,7 @@ class _Ray:
 
 
 def test_ray_asks_for_the_rules_fraction_of_a_gpu():
-    need = Need(weights=0, activations=GiB)  # 1.59 GiB with the context
+    need = Need(weights=0, activations=GiB)  # 3.09 GiB with the context and workspaces
     on_gpus = _Ray(gpus=2, free=16 * GiB)
     assert RayExecutor(num_gpus="auto")._fraction(on_gpus, lambda: need) == 1 / per_gpu(
         need, 16 * GiB

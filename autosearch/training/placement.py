@@ -5,10 +5,15 @@ gradients and optimizer state, the activations a training step keeps for the bac
 pass at the trial's batch, and the training images where they are resident
 (autosearch.training._feed.resident). :func:`step_need` measures the activations for
 real: one training step's forward at a batch of two on the CPU, every tensor autograd
-saves counted once (``saved_tensors_hooks``), scaled to the batch. :func:`per_gpu` fits
-as many such trials as :data:`HEADROOM` of a GPU's free memory holds, at most
-:data:`MAX_PER_GPU`; :func:`assign` spreads a study's workers over the GPUs evenly and
-refuses, before any worker starts, more than fit.
+saves counted once (``saved_tensors_hooks``), scaled to the batch. What the allocator
+holds at a step's peak is more than that: on an H200 (benchmarks/gpu.py's placement
+section, ResNet-20 at widths 16, 32 and 64, bf16, batch 256, CUDA graphs and cuDNN's
+autotuner on) it was twice the counted size plus 0.47 GiB, within 0.03 GiB at each width;
+the rule counts the weights and activations twice and 0.5 GiB beside them
+(:data:`STEP_PEAK`, :data:`WORKSPACE_BYTES`). :func:`per_gpu` fits as many such trials as
+:data:`HEADROOM` of a GPU's free memory holds, at most :data:`MAX_PER_GPU`; :func:`assign`
+spreads a study's workers over the GPUs evenly and refuses, before any worker starts,
+more than fit.
 
 The same rule gives a Ray worker its ``num_gpus`` fraction (``1 / per_gpu``:
 autosearch.study.workers.executors.RayExecutor with ``num_gpus="auto"``), and ``per_gpu=`` on
@@ -32,6 +37,8 @@ __all__ = [
     "CONTEXT_BYTES",
     "HEADROOM",
     "MAX_PER_GPU",
+    "STEP_PEAK",
+    "WORKSPACE_BYTES",
     "Need",
     "assign",
     "per_gpu",
@@ -42,6 +49,13 @@ GiB = 2**30
 # A process's CUDA context with cuDNN's and cuBLAS's workspaces: about 0.5 GiB on the
 # H100 / H200 (PyTorch's own caching allocator comes on top and is counted below).
 CONTEXT_BYTES = 600 * 2**20
+# A training step's peak in the allocator against its counted tensors (weights with their
+# gradients and optimizer state, what it saves for backward), and what the allocator holds
+# beyond them (cuDNN's and cuBLAS's workspaces, the CUDA graph's pool): measured on an
+# H200 (the module's docstring). Which part is which is measured next (the placement
+# section's three peaks in benchmarks/gpu.py).
+STEP_PEAK = 2
+WORKSPACE_BYTES = 512 * 2**20
 # Of the free memory, what trials may plan on: the caching allocator's fragmentation,
 # cuDNN's algorithm workspaces and the evaluation's batches take the rest.
 HEADROOM = 0.8
@@ -49,7 +63,7 @@ HEADROOM = 0.8
 # workers section: 1.20x with 8 processes, 1.19x with 2 on an H200): the GPU's time is
 # shared, not multiplied, and each process costs a context.
 MAX_PER_GPU = 8
-_PARTS = ("weights", "activations", "data", "context")
+_PARTS = ("weights", "activations", "data", "workspace", "context")
 # Optimizer state per parameter: SGD's momentum, AdamW's two moments.
 _STATES = {"sgd": 1, "adamw": 2}
 
@@ -61,6 +75,7 @@ class Need:
     weights: int  # parameters, gradients and the optimizer's state
     activations: int  # what a training step saves for backward, at the trial's batch
     data: int = 0  # training images resident on the GPU
+    workspace: int = WORKSPACE_BYTES  # the allocator's beyond the step's tensors
     context: int = CONTEXT_BYTES
     batch: int = 0
 
@@ -70,13 +85,17 @@ class Need:
 
     @property
     def total(self) -> int:
-        return self.weights + self.activations + self.data + self.context
+        """The allocator's peak over a training step (see :data:`STEP_PEAK`) and the
+        process's CUDA context."""
+        step = STEP_PEAK * (self.weights + self.activations) + self.data
+        return step + self.workspace + self.context
 
     def describe(self) -> str:
         at = f" at batch {self.batch}" if self.batch else ""
         return (
-            f"{self.total / GiB:.2f} GiB (context {self.context / GiB:.2f}, weights and "
-            f"optimizer {self.weights / GiB:.3f}, activations {self.activations / GiB:.3f}{at}, "
+            f"{self.total / GiB:.2f} GiB (context {self.context / GiB:.2f}, workspaces "
+            f"{self.workspace / GiB:.2f}, {STEP_PEAK} x (weights and optimizer "
+            f"{self.weights / GiB:.3f}, activations {self.activations / GiB:.3f}{at}), "
             f"images {self.data / GiB:.3f})"
         )
 
