@@ -324,7 +324,9 @@ class TestEveryControllerOnAnElasticSpace(ControllerContract):
         return lambda seed: registered_controller(request.param, space, seed)
 
 
-def test_variants_of_a_subnet_are_derived_from_its_inherited_weights(trained, tmp_path):
+def _one_int8_subnet(trained, tmp_path):
+    """A study of the trained supernet with an int8 variant, one subnet evaluated: the
+    study and that subnet's base record."""
     study = autosearch.create_study(
         "v",
         controller=RandomSearch(_space(), seed=1),
@@ -335,6 +337,11 @@ def test_variants_of_a_subnet_are_derived_from_its_inherited_weights(trained, tm
     )
     study.train_supernet()
     (record,) = study.optimize(1)
+    return study, record
+
+
+def test_variants_of_a_subnet_are_derived_from_its_inherited_weights(trained, tmp_path):
+    study, record = _one_int8_subnet(trained, tmp_path)
     int8 = study.record(record.trial, "int8")
     assert int8.state == "complete" and int8.metrics["bytes"] < record.metrics["bytes"]
     assert abs(int8.accuracy - record.accuracy) < 0.1
@@ -361,16 +368,7 @@ def test_a_subnets_passes_run_without_cudnns_autotuner_which_is_as_it_was_after(
     for name in ("profile", "derive_variant", "evaluate"):
         monkeypatch.setattr(runner, name, spy(name, getattr(runner, name)))
     monkeypatch.setattr(torch.backends.cudnn, "benchmark", True)
-    study = autosearch.create_study(
-        "t",
-        controller=RandomSearch(_space(), seed=1),
-        storage=f"sqlite:///{tmp_path}/t.db",
-        train=TINY,
-        variants=("base", "int8"),
-        supernet=SupernetConfig(latency=False, weights=str(trained["weights"])),
-    )
-    study.train_supernet()
-    (record,) = study.optimize(1)
+    study, record = _one_int8_subnet(trained, tmp_path)
     assert study.record(record.trial, "int8").state == "complete"
     assert {name for name, _ in seen} == {"profile", "derive_variant", "evaluate"}, seen
     assert not any(tuned for _, tuned in seen), seen
