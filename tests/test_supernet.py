@@ -347,6 +347,34 @@ def test_variants_of_a_subnet_are_derived_from_its_inherited_weights(trained, tm
     assert abs(int8.accuracy - record.accuracy) < 0.1
 
 
+def test_two_worker_processes_search_the_stored_supernet_with_its_int8_variants(
+    trained, tmp_path
+):
+    """The weight-sharing guide's way to use both cores of a CPU: ``optimize(n,
+    n_workers=2)``. Each worker loads the stored supernet and scores its subnets (and
+    their int8 estimates) on those weights; nothing trains the supernet again."""
+    study = autosearch.create_study(
+        "pair",
+        controller=RandomSearch(_space(), seed=2),
+        storage=f"sqlite:///{tmp_path}/pair.db",
+        train=TINY,
+        variants=("base", "int8"),
+        supernet=SupernetConfig(latency=False, weights=str(trained["weights"])),
+    )
+    info = study.train_supernet()
+    records = study.optimize(4, n_workers=2)
+    assert len(records) == 4 and {r.state for r in records} == {"complete"}
+    trials = {t.number: t for t in study.optuna_trials()}
+    assert sorted(trials) == sorted(r.trial for r in records)
+    for record in records:
+        trial = trials[record.trial]
+        assert "controller_stream" in trial.user_attrs  # a pool's worker ran it
+        assert trial.user_attrs["result"]["supernet"] == info["digest"]
+        int8 = study.record(record.trial, "int8")
+        assert int8.state == "complete" and int8.metrics["bytes"] < record.metrics["bytes"]
+    assert study.train_supernet() == info  # the same weights: nothing trained them again
+
+
 def test_a_subnets_passes_run_without_cudnns_autotuner_which_is_as_it_was_after(
     trained, tmp_path, monkeypatch
 ):
