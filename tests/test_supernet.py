@@ -347,9 +347,7 @@ def test_variants_of_a_subnet_are_derived_from_its_inherited_weights(trained, tm
     assert abs(int8.accuracy - record.accuracy) < 0.1
 
 
-def test_two_worker_processes_search_the_stored_supernet_with_its_int8_variants(
-    trained, tmp_path
-):
+def test_two_worker_processes_search_the_stored_supernet_with_its_int8_variants(trained, tmp_path):
     """The weight-sharing guide's way to use both cores of a CPU: ``optimize(n,
     n_workers=2)``. Each worker loads the stored supernet and scores its subnets (and
     their int8 estimates) on those weights; nothing trains the supernet again."""
