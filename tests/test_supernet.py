@@ -324,18 +324,25 @@ class TestEveryControllerOnAnElasticSpace(ControllerContract):
         return lambda seed: registered_controller(request.param, space, seed)
 
 
-def _one_int8_subnet(trained, tmp_path):
-    """A study of the trained supernet with an int8 variant, one subnet evaluated: the
-    study and that subnet's base record."""
+def _int8_study(trained, tmp_path, name="v", seed=1):
+    """A study of the trained supernet's weights with an int8 variant, the supernet
+    loaded (nothing trains)."""
     study = autosearch.create_study(
-        "v",
-        controller=RandomSearch(_space(), seed=1),
-        storage=f"sqlite:///{tmp_path}/v.db",
+        name,
+        controller=RandomSearch(_space(), seed=seed),
+        storage=f"sqlite:///{tmp_path}/{name}.db",
         train=TINY,
         variants=("base", "int8"),
         supernet=SupernetConfig(latency=False, weights=str(trained["weights"])),
     )
     study.train_supernet()
+    return study
+
+
+def _one_int8_subnet(trained, tmp_path):
+    """A study of the trained supernet with an int8 variant, one subnet evaluated: the
+    study and that subnet's base record."""
+    study = _int8_study(trained, tmp_path)
     (record,) = study.optimize(1)
     return study, record
 
@@ -351,15 +358,8 @@ def test_two_worker_processes_search_the_stored_supernet_with_its_int8_variants(
     """The weight-sharing guide's way to use both cores of a CPU: ``optimize(n,
     n_workers=2)``. Each worker loads the stored supernet and scores its subnets (and
     their int8 estimates) on those weights; nothing trains the supernet again."""
-    study = autosearch.create_study(
-        "pair",
-        controller=RandomSearch(_space(), seed=2),
-        storage=f"sqlite:///{tmp_path}/pair.db",
-        train=TINY,
-        variants=("base", "int8"),
-        supernet=SupernetConfig(latency=False, weights=str(trained["weights"])),
-    )
-    info = study.train_supernet()
+    study = _int8_study(trained, tmp_path, "pair", seed=2)
+    info = study.train_supernet()  # loaded already: what the study stored
     records = study.optimize(4, n_workers=2)
     assert len(records) == 4 and {r.state for r in records} == {"complete"}
     trials = {t.number: t for t in study.optuna_trials()}
