@@ -93,17 +93,24 @@ def timed_parts() -> Iterator[dict[str, list[float]]]:
             setattr(owner, attr, real)
 
 
-def study(root: Path, device: str) -> autosearch.Study:
+def study(
+    root: Path, device: str, *, name: str = "digits-ws", weights: Path | None = None
+) -> autosearch.Study:
+    """The guide's study (``weights``: a trained supernet's file, loaded, not trained)."""
     space = ResNetSpace(max_stages=3, depths=(1, 2, 3), widths=(8, 16, 24, 32)).supernet(
         fixed={"stages": 3, "block": "basic"}
     )
     return autosearch.create_study(
-        "digits-ws",
+        name,
         controller=RegularizedEvolution(space, seed=0),
         data="digits",
-        supernet=SupernetConfig(train=TrainConfig(epochs=30, device=device), sandwich=2),
+        supernet=SupernetConfig(
+            train=TrainConfig(epochs=30, device=device),
+            sandwich=2,
+            weights=str(weights) if weights else None,
+        ),
         variants=("base", "int8"),
-        storage=f"sqlite:///{root}/ws.db",
+        storage=f"sqlite:///{root}/{name}.db",
         load_if_exists=True,
     )
 

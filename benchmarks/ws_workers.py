@@ -13,43 +13,27 @@ for real in either (that is the same fixed cost for both, and not the search).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-# This folder holds controllers.py (a benchmark), which would shadow the `controllers`
-# package for any script run from here: take the folder off the path.
-sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-
 import autosearch
-from autosearch import SupernetConfig, TrainConfig
 from autosearch.study.measure import FrontMeasurer
-from controllers import RegularizedEvolution
-from search_spaces import ResNetSpace
 
 MAX_FLOPS = 2e6  # the guide's budget: study.best(max_flops=2e6)
 
-
-def _study(name: str, root: Path, weights: Path | None = None) -> autosearch.Study:
-    space = ResNetSpace(max_stages=3, depths=(1, 2, 3), widths=(8, 16, 24, 32)).supernet(
-        fixed={"stages": 3, "block": "basic"}
-    )
-    return autosearch.create_study(
-        name,
-        controller=RegularizedEvolution(space, seed=0),
-        data="digits",
-        supernet=SupernetConfig(
-            train=TrainConfig(epochs=30, device="cpu"),
-            sandwich=2,
-            weights=str(weights) if weights else None,
-        ),
-        variants=("base", "int8"),
-        storage=f"sqlite:///{root}/{name}.db",
-    )
+# The guide's study as ws_example.py makes it (loaded from its file: this folder is not a
+# package, and holds a controllers.py that would shadow the `controllers` package).
+_spec = importlib.util.spec_from_file_location(
+    "ws_example", Path(__file__).with_name("ws_example.py")
+)
+assert _spec is not None and _spec.loader is not None
+ws_example = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(ws_example)
 
 
 def _found(study: autosearch.Study) -> dict[str, Any]:
@@ -80,13 +64,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         os.environ["AUTOSEARCH_LATENCY_TABLES"] = str(root / "latency")  # a new table
-        one = _study("one", root)
+        one = ws_example.study(root, "cpu", name="one")
         one.train_supernet(show_progress_bar=False)
         weights = one.save_supernet(root / "supernet.safetensors")
         start = time.perf_counter()
         one.optimize(args.trials, show_progress_bar=False)
         out["one_process"] = {"seconds": round(time.perf_counter() - start, 1), **_found(one)}
-        pool = _study("pool", root, weights)
+        pool = ws_example.study(root, "cpu", name="pool", weights=weights)
         pool.train_supernet(show_progress_bar=False)  # loads the same weights
         start = time.perf_counter()
         pool.optimize(args.trials, show_progress_bar=False, n_workers=args.workers)
