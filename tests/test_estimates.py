@@ -777,6 +777,50 @@ def test_two_measurers_of_one_front_measure_each_point_once(searched, monkeypatc
 
 
 @pytest.mark.slow
+def test_a_point_another_measurer_holds_is_left_for_after_the_free_ones(searched, monkeypatch):
+    """Two workers of a pool reach the front together: the second took the next point
+    only once the first had measured the one it held, so one worker measured the whole
+    front while the other waited (13 of the guide example's 71 s on two workers). Now
+    it measures the free points first and waits for the held one after."""
+    import threading
+
+    import autosearch.study.measure as measure
+
+    study = searched["study"]
+    held, free = [r for r in study.records() if r.variant == "int8" and is_estimated(r)][:2]
+    other = autosearch.load_study("est", storage=study.storage_url)
+    release, calls, pauses = threading.Event(), [], []
+
+    def measured(self, record):
+        calls.append(record.trial)
+        if record.trial == held.trial:
+            release.wait(timeout=60)  # held until the other measurer moves on (bounded)
+        else:
+            release.set()
+        return {"accuracy": 0.5, "test_accuracy": 0.5, "measured": 1.0, "reward": 0.5}
+
+    def pause(waiting_on):
+        pauses.append(list(calls))  # what was measured when the other first waited
+        release.set()
+        time.sleep(0.05)
+
+    monkeypatch.setattr(type(study.measurer), "_measured", measured)
+    monkeypatch.setattr(measure, "_pause", pause)
+    first = threading.Thread(target=study.measurer.measure, args=([held],))
+    first.start()
+    for _ in range(6000):  # the first measurer holds its point's job before the other asks
+        if calls:
+            break
+        time.sleep(0.01)
+    other.measurer.measure([held, free])
+    first.join(timeout=120)
+    assert sorted(calls) == sorted([held.trial, free.trial]) and calls[0] == held.trial
+    assert all(free.trial in seen for seen in pauses), pauses  # no wait before the free one
+    for point in (held, free):
+        assert study.record(point.trial, "int8").metrics["accuracy"] == 0.5
+
+
+@pytest.mark.slow
 def test_where_int8_cannot_be_lowered_one_line_says_why_and_the_estimate_stays(
     searched, monkeypatch, caplog
 ):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from optuna.storages import BaseStorage
@@ -76,30 +76,40 @@ class FrontMeasurer:
     def measure(self, points: Sequence[Record]) -> None:
         """Measure ``points`` for real and store their figures: each point a job of the
         study (autosearch.study.jobs), so that of workers measuring the same front at
-        once one measures a point and the others wait for its figures. A job is done
-        only while its figures are there and readable: figures gone or damaged since
-        make the next round's job, measured again."""
-        for record in points:
-            key = f"{PREFIX}{record.trial}:{record.variant}"
-            for _ in range(_ROUNDS):
-                if self._readable(key):
-                    break  # measured (by another worker, meanwhile)
-                found = self.jobs.acquire(self._job(key), wait=_pause)
-                if isinstance(found, Done):
-                    continue  # its figures are read (again) on the next pass
-                with beating(self.storage, found.trial_id, self.interval, stamped=True):
-                    measured = self._measure_one(record)
-                # The job ends first, then its figures are written: a worker killed
-                # between the two leaves a done job without figures (measured again in
-                # the next round), never figures under a claim that no one ends.
-                if self.jobs.finish(found, {"figures": key}):
-                    self.storage.set_study_user_attr(self.study_id, key, json.dumps(measured))
-            else:
-                logger.warning(
-                    "trial %d (%s): its measured figures do not stay stored",
-                    record.trial,
-                    record.variant,
-                )
+        once one measures a point and the others wait for its figures. A point another
+        worker is measuring is left for after the free ones: workers that reach the
+        front together (a pool's, as its trials run out) share its points instead of
+        each waiting for one point at a time. A job is done only while its figures are
+        there and readable: figures gone or damaged since make the next round's job,
+        measured again."""
+        held = [record for record in points if not self._measure(record, wait=_skip)]
+        for record in held:
+            self._measure(record, wait=_pause)
+
+    def _measure(self, record: Record, *, wait: Callable[[Held], None]) -> bool:
+        """Measure ``record``'s point unless its figures are stored; False where another
+        worker held its job and ``wait`` raised :class:`_Busy` (nothing claimed)."""
+        key = f"{PREFIX}{record.trial}:{record.variant}"
+        for _ in range(_ROUNDS):
+            if self._readable(key):
+                return True  # measured (by another worker, meanwhile)
+            try:
+                found = self.jobs.acquire(self._job(key), wait=wait)
+            except _Busy:
+                return False
+            if isinstance(found, Done):
+                continue  # its figures are read (again) on the next pass
+            with beating(self.storage, found.trial_id, self.interval, stamped=True):
+                measured = self._measure_one(record)
+            # The job ends first, then its figures are written: a worker killed
+            # between the two leaves a done job without figures (measured again in
+            # the next round), never figures under a claim that no one ends.
+            if self.jobs.finish(found, {"figures": key}):
+                self.storage.set_study_user_attr(self.study_id, key, json.dumps(measured))
+        logger.warning(
+            "trial %d (%s): its measured figures do not stay stored", record.trial, record.variant
+        )
+        return True
 
     def _readable(self, key: str) -> bool:
         """Whether the figures at ``key`` are stored, readable and say what they are
@@ -162,6 +172,14 @@ class FrontMeasurer:
         result["measured"] = 1.0
         result["reward"] = float(plan.reward({**m, **result}))
         return result
+
+
+class _Busy(Exception):
+    """Another worker is measuring the point: left for later."""
+
+
+def _skip(held: Held) -> None:
+    raise _Busy
 
 
 def _pause(held: Held) -> None:
