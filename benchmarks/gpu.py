@@ -27,12 +27,12 @@ Sections (``--only`` picks some):
    training images, 2,000 validation images): seconds a subnet, the first and the
    median of the rest (target <= 0.1 s on the GPU).
 7. ws_example: the weight-sharing guide's example (``benchmarks/ws_example.py --device
-   cuda --then-workers 4 --profile 20``): subnets a minute of ``optimize(1000)`` with int8
-   estimates and latency predictions, where a subnet's time goes (target <= 60 s); then
-   1,000 more by four worker processes sharing the GPU (a trial's host side, Python
-   between small passes, is most of it: the H200 of 2026-11-29 ran 474 a minute in one
-   process), and 20 more under torch.profiler: the operators of a trial's host and
-   device time, its driver calls.
+   cuda --then-workers 4 --profile 20``): subnets a minute of the guide's
+   ``optimize(1000, n_workers=2)`` with int8 estimates and latency predictions (target
+   <= 60 s); then 1,000 more by four worker processes sharing the GPU (a trial's host
+   side, Python between small passes, is most of it: the H200 of 2026-11-29 ran 474 a
+   minute in one process), and 20 more under torch.profiler in this process: the
+   operators of a trial's host and device time, its driver calls.
 8. int8: the int8 estimate on the GPU against the real int8 program (lowered and run
    on the CPU), Fashion-MNIST, 2,400 validation images (``benchmarks/int8_estimate.py
    --device cuda``; target: a tenth of the real program's time, within 0.3 point).

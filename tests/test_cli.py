@@ -239,8 +239,10 @@ def test_the_readmes_python_snippets_can_run_again():
     pages = [ROOT / "README.md", *sorted((ROOT / "docs" / "guide").glob("*.md"))]
     text = "\n".join(page.read_text() for page in pages)
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
-    calls = [b[b.index("create_study(") :] for b in blocks if "create_study(" in b]
+    lines = ["\n" + b for b in blocks if "create_study(" in b]
+    calls = [b[b.rindex("\n", 0, b.index("create_study(")) :] for b in lines]  # from its line
     assert len(calls) >= 4
     for call in calls:
-        closing = call.index("\n)")  # the call's own closing parenthesis
+        indent = call[: len(call) - len(call.lstrip())]  # the line's own: "\n" and spaces
+        closing = call.index(indent + ")")  # the call's own closing parenthesis
         assert "load_if_exists=True" in call[:closing], call[:closing]
