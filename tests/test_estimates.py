@@ -823,6 +823,71 @@ def test_a_point_another_measurer_holds_is_left_for_after_the_free_ones(searched
         assert study.record(point.trial, "base").metrics["latency"] == 1.0
 
 
+@pytest.fixture(scope="module")
+def three_measurers(tmp_path_factory):
+    """Three handles of one study, as three workers hold it (no trial run)."""
+    url = f"sqlite:///{tmp_path_factory.mktemp('measurers')}/m.db"
+    space = ResNetSpace(max_stages=1, depths=(1,), widths=(8,))
+    first = autosearch.create_study("m", controller=RandomSearch(space, seed=0), storage=url)
+    return [first, *(autosearch.load_study("m", storage=url) for _ in range(2))]
+
+
+_POINTS = iter(range(10_000, 10**9, 10))  # each example's points are new to the study
+
+
+@pytest.mark.slow
+@settings(max_examples=12, deadline=None, derandomize=True, database=None)
+@given(
+    asked=st.lists(
+        st.lists(st.integers(0, 5), min_size=1, max_size=6, unique=True), min_size=2, max_size=3
+    ),
+    seconds=st.lists(st.sampled_from([0.0, 0.005, 0.03]), min_size=6, max_size=6),
+)
+def test_measurers_at_once_measure_each_point_asked_for_once(three_measurers, asked, seconds):
+    """Whatever points each worker asks for, in whatever order, however long each takes:
+    every point asked for is measured exactly once, and its figures are stored."""
+    import threading
+    from collections import Counter
+    from unittest import mock
+
+    import autosearch.study.measure as measure
+    from autosearch.architecture import Architecture
+    from autosearch.study.overlays import PREFIX
+    from autosearch.study.records import Record
+
+    base, calls, lock = next(_POINTS), Counter(), threading.Lock()
+
+    def point(i: int) -> Record:
+        return Record(
+            trial=base + i, arch=Architecture(space="s"), description="", state="complete"
+        )
+
+    def measured(self, record):
+        with lock:
+            calls[record.trial] += 1
+        time.sleep(seconds[record.trial - base])
+        return {"latency": 1.0, "measured": 1.0, "reward": 0.5}
+
+    workers = [
+        threading.Thread(target=study.measurer.measure, args=([point(i) for i in indices],))
+        for study, indices in zip(three_measurers, asked, strict=False)
+    ]
+    with (
+        mock.patch.object(measure.FrontMeasurer, "_measured", measured),
+        mock.patch.object(measure, "_pause", lambda held: time.sleep(0.01)),
+    ):
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(timeout=300)
+    assert not any(worker.is_alive() for worker in workers)
+    wanted = {base + i for indices in asked for i in indices}
+    assert calls == Counter(wanted), (asked, calls)
+    stored = three_measurers[0].optuna_study.user_attrs
+    for trial in wanted:
+        assert json.loads(stored[f"{PREFIX}{trial}:base"])["measured"] == 1
+
+
 @pytest.mark.slow
 def test_where_int8_cannot_be_lowered_one_line_says_why_and_the_estimate_stays(
     searched, monkeypatch, caplog

@@ -91,21 +91,28 @@ class FrontMeasurer:
         worker held its job and ``wait`` raised :class:`_Busy` (nothing claimed)."""
         key = f"{PREFIX}{record.trial}:{record.variant}"
         for _ in range(_ROUNDS):
+            # The round first, then the figures: a round that another worker ends after
+            # this read is found done (with its figures), never taken for the next one.
+            job = self._job(key)
             if self._readable(key):
                 return True  # measured (by another worker, meanwhile)
             try:
-                found = self.jobs.acquire(self._job(key), wait=wait)
+                found = self.jobs.acquire(job, wait=wait)
             except _Busy:
                 return False
             if isinstance(found, Done):
                 continue  # its figures are read (again) on the next pass
             with beating(self.storage, found.trial_id, self.interval, stamped=True):
                 measured = self._measure_one(record)
-            # The job ends first, then its figures are written: a worker killed
-            # between the two leaves a done job without figures (measured again in
-            # the next round), never figures under a claim that no one ends.
-            if self.jobs.finish(found, {"figures": key}):
+            # The figures are written while the claim holds the job, then the job
+            # ends: whoever finds the job done finds its figures. (Written after, a
+            # worker that found the job done before they were written took them for
+            # gone and measured the point again.) A worker killed between the two
+            # leaves its figures under a running claim, given up as dead by the next
+            # look at the job or the search's tidy().
+            if self.jobs.taken_over(found) is None:
                 self.storage.set_study_user_attr(self.study_id, key, json.dumps(measured))
+            self.jobs.finish(found, {"figures": key})
         logger.warning(
             "trial %d (%s): its measured figures do not stay stored", record.trial, record.variant
         )
