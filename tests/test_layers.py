@@ -191,6 +191,7 @@ def test_the_top_level_holds_few_modules_and_a_package_per_concept():
 # Inside the study package: the facade at the top, the definition and codec at the bottom.
 STUDY_RANKS = {
     "workers._failpoints": -3,  # places a chaos test makes a worker die on purpose (stdlib only)
+    "workers._collection": -3,  # the collector in autosearch's own processes (stdlib only)
     "storage._paths": -2,  # paths from outside names, confined to their folder (stdlib only)
     "storage._rdb": -2,  # Optuna's RDB storage, a trial created and ended in few statements
     "storage._urls": -1,  # storage URLs to Optuna storages, with errors that say what works

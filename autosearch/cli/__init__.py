@@ -15,15 +15,24 @@ import optuna
 from autosearch.cli.parser import build_parser
 from autosearch.errors import AutosearchError
 from autosearch.study.loop import PLATFORM_FAILURES, platform_error
-from autosearch.study.workers.executors import skip_final_collection
+from autosearch.study.workers._collection import TRAINING, settle, skip_final_collection
 
 __all__ = ["main"]
 
+# The commands that train networks in this process (or in torchrun's ranks, which run
+# the command too).
+_TRAINING_COMMANDS = frozenset(
+    {"run", "worker", "search", "supernet", "confirm", "population", "train"}
+)
+
 
 def main(argv: Sequence[str] | None = None) -> int:
+    owned = argv is None  # the process's own command (the script, torchrun's ranks)
     argv = list(sys.argv[1:] if argv is None else argv)
     skip_final_collection()
     args = build_parser().parse_args(argv)
+    if owned:  # what the command loads, frozen before it starts (workers/_collection.py)
+        settle(*(TRAINING if _trains_here(args) else ()))
     args.argv = argv
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
@@ -47,6 +56,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PLATFORM_FAILURES as exc:  # the storage failed while the command used it
         print(f"autosearch: error: {platform_error(exc, _storage_of(args))}", file=sys.stderr)
         return 2
+
+
+def _trains_here(args: argparse.Namespace) -> bool:
+    """Whether the command trains in this process: not where it hands the training to
+    torchrun's ranks (each of which runs the command and trains)."""
+    launches = getattr(args, "nproc_per_node", 1) > 1 and "LOCAL_RANK" not in os.environ
+    return args.command in _TRAINING_COMMANDS and not launches
 
 
 def _storage_of(args: argparse.Namespace) -> str:

@@ -23,10 +23,7 @@ it can start, and ``RayExecutor(num_gpus="auto")`` asks Ray for the rule's fract
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import functools
-import gc
 import json
 import logging
 import os
@@ -49,6 +46,7 @@ from autosearch._checks import check_fields, flag, real, whole
 from autosearch.data import _stream
 from autosearch.errors import ConfigError, PlatformError
 from autosearch.study.workers import _mps, _ray_connect
+from autosearch.study.workers._collection import settle, skip_final_collection
 from autosearch.training import placement
 from autosearch.training.placement import Need
 
@@ -227,24 +225,13 @@ def _alive(pid: int) -> bool:
     return True
 
 
-@functools.cache  # once a process
-def skip_final_collection() -> None:
-    """At this process's exit, no garbage collection of everything it still holds.
-
-    Python's shutdown collects every object the process holds: after a study, the
-    graphs and caches of torch's compiler and exporter, 1.3 s on a 2-core Zen 5 (more on
-    slower CPUs) of every CLI command, worker and torchrun rank. Frozen objects
-    (``gc.freeze``) are left to the operating system instead; what is still open is
-    closed as before, by the exit handlers (registered earlier, so run after this one)
-    and by reference counting."""
-    atexit.register(gc.freeze)
-
-
 def _follow_parent(parent: int) -> None:
     """In a worker process: SIGTERM when the pool's process ``parent`` dies (Linux), so
     that no worker outlives the run that started it; it stops after its epoch's
     checkpoint. A thread waits on the parent's pidfd: the worker's own parent is the
-    fork server, which lives on while any of its children does."""
+    fork server, which lives on while any of its children does. What the fork server
+    loaded is frozen first (the worker holds nothing else yet: _collection.py)."""
+    settle()
     skip_final_collection()
     try:
         handle = os.pidfd_open(parent)
