@@ -1,7 +1,7 @@
 """Python's garbage collector in the processes autosearch starts and owns: its commands
 (and so torchrun's ranks, which run a command) and a local pool's workers.
 
-What such a process loads (torch, its compiler, optuna, autosearch: about 350,000
+What such a process loads (torch, its compiler, optuna, autosearch: about 340,000
 objects on torch 2.13) lives as long as the process, yet the collector ran over and
 over while it loaded (each full collection scanning everything loaded so far: about
 0.5 s of each command's start on a 2-core Zen 4) and every full collection of a trial
