@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import gc
 import re
 import socket
 import uuid
@@ -18,16 +17,6 @@ from autosearch import TrainConfig  # noqa: E402
 from autosearch.data import Dataset, load_data  # noqa: E402
 from controllers import RandomSearch  # noqa: E402
 from search_spaces import ResNetSpace  # noqa: E402
-
-# A test process holds about a million objects by its end (the libraries of every test
-# file, module fixtures), and each full garbage collection scans them all. Collected
-# less often (the youngest generation at 20,000 allocations, not 700), the four files
-# heaviest in this process (test_estimates, test_integrity, test_controllers,
-# test_compress: 141 tests) spent 5.4 s in the collector instead of 16.4-16.7 s, and
-# took 163 s instead of 176-183 s, on a 2-core Zen 4. Nothing a test proves depends on
-# when garbage is collected; a test that needs it collected collects it
-# (test_interrupts.py).
-gc.set_threshold(20_000, 20, 20)
 
 _RUN: dict[str, str] = {}
 
