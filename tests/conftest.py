@@ -27,6 +27,8 @@ def pytest_configure(config):
     predict with."""
     import os
 
+    # The files are dealt out in the order collected (pytest_collection_modifyitems).
+    config.option.loadscopereorder = False
     _RUN.update(tag=_hermetic.new_tag())
     os.environ[_hermetic.TAG] = str(_RUN["tag"])
     os.environ["AUTOSEARCH_LATENCY_TABLES"] = str(_ROOT / "latency-tables")
@@ -52,10 +54,30 @@ def pytest_unconfigure(config):
         util.Finalize(None, shutil.rmtree, (_ROOT,), {"ignore_errors": True}, exitpriority=-200)
 
 
-# No order is imposed on the files: pytest-xdist deals them out by how many tests each
-# holds (its default). Measured on a 2-core Xeon (2026-11-28): dealing the longest files
-# first took 18:39, xdist's order 16:42 to 19:11 over three runs; the difference is
-# within the run-to-run spread, so nothing is gained by keeping an order by hand.
+# The order pytest-xdist deals the files out in (``make test``: a whole file to each of
+# two processes at a time). Its default, most tests first, deals the files of a few long
+# tests last: the chaos round (one test, 70 s) and the Ray cluster's seven (110 s) ran at
+# the end while the other process, out of files, idled 35-40 s (a 2-core Xeon of model
+# 167, 2026-12-02). Dealing every long file first is no better: it ran the files that
+# start processes side by side, and they thrashed the two cores (18:39 against 16:42 and
+# 17:53, a Xeon of model 207, 2026-11-28). So xdist's order, with those few files moved
+# to the front, each dealt beside a file of many short tests in the test process.
+_DEALT_EARLY = {"test_chaos.py": 0, "test_executors.py": 2, "test_report.py": 4}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Files with most tests first (xdist's own order), those of ``_DEALT_EARLY`` at
+    their places; each file's tests in their own order."""
+    from collections import Counter
+
+    counts = Counter(item.path for item in items)
+    order = sorted(counts, key=lambda path: -counts[path])
+    early = sorted((p for p in order if p.name in _DEALT_EARLY), key=lambda p: _DEALT_EARLY[p.name])
+    order = [p for p in order if p.name not in _DEALT_EARLY]
+    for path in early:
+        order.insert(_DEALT_EARLY[path.name], path)
+    place = {path: i for i, path in enumerate(order)}
+    items.sort(key=lambda item: place[item.path])
 
 
 @pytest.fixture(autouse=True)
