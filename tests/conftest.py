@@ -94,6 +94,28 @@ def _no_process_left_behind(monkeypatch):
         warnings.warn(f"stopped processes the test left behind: {left}", stacklevel=1)
 
 
+@pytest.fixture(autouse=True)
+def _builtins_kept():
+    """Python's builtins as they were before the test: one that a test (or a library it
+    drives) replaced or added is put back, and named in a warning, so that no later test
+    of this process meets it (Ray's driver once replaced ``print``, and a pickle test
+    three files later met Ray's function instead of Python's)."""
+    import builtins
+    import warnings
+
+    before = dict(vars(builtins))
+    yield
+    now = vars(builtins)
+    changed = sorted(n for n in now.keys() | before.keys() if now.get(n) is not before.get(n))
+    if changed:
+        for name in changed:
+            if name in before:
+                setattr(builtins, name, before[name])
+            else:
+                delattr(builtins, name)
+        warnings.warn(f"put back the builtins the test changed: {changed}", stacklevel=1)
+
+
 @pytest.fixture(scope="session")
 def digits() -> Dataset:
     return load_data("digits", seed=0)

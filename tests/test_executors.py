@@ -190,13 +190,16 @@ def test_a_table_study_through_ray_stores_what_the_local_pool_stores(ray_cluster
 def test_a_ray_cluster_of_two_nodes_survives_a_killed_worker(
     ray_cluster, postgres_url, bucket, tiny_space, tmp_path
 ):
+    """A worker killed one epoch into whichever trial it holds: Ray runs it again, and
+    its trial is taken up at once from its checkpoint (its process is gone: no heartbeat
+    grace a loaded machine could exceed decides it; the default 60 s stays). The
+    driver's print is still Python's after Ray reported the dead worker."""
+    import builtins
     import threading
 
     from controllers import RandomSearch
 
-    """A worker killed one epoch into whichever trial it holds: Ray runs it again, and
-    its trial is taken up at once from its checkpoint (its process is gone: no heartbeat
-    grace a loaded machine could exceed decides it; the default 60 s stays)."""
+    printing = builtins.print
     name, _ = bucket
     aws = {k: os.environ[k] for k in os.environ if k.startswith("AWS_")}
     study = autosearch.create_study(
@@ -235,6 +238,7 @@ def test_a_ray_cluster_of_two_nodes_survives_a_killed_worker(
     killer.join(timeout=1800)
     assert killed, "no worker was killed"
     assert len(records) == 4
+    assert builtins.print is printing, builtins.print  # not Ray's progress-bar print
     trials = _complete_once(study, 4)
     cut = trials[killed["number"]]
     assert "died" in cut.user_attrs["superseded"] and cut.user_attrs["resume"]

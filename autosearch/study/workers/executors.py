@@ -350,6 +350,11 @@ class RayExecutor:
 
     def _connect(self) -> Any:
         ray = _require("ray", "ray")
+        # Where a Ray worker dies, the driver prints the cluster's message through Ray's
+        # progress-bar manager, which replaces ``builtins.print`` for the rest of this
+        # process (the user's): Ray's own switch keeps the user's print, unless the user
+        # set it.
+        os.environ.setdefault("RAY_TQDM_PATCH_PRINT", "0")
         if not ray.is_initialized():
             address = self.address or os.environ.get("RAY_ADDRESS")
             _ray_connect.check_head(address)
