@@ -94,6 +94,30 @@ def _no_process_left_behind(monkeypatch):
         warnings.warn(f"stopped processes the test left behind: {left}", stacklevel=1)
 
 
+def _settle() -> None:
+    """What this test process holds now (the libraries and test modules it imported, the
+    session's fixtures), frozen out of the collector's later scans (``gc.freeze``), after
+    a collection of what is garbage already: every full collection of a test scanned the
+    600,000 objects again (34 s of 344 over five in-process files). The collector runs as
+    often as before, on what the tests allocate."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
+def pytest_collection_finish(session):
+    _settle()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _settled_after_each_file():
+    """At the end of each file (its own fixtures already finalized) what it loaded
+    lazily (the ONNX exporter, torchao, NNI, MLflow) is frozen too."""
+    yield
+    _settle()
+
+
 @pytest.fixture(autouse=True)
 def _builtins_kept():
     """Python's builtins as they were before the test: one that a test (or a library it
