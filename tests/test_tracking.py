@@ -106,6 +106,95 @@ def test_a_tracker_that_fails_or_hangs_never_holds_the_caller(caplog):
     assert "the study goes on" in said.getMessage()
 
 
+def test_a_tracker_at_work_is_waited_for_however_busy_the_machine(caplog):
+    """The end of a run waits on the tracker's progress, not on the clock: a call that
+    computes (importing the tool, making a store) for longer than the timeout is waited
+    for; one that blocks without using CPU, or computes past the runaway bound, is not."""
+
+    def compute(seconds, then=None):
+        start = time.thread_time()
+        while time.thread_time() - start < seconds:
+            pass
+        if then is not None:
+            then.append(seconds)
+
+    sent = []
+    working = Sender("a tool at work")
+    working.send(compute, 0.6)  # several windows of 0.1 s, each with CPU used
+    working.send(compute, 0.0, sent)
+    assert working.close(timeout=0.1) is True and sent == [0.0]
+    release = threading.Event()
+    runaway = Sender("a runaway tool", runaway=0.3)
+    runaway.send(lambda: [compute(0.01) for _ in iter(release.is_set, True)])
+    runaway.send(sent.append, "never")
+    with caplog.at_level(logging.WARNING):
+        assert runaway.close(timeout=0.1) is False
+    release.set()
+    assert "a runaway tool used over 0.3 CPU seconds on one call; 2 update(s)" in caplog.text
+    assert sent == [0.0] and runaway.down.startswith("used over 0.3 CPU seconds")
+
+
+_KILLED_MAKING = """
+import os, signal, sys
+from sqlalchemy import Table, event
+# Killed the moment MLflow's migrations have made this table: the state of a process
+# stopped midway through making a store (the rest of the tables and the schema's
+# version not yet there).
+event.listen(Table, "after_create", lambda table, *a, **k: table.name == sys.argv[2]
+             and os.kill(os.getpid(), signal.SIGKILL))
+if sys.argv[3] == "autosearch":  # the module alone (it needs only MLflow): no torch to load
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("mlflow_runs", sys.argv[4])
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.MLflowRuns(sys.argv[1], "s", "uid").client()
+else:  # MLflow's own client, which makes a new store's tables in place
+    from mlflow.tracking import MlflowClient
+    MlflowClient(tracking_uri=sys.argv[1]).search_experiments()
+"""
+
+
+@pytest.mark.parametrize("maker", ["autosearch", "mlflow"])
+def test_a_store_whose_maker_is_killed_midway_is_never_left_half_made(tmp_path, maker):
+    import subprocess
+    import sys
+
+    from autosearch.study.tracking import mlflow_runs
+    from autosearch.study.tracking.mlflow_runs import MLflowRuns
+
+    store = tmp_path / "mlflow.db"
+    uri = f"sqlite:///{store}"
+    killed = subprocess.run(
+        [sys.executable, "-c", _KILLED_MAKING, uri, "spans", maker, mlflow_runs.__file__],
+        capture_output=True, text=True, timeout=1800,
+    )  # fmt: skip
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    runs = MLflowRuns(uri, "s", "uid")
+    if maker == "autosearch":
+        # Its tables were made in a file of its own: the store is not there, and the
+        # next process makes it whole.
+        assert not store.exists() and len(list(tmp_path.glob(".mlflow.db.*.making"))) == 1
+        runs.client()
+        assert _client(uri).get_experiment_by_name("s").tags["autosearch.uid"] == "uid"
+        assert {t.name for t in _tables(store)} >= {"spans", "alembic_version"}
+    else:
+        # MLflow's own making, stopped midway, is a store MLflow cannot open again:
+        # named as such, with what to do.
+        with pytest.raises(RuntimeError, match=rf"the MLflow store {store} is half made"):
+            runs.client()
+        with pytest.raises(Exception, match="already exists"):
+            _client(uri).search_experiments()
+
+
+def _tables(store):
+    import sqlite3
+    from types import SimpleNamespace
+
+    with sqlite3.connect(store) as db:
+        rows = db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+    return [SimpleNamespace(name=name) for (name,) in rows]
+
+
 def test_a_study_in_mlflow_and_tensorboard(make_study, tmp_path):
     """Each trial a run nested under the study's, its genes and settings as params,
     its epochs as step metrics, every variant's figures and its state at the end,

@@ -8,10 +8,12 @@ run, which stays the user's."""
 
 from __future__ import annotations
 
+import os
 import re
 import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -58,9 +60,14 @@ class MLflowRuns:
             _probe(self.uri)
             from mlflow.tracking import MlflowClient
 
-            with _sqlite_lock(self.uri):  # a new store's tables made by one process at a time
-                client = MlflowClient(tracking_uri=self.uri)
+            _made_whole(self.uri)
+            try:
+                client = MlflowClient(tracking_uri=self.uri)  # opens the store
                 self._experiment = _retry(lambda: self._find_experiment(client))
+            except Exception as exc:
+                if "already exists" in str(exc) and self.uri.startswith("sqlite:///"):
+                    raise _half_made(self.uri) from exc
+                raise
             self._client = client
         return self._client
 
@@ -277,14 +284,63 @@ def _retry(call: Callable[[], T]) -> T:
     raise AssertionError("unreachable")
 
 
-@contextmanager
-def _sqlite_lock(uri: str) -> Iterator[None]:
-    """Held while this process first opens a SQLite store (MLflow makes a new store's
-    tables then, and two processes making them at once fail): a lock file beside it."""
-    if not uri.startswith("sqlite:///") or fcntl is None:
-        yield
+def _made_whole(uri: str) -> None:
+    """A new SQLite store, made whole before any process opens it. MLflow makes a store's
+    tables in many statements, and a process stopped midway leaves one that MLflow can
+    never open again; so the tables are made in a file of this process's own beside the
+    store, which is then linked in under the store's name at once (never over a store
+    that is there). One process of a machine makes it at a time (a lock file beside it,
+    let go by the kernel if its holder dies); the others wait and open what it made."""
+    if not uri.startswith("sqlite:///"):
         return
     path = Path(uri.removeprefix("sqlite:///"))
+    if path.exists():
+        return
+    with _sqlite_lock(path):
+        if path.exists():  # made while this process waited
+            return
+        from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+        making = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.making")
+        try:
+            store = SqlAlchemyStore(f"sqlite:///{making}", _artifacts_beside(uri))
+            store.engine.dispose()
+            getattr(SqlAlchemyStore, "_engine_map", {}).pop(f"sqlite:///{making}", None)
+            try:
+                os.link(making, path)
+            except FileExistsError:  # made meanwhile by a process that takes no lock
+                pass
+        finally:
+            making.unlink(missing_ok=True)
+        _drop_stale(path)
+
+
+def _drop_stale(path: Path) -> None:
+    """Files left by makers of the store at ``path`` that were stopped midway (a day old:
+    no making takes that long)."""
+    for left in path.parent.glob(f".{path.name}.*.making"):
+        try:
+            if time.time() - left.stat().st_mtime > 86400:
+                left.unlink()
+        except OSError:
+            pass
+
+
+def _half_made(uri: str) -> RuntimeError:
+    path = uri.removeprefix("sqlite:///")
+    return RuntimeError(
+        f"the MLflow store {path} is half made: its tables were being made when the "
+        "process making them stopped, and MLflow cannot finish them. Move it aside "
+        f"(mv {path} {path}.half-made); the study makes a new store and tracks from then on"
+    )
+
+
+@contextmanager
+def _sqlite_lock(path: Path) -> Iterator[None]:
+    """Held while this process makes the SQLite store at ``path``: a lock file beside it."""
+    if fcntl is None:
+        yield
+        return
     with open(path.with_name(path.name + ".lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
