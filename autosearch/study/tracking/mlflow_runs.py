@@ -60,14 +60,17 @@ class MLflowRuns:
             _probe(self.uri)
             from mlflow.tracking import MlflowClient
 
-            _made_whole(self.uri)
-            try:
-                client = MlflowClient(tracking_uri=self.uri)  # opens the store
-                self._experiment = _retry(lambda: self._find_experiment(client))
-            except Exception as exc:
-                if "already exists" in str(exc) and self.uri.startswith("sqlite:///"):
-                    raise _half_made(self.uri) from exc
-                raise
+            # One process of a machine at a time makes a new SQLite store, or brings an
+            # old one's tables up to this MLflow (MLflow does that as it opens one).
+            with _sqlite_lock(self.uri):
+                _made_whole(self.uri)
+                try:
+                    client = MlflowClient(tracking_uri=self.uri)  # opens the store
+                    self._experiment = _retry(lambda: self._find_experiment(client))
+                except Exception as exc:
+                    if "already exists" in str(exc) and self.uri.startswith("sqlite:///"):
+                        raise _half_made(self.uri) from exc
+                    raise
             self._client = client
         return self._client
 
@@ -289,30 +292,26 @@ def _made_whole(uri: str) -> None:
     tables in many statements, and a process stopped midway leaves one that MLflow can
     never open again; so the tables are made in a file of this process's own beside the
     store, which is then linked in under the store's name at once (never over a store
-    that is there). One process of a machine makes it at a time (a lock file beside it,
-    let go by the kernel if its holder dies); the others wait and open what it made."""
+    that is there). Called under the store's lock (``_sqlite_lock``)."""
     if not uri.startswith("sqlite:///"):
         return
     path = Path(uri.removeprefix("sqlite:///"))
     if path.exists():
         return
-    with _sqlite_lock(path):
-        if path.exists():  # made while this process waited
-            return
-        from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
-        making = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.making")
+    making = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.making")
+    try:
+        store = SqlAlchemyStore(f"sqlite:///{making}", _artifacts_beside(uri))
+        store.engine.dispose()
+        getattr(SqlAlchemyStore, "_engine_map", {}).pop(f"sqlite:///{making}", None)
         try:
-            store = SqlAlchemyStore(f"sqlite:///{making}", _artifacts_beside(uri))
-            store.engine.dispose()
-            getattr(SqlAlchemyStore, "_engine_map", {}).pop(f"sqlite:///{making}", None)
-            try:
-                os.link(making, path)
-            except FileExistsError:  # made meanwhile by a process that takes no lock
-                pass
-        finally:
-            making.unlink(missing_ok=True)
-        _drop_stale(path)
+            os.link(making, path)
+        except FileExistsError:  # made meanwhile by a process that takes no lock
+            pass
+    finally:
+        making.unlink(missing_ok=True)
+    _drop_stale(path)
 
 
 def _drop_stale(path: Path) -> None:
@@ -336,11 +335,13 @@ def _half_made(uri: str) -> RuntimeError:
 
 
 @contextmanager
-def _sqlite_lock(path: Path) -> Iterator[None]:
-    """Held while this process makes the SQLite store at ``path``: a lock file beside it."""
-    if fcntl is None:
+def _sqlite_lock(uri: str) -> Iterator[None]:
+    """Held while this process first opens a SQLite store: a lock file beside it (let go
+    by the kernel if its holder dies)."""
+    if not uri.startswith("sqlite:///") or fcntl is None:
         yield
         return
+    path = Path(uri.removeprefix("sqlite:///"))
     with open(path.with_name(path.name + ".lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
