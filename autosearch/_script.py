@@ -30,11 +30,23 @@ def unguarded_line() -> tuple[str, int] | None:
         frame = frame.f_back
     if frame is None or path is None or not Path(path).is_file():
         return None
+    if not _same_file(frame.f_code.co_filename, path):
+        # Code run as "__main__" by another main module (``python -m cProfile
+        # script.py``, ``runpy.run_path``): a spawned process imports that module, not
+        # this code, so nothing here runs again; its lines are not the module's lines.
+        return None
     line = frame.f_lineno
     for start, end, guarded in _top_level(path, Path(path).stat().st_mtime_ns):
         if start <= line <= end:
             return None if guarded else (Path(path).name, line)
     return None
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return Path(a).resolve() == Path(b).resolve()
+    except OSError:
+        return False
 
 
 @functools.lru_cache(maxsize=8)

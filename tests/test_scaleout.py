@@ -256,11 +256,20 @@ def test_the_main_guard_is_recognised(tmp_path):
     call = (
         "    from autosearch.study.workers.pool import check_main_guard\n    check_main_guard()\n"
     )
-    (tmp_path / "search.py").write_text(guarded + "\n" + call + "    print('ok')\n")
-    done = subprocess.run(
-        [sys.executable, "search.py"], cwd=tmp_path, capture_output=True, text=True, timeout=1800
-    )
-    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+    # Run itself, and under a profiler that runs it as "__main__" from its own module
+    # (whose lines are not the script's; a spawned worker imports the profiler's).
+    for runner in ([], ["-m", "cProfile", "-o", "search.prof"]):
+        folder = tmp_path / ("profiled" if runner else "plain")
+        folder.mkdir()
+        (folder / "search.py").write_text(guarded + "\n" + call + "    print('ok')\n")
+        done = subprocess.run(
+            [sys.executable, *runner, "search.py"],
+            cwd=folder,
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
+        assert done.returncode == 0 and done.stdout.strip() == "ok", (runner, done.stderr)
 
 
 # Workers started together (issue 43: J20) ---------------------------------------------------
