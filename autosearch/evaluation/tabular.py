@@ -164,8 +164,14 @@ def _read(path: Path) -> list[dict[str, Any]]:
     raise DataError(f"benchmark table {path}: JSON must be an object or a list of rows")
 
 
+class _Rows(dict[str, dict[str, float]]):
+    """A read table's rows, with the highest value of its accuracy column."""
+
+    top: float = 0.0
+
+
 @functools.lru_cache(maxsize=8)
-def _load(table: Table) -> dict[str, dict[str, float]]:
+def _load(table: Table) -> _Rows:
     path = Path(table.path)
     raw = _read(path)
     if not raw:
@@ -181,7 +187,7 @@ def _load(table: Table) -> dict[str, dict[str, float]]:
                 f"{', '.join(found)}. Name the columns with Table(key=..., accuracy=..., "
                 "metrics={...})"
             )
-    rows: dict[str, dict[str, float]] = {}
+    rows = _Rows()
     for line, row in enumerate(raw, start=2):
         key = str(row.get("\0key", row.get(table.key))).strip()
         if key in rows:
@@ -197,6 +203,7 @@ def _load(table: Table) -> dict[str, dict[str, float]]:
             raise DataError(f"benchmark table {path}, row {line}: values must be finite")
         _check_ranges(table, values, f"benchmark table {path}, row {line}")
         rows[key] = values
+    rows.top = max(v[table.accuracy] for v in rows.values())
     return rows
 
 
@@ -220,7 +227,8 @@ def _check_ranges(table: Table, values: dict[str, float], where: str) -> None:
 
 
 def _scale(table: Table) -> float:
+    """What the table's accuracies are divided by: 100 for percent, else 1 (decided
+    from the values when the table is read, not at each evaluation)."""
     if table.percent is not None:
         return 100.0 if table.percent else 1.0
-    top = max(row[table.accuracy] for row in _load(table).values())
-    return 100.0 if top > 1.0 else 1.0
+    return 100.0 if _load(table).top > 1.0 else 1.0
