@@ -20,7 +20,8 @@ __all__ = ["unguarded_line"]
 def unguarded_line() -> tuple[str, int] | None:
     """``(script name, line)`` where the main script's unguarded top level led to this
     call; None when it is guarded, or when there is no script to run again (a notebook,
-    ``python -c``, a module run with ``-m`` from a guarded entry point)."""
+    ``python -c``, a module run with ``-m`` from a guarded entry point, code another
+    main module ran as ``__main__``: a profiler's ``python -m cProfile script.py``)."""
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
     frame: FrameType | None = sys._getframe()
