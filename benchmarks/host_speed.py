@@ -1,8 +1,8 @@
 """How much work a CPU-second of this machine does now: a fixed Python loop and a fixed
 convolution in one thread, timed in CPU-seconds of this process, printed as JSON.
 
-On a shared host the same guest's CPU-second varies with its neighbours (seen here: a
-1.5-fold spread of the loop within one hour, with next to no steal time shown), so a
+On a shared host the same guest's CPU-second varies with its neighbours (seen on a 2-core
+Zen 3: a 1.5-fold spread of such a loop within one hour, next to no steal time shown), so a
 suite's or a benchmark's wall time is read beside this figure taken before and after it::
 
     python benchmarks/host_speed.py
