@@ -257,13 +257,14 @@ class Round:
         return found
 
     def recover(self) -> dict[str, int]:
-        """One run of each study file with no chaos: it must finish, exit 0."""
+        """One run of each study file with no chaos: it must finish, exit 0 (without an
+        export: the checks export the best themselves, in ``check``)."""
         codes = {}
         for study, file in self.files.items():
             cli = str(Path(sys.executable).with_name("autosearch"))
             out = self.folder / "out" / study
             done = subprocess.run(
-                [cli, "run", str(file), "--out", str(out)],
+                [cli, "run", str(file), "--out", str(out), "--no-export"],
                 env=self.env(chaos=False),
                 cwd=self.folder,
                 capture_output=True,

@@ -78,7 +78,7 @@ def test_run_status_report_export(study_file, tmp_path, capsys):
 
 
 def test_optuna_cli_reads_the_study_unchanged(study_file, tmp_path):
-    assert main(["run", str(study_file)]) == 0
+    assert main(["run", str(study_file), "--no-export"]) == 0
     optuna_cli = shutil.which("optuna", path=str(Path(sys.executable).parent))
     assert optuna_cli, "the optuna console script is installed with optuna"
     result = subprocess.run(

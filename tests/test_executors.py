@@ -287,7 +287,7 @@ def test_a_ray_head_that_asks_for_a_token_gets_this_machines_or_is_named_in_one_
     local = ["--node-ip-address", "127.0.0.1", "--num-cpus", "1", "--disable-usage-stats"]
     (tmp_path / "s.py").write_text(_TOKEN_STUDY)
     cli = [str(Path(sys.executable).with_name("autosearch")), "run", "s.py", "--workers", "1"]
-    cli += ["--executor", "ray", "--ray-address", f"127.0.0.1:{port}"]
+    cli += ["--executor", "ray", "--ray-address", f"127.0.0.1:{port}", "--no-export"]
 
     def run(home: Path) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

@@ -36,11 +36,39 @@ _ONLY_TORCH = textwrap.dedent(
 )
 
 
-def test_export_round_trip_in_a_process_without_autosearch(make_study, digits, tmp_path):
-    study = make_study()
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """One study of two trials and its best's export, shared by the tests that read it
+    (each copies the folder before writing into it: ``fresh_export``). Trained with a
+    recipe of its own, which ``autosearch train`` must start from."""
+    from controllers import RandomSearch
+    from search_spaces import ResNetSpace
+
+    root = tmp_path_factory.mktemp("exported")
+    space = ResNetSpace(
+        min_stages=2, max_stages=2, depths=(1, 2), widths=(4, 8), stem_widths=(4, 8),
+        blocks=("basic",),
+    )  # fmt: skip
+    study = autosearch.create_study(
+        "exported",
+        controller=RandomSearch(space, seed=0),
+        train=autosearch.TrainConfig(epochs=2, batch_size=96, lr=0.07),
+        storage=f"sqlite:///{root}/exported.db",
+    )
     study.optimize(2)
-    record = study.best()
-    out = study.export(record, tmp_path / "best")
+    return study, study.best(), study.export(study.best(), root / "best")
+
+
+@pytest.fixture
+def fresh_export(exported, tmp_path):
+    """A copy of the shared export, to write into."""
+    import shutil
+
+    return shutil.copytree(exported[2], tmp_path / "best")
+
+
+def test_export_round_trip_in_a_process_without_autosearch(exported, fresh_export, digits):
+    study, record, out = *exported[:2], fresh_export
     assert sorted(p.name for p in out.iterdir()) == [
         "README.md",
         "arch.json",
@@ -104,13 +132,10 @@ def test_missing_weights_say_where_they_were_looked_for(make_study, tmp_path):
         study.export(study.best(), tmp_path / "x")
 
 
-def test_the_onnx_file_runs_in_onnxruntime_like_torch(make_study, digits, tmp_path):
+def test_the_onnx_file_runs_in_onnxruntime_like_torch(exported, digits):
     import onnxruntime
 
-    study = make_study()
-    study.optimize(1)
-    record = study.best()
-    out = study.export(record, tmp_path / "best")
+    study, record, out = exported
     session = onnxruntime.InferenceSession(str(out / "model.onnx"))
     model = study.load_model(record)
     for n in (1, 7, 100):  # any batch size
@@ -191,13 +216,11 @@ def test_a_variant_exports_and_runs_with_torch_alone(make_study, digits, tmp_pat
     assert accuracy == pytest.approx(card["metrics"]["accuracy_exported"], abs=0.02)
 
 
-def test_autosearch_train_trains_an_export_in_full(make_study, digits, tmp_path, capsys):
+def test_autosearch_train_trains_an_export_in_full(fresh_export, digits, capsys):
     from autosearch.cli import main
     from autosearch.export.retrain import load_export
 
-    study = make_study()
-    study.optimize(1)
-    out = study.export(study.best(), tmp_path / "best")
+    out = fresh_export
     argv = ["train", str(out), "--epochs", "3", "--batch-size", "32", "--lr", "0.1", "--json"]
     assert main(argv) == 0
     metrics = json.loads(capsys.readouterr().out)
@@ -217,12 +240,10 @@ def test_autosearch_train_trains_an_export_in_full(make_study, digits, tmp_path,
     assert again["val_accuracy"] == metrics["val_accuracy"]
 
 
-def test_autosearch_train_starts_from_the_trials_own_recipe(make_study, tmp_path, capsys):
+def test_autosearch_train_starts_from_the_trials_own_recipe(fresh_export, capsys):
     from autosearch.cli import main
 
-    study = make_study(train=autosearch.TrainConfig(epochs=2, batch_size=96, lr=0.07))
-    study.optimize(1)
-    out = study.export(study.best(), tmp_path / "best")
+    out = fresh_export  # its study trained with epochs=2, batch_size=96, lr=0.07
     card = json.loads((out / "arch.json").read_text())
     assert card["training"]["data"] == "digits" and card["training"]["train"]["batch_size"] == 96
     assert main(["train", str(out), "--json"]) == 0  # no --data, no recipe given
@@ -234,14 +255,12 @@ def test_autosearch_train_starts_from_the_trials_own_recipe(make_study, tmp_path
     assert json.loads(capsys.readouterr().out)["train_config"]["lr"] == 0.01
 
 
-def test_autosearch_train_refuses_data_of_another_shape(make_study, tmp_path, capsys):
+def test_autosearch_train_refuses_data_of_another_shape(fresh_export, tmp_path, capsys):
     import numpy as np
 
     from autosearch.cli import main
 
-    study = make_study()
-    study.optimize(1)
-    out = study.export(study.best(), tmp_path / "best")
+    out = fresh_export
     rng = np.random.default_rng(0)
     folder = tmp_path / "images"
     from PIL import Image
@@ -263,13 +282,11 @@ def test_autosearch_train_refuses_data_of_another_shape(make_study, tmp_path, ca
 
 @pytest.mark.slow
 @pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
-def test_autosearch_train_runs_two_processes(make_study, tmp_path, parallel):
+def test_autosearch_train_runs_two_processes(fresh_export, parallel):
     import os
     from pathlib import Path
 
-    study = make_study()
-    study.optimize(1)
-    out = study.export(study.best(), tmp_path / "best")
+    out = fresh_export
     cli = Path(sys.executable).with_name("autosearch")
     command = [str(cli), "train", str(out), "--epochs", "2", "--nproc-per-node", "2"]
     done = subprocess.run(

@@ -330,7 +330,7 @@ def test_a_finished_job_of_another_supernet_is_refused_and_retrain_gets_out(tmp_
         assert len(err.splitlines()) == 1
         assert main(["supernet", "job.py", "--retrain"]) == 0
         assert "trained 1 epochs" in capsys.readouterr().out
-        assert main(["run", "job.py"]) == 0
+        assert main(["run", "job.py", "--no-export"]) == 0
 
 
 def test_a_dead_workers_claim_on_a_job_no_one_asks_for_again_is_given_up(tmp_path):

@@ -206,7 +206,7 @@ def test_autosearch_population_trains_the_best_as_a_trial(tmp_path, monkeypatch,
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "pop.py").write_text(STUDY_FILE)
-    assert main(["run", "pop.py"]) == 0
+    assert main(["run", "pop.py", "--no-export"]) == 0
     capsys.readouterr()
     study = autosearch.load_study("pop", storage=f"sqlite:///{tmp_path}/runs/pop/study.db")
     best = study.best()

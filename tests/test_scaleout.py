@@ -299,7 +299,7 @@ def test_two_runs_of_one_study_file_run_the_study_to_its_total(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     runs = [
         subprocess.Popen(
-            [str(cli), "run", "six.py", "--out", f"out{i}"],
+            [str(cli), "run", "six.py", "--out", f"out{i}", "--no-export"],
             cwd=tmp_path,
             env=env,
             stdout=subprocess.PIPE,
@@ -313,6 +313,9 @@ def test_two_runs_of_one_study_file_run_the_study_to_its_total(tmp_path):
     study = autosearch.load_study("six", storage=f"sqlite:///{tmp_path}/six.db", read_only=True)
     assert study.count() == study.count("complete") == 6, outputs
     assert len({r.arch.arch_id for r in study.records(variants=False)}) == 6
+    # Two workers of one study: neither wrote best/, each said how to (--no-export).
+    assert not any((tmp_path / f"out{i}" / "best").exists() for i in range(2))
+    assert all("`autosearch export --study six --storage sqlite:///six.db`" in o for o in outputs)
 
 
 @pytest.mark.slow

@@ -245,8 +245,11 @@ def test_a_study_runs_under_torchrun_with_rank_0_storing(tmp_path, parallel):
     )
     cli = Path(sys.executable).with_name("autosearch")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    # One of the two exports its best (FSDP's weights, stored whole, rebuilt); DDP's says
+    # where its export would come from.
+    no_export = ["--no-export"] if parallel == "ddp" else []
     done = subprocess.run(
-        [str(cli), "run", "tiny.py", "--nproc-per-node", "2"],
+        [str(cli), "run", "tiny.py", "--nproc-per-node", "2", *no_export],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -255,6 +258,11 @@ def test_a_study_runs_under_torchrun_with_rank_0_storing(tmp_path, parallel):
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.count("Pareto front") == 1  # rank 0 alone reports
+    best = tmp_path / "runs" / "ddp" / "best"
+    if no_export:
+        assert not best.exists() and "not written (--no-export)" in done.stdout, done.stdout
+    else:
+        assert (best / "model.onnx").is_file() and (best / "model.safetensors").is_file()
     study = autosearch.load_study("ddp", storage=f"sqlite:///{tmp_path}/runs/ddp/study.db")
     records = study.records()
     assert len(records) == 2 and all(r.state == "complete" for r in records)

@@ -85,10 +85,11 @@ def _run_to_budget(
     show_progress_bar: bool | None = None,
     args: argparse.Namespace | None = None,
     confirm: int = 0,
+    export: bool = True,
 ) -> int:
     """Run the study until ``total`` trials have finished (with the workers and executor
     ``args`` ask for), confirm the top ``confirm`` subnets of a supernet's front by
-    training; write the report and export."""
+    training; write the report and, unless told not to (``export``), export the best."""
     finished = study.count("complete", "failed")
     remaining = max(total - finished, 0)
     print(
@@ -131,8 +132,13 @@ def _run_to_budget(
         + (f", test {test:.4f}" if test is not None else "")
     )
     print(f"storage: {study.storage_url}\nreport:  {report}")
-    if study.table is None:
+    if study.table is None and export:
         print(f"export:  {study.export(best, out / 'best')}/")
+    elif study.table is None:
+        print(
+            f"export:  not written (--no-export); `autosearch export --study {study.name} "
+            f"--storage {study.storage_url}` writes it"
+        )
     return 0
 
 
@@ -213,12 +219,12 @@ def cmd_run(args: argparse.Namespace) -> int:
                 "to run it"
             ) from None
         with _out_dir(args, spec.name) as out:
-            return _run_to_budget(study, 0, out)
+            return _run_to_budget(study, 0, out, export=args.export)
     with _out_dir(args, spec.name) as out:
         if not init_distributed(spec.train.device):
             study = spec.create(storage=url, artifacts=args.artifacts, **_tracking(args))
             return _supernet_first(study) or _run_to_budget(
-                study, total, out, args=args, confirm=spec.confirm
+                study, total, out, args=args, confirm=spec.confirm, export=args.export
             )
         # Under torchrun: rank 0 creates (or opens) the study before the others open it.
         rank, _ = world()
@@ -232,7 +238,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 if not code:
                     study.optimize(0)  # follow rank 0 to the end
                 return code
-            return _supernet_first(study) or _run_to_budget(study, total, out)
+            return _supernet_first(study) or _run_to_budget(study, total, out, export=args.export)
         finally:
             leave_distributed()
 

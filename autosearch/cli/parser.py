@@ -138,6 +138,13 @@ def _add_run(sub: Subparsers) -> None:
         "--storage", help="storage URL (default: the file's, or sqlite:///runs/NAME/study.db)"
     )
     run.add_argument("--out", help="folder for report.html and best/ (default runs/NAME)")
+    run.add_argument(
+        "--no-export",
+        dest="export",
+        action="store_false",
+        help="end without exporting the best into best/ (one of several workers of a study, "
+        "say); `autosearch export` writes it later",
+    )
     run.add_argument("--artifacts", help=ARTIFACTS_HELP)
     _add_tracking(run)
     run.add_argument(
