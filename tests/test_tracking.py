@@ -514,7 +514,7 @@ def test_a_cli_study_tracked_and_its_export_logged_as_a_model(tmp_path, monkeypa
     monkeypatch.chdir(tmp_path)
     (tmp_path / "s.py").write_text(_STUDY_FILE)
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    assert main(["run", "s.py", "--mlflow", uri]) == 0
+    assert main(["run", "s.py", "--mlflow", uri, "--no-export"]) == 0  # exported below
     # A worker joining later tracks where the study is tracked; --tensorboard adds a tool.
     storage = f"sqlite:///{tmp_path}/runs/logged/study.db"
     worker = ["worker", "--study", "logged", "--storage", storage, "--n-trials", "1"]
