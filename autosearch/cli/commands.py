@@ -44,13 +44,7 @@ from autosearch.studyfile import load_spec
 from autosearch.training.runtime import init_distributed, leave_distributed, world
 from autosearch.training.train import EpochResult, TrainConfig
 
-__all__ = [
-    "cmd_run",
-    "cmd_search",
-    "cmd_supernet",
-    "cmd_train",
-    "cmd_worker",
-]
+__all__ = ["cmd_run", "cmd_search", "cmd_supernet", "cmd_train", "cmd_worker"]
 
 
 @contextlib.contextmanager
@@ -87,17 +81,15 @@ def _run_to_budget(
     confirm: int = 0,
     export: bool = True,
 ) -> int:
-    """Run the study until ``total`` trials have finished (with the workers and executor
-    ``args`` ask for), confirm the top ``confirm`` subnets of a supernet's front by
-    training; write the report and, unless told not to (``export``), export the best."""
+    """Run the study to ``total`` finished trials (workers and executor as ``args`` say),
+    confirm the top ``confirm`` of a supernet's front; write the report, export the best."""
     finished = study.count("complete", "failed")
     remaining = max(total - finished, 0)
     print(
         f"study {study.name}: {finished} of {total} trials done, running {remaining} "
         f"({study.storage_url})"
     )
-    workers = getattr(args, "workers", 1) or 1
-    interrupted = None
+    interrupted, workers = None, getattr(args, "workers", 1) or 1
     try:
         study.optimize(
             remaining,
@@ -126,11 +118,8 @@ def _run_to_budget(
     best = study.best()
     print("\nPareto front (validation accuracy against FLOPs = 2 x MACs per image):")
     print(table(front))
-    test = best.metrics.get("test_accuracy")
-    print(
-        f"\nbest: trial {best.trial}, {best.description}: val {best.metrics['accuracy']:.4f}"
-        + (f", test {test:.4f}" if test is not None else "")
-    )
+    test = "" if best.test_accuracy is None else f", test {best.test_accuracy:.4f}"
+    print(f"\nbest: trial {best.trial}, {best.description}: val {best.accuracy:.4f}{test}")
     print(f"storage: {study.storage_url}\nreport:  {report}")
     if study.table is None and export:
         print(f"export:  {study.export(best, out / 'best')}/")
