@@ -169,9 +169,10 @@ def digits_folder(tmp_path_factory) -> Path:
     return root
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def tiny_space() -> ResNetSpace:
-    """Small enough that one epoch on digits takes a fraction of a second."""
+    """Small enough that one epoch on digits takes a fraction of a second (a frozen
+    dataclass: one for the session, module fixtures included)."""
     return ResNetSpace(
         min_stages=2,
         max_stages=2,

@@ -37,21 +37,16 @@ _ONLY_TORCH = textwrap.dedent(
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory):
+def exported(tmp_path_factory, tiny_space):
     """One study of two trials and its best's export, shared by the tests that read it
     (each copies the folder before writing into it: ``fresh_export``). Trained with a
     recipe of its own, which ``autosearch train`` must start from."""
     from controllers import RandomSearch
-    from search_spaces import ResNetSpace
 
     root = tmp_path_factory.mktemp("exported")
-    space = ResNetSpace(
-        min_stages=2, max_stages=2, depths=(1, 2), widths=(4, 8), stem_widths=(4, 8),
-        blocks=("basic",),
-    )  # fmt: skip
     study = autosearch.create_study(
         "exported",
-        controller=RandomSearch(space, seed=0),
+        controller=RandomSearch(tiny_space, seed=0),
         train=autosearch.TrainConfig(epochs=2, batch_size=96, lr=0.07),
         storage=f"sqlite:///{root}/exported.db",
     )
