@@ -4,8 +4,9 @@ user's settings, and no process left behind by a test, whatever became of it.
 - :func:`isolate` (at the start of every test process): ``HOME``, the XDG folders and
   ``TMPDIR`` point into a folder of the run's own, and the environment variables that
   autosearch or the services the tests start would read from a user's shell are
-  cleared (``USER_SETTINGS``): a ``~/.ray/auth_token``, ``~/.aws/config``,
-  ``RAY_ADDRESS`` or ``AUTOSEARCH_HEARTBEAT_GRACE`` of the user's changes nothing here.
+  cleared (``USER_SETTINGS``, ``USER_NAMES``): a ``~/.ray/auth_token``, ``~/.aws/config``,
+  ``RAY_ADDRESS``, ``AUTOSEARCH_HEARTBEAT_GRACE``, an ``https_proxy``, ``TQDM_DISABLE``
+  or ``GLOO_SOCKET_IFNAME`` of the user's changes nothing here.
 - Every process a test starts carries ``AUTOSEARCH_TEST_TAG`` in its environment (set
   per test, inherited by whatever it starts: torchrun's ranks, Ray's daemons and
   workers, ``autosearch worker`` processes). When the test ends, processes still
@@ -37,9 +38,34 @@ USER_SETTINGS = (
     "OPTUNA_",
     "MLFLOW_",
     "CUDA_MPS_",  # an MPS daemon of the user's
-    "TORCHELASTIC_",
-    "TORCHINDUCTOR_",
-    "TORCH_LOGS",
+    "TORCH",  # TORCH_LOGS, TORCH_HOME, TORCHDYNAMO_DISABLE, TORCHINDUCTOR_*, TORCHELASTIC_*
+    "PYTORCH_",  # PYTORCH_JIT, PYTORCH_CUDA_ALLOC_CONF, ...
+    "GLOO_",  # GLOO_SOCKET_IFNAME: the interface torchrun's gloo ranks talk over
+    "NCCL_",
+    "OMP_",  # thread counts torch reads at import (the suite sets its own)
+    "MKL_",
+    "KMP_",
+    "SLURM_",  # inside a Slurm allocation, submitit takes its job for the tests'
+    "SUBMITIT_",
+    "TQDM_",  # tqdm reads TQDM_DISABLE, TQDM_MININTERVAL, ... as every bar's defaults
+    "HYPOTHESIS_",  # its storage folder (the suite's profile: conftest)
+)
+# Single names: a proxy (the tests talk to servers on 127.0.0.1 only: boto3, requests,
+# gRPC and urllib would send that through a user's proxy), Python's warning filters in
+# the processes the tests start (they read those processes' output), Hypothesis's
+# switch to its CI profile.
+USER_NAMES = (
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+    "no_proxy",
+    "grpc_proxy",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "NO_PROXY",
+    "PYTHONWARNINGS",
+    "CI",
 )
 TORCHRUN = (
     "RANK",
@@ -79,7 +105,7 @@ def isolate(root: Path) -> dict[str, str]:
     for name in list(os.environ):
         if name in KEPT:
             continue
-        if name.startswith(USER_SETTINGS) or name in TORCHRUN:
+        if name.startswith(USER_SETTINGS) or name in USER_NAMES or name in TORCHRUN:
             cleared[name] = os.environ.pop(name)
     folders = {
         "HOME": root / "home",

@@ -12,11 +12,28 @@ import _hermetic
 _ROOT, _OWNED = _hermetic.isolate_process()
 
 import pytest  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
+from hypothesis.configuration import set_hypothesis_home_dir  # noqa: E402
 
 from autosearch import TrainConfig  # noqa: E402
 from autosearch.data import Dataset, load_data  # noqa: E402
 from controllers import RandomSearch  # noqa: E402
 from search_spaces import ResNetSpace  # noqa: E402
+
+# Property tests draw the same examples on every run and every machine (their seed a
+# hash of the test) and replay nothing an earlier run saved: the same profile whether
+# or not a `CI` variable is set (Hypothesis's own switch). Registered before the test
+# modules are imported: their @settings take the profile's values for what they leave
+# out. No time limit or slowness check either: a loaded machine trips both.
+settings.register_profile(
+    "autosearch",
+    derandomize=True,
+    database=None,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.load_profile("autosearch")
 
 _RUN: dict[str, str] = {}
 
@@ -29,6 +46,11 @@ def pytest_configure(config):
 
     # The files are dealt out in the order collected (pytest_collection_modifyitems).
     config.option.loadscopereorder = False
+    # Hypothesis's files (with no example database, only caches of what it derives from
+    # Python's Unicode tables and the source) beside pytest's own cache, not in a
+    # `.hypothesis` folder of the checkout; in the run's folder where that cache is off.
+    cache = getattr(config, "cache", None)
+    set_hypothesis_home_dir(cache.mkdir("hypothesis") if cache else _ROOT / "hypothesis")
     _RUN.update(tag=_hermetic.new_tag())
     os.environ[_hermetic.TAG] = str(_RUN["tag"])
     os.environ["AUTOSEARCH_LATENCY_TABLES"] = str(_ROOT / "latency-tables")

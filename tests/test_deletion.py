@@ -134,7 +134,9 @@ KINDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.service)]
 
 @pytest.mark.parametrize("kind", KINDS)
 @settings(
-    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(
     writes=st.lists(st.sampled_from(sorted(WRITES)), max_size=_rdb._DELETE_TRIES - 1),

@@ -170,7 +170,7 @@ FIELD_VALUES = {
     deadline=None,
     derandomize=True,
     database=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(
     changes=st.fixed_dictionaries({}, optional=FIELD_VALUES),

@@ -91,7 +91,9 @@ def _same(a: FrozenTrial, b: FrozenTrial) -> None:
 
 
 @settings(
-    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(st.lists(templates(), min_size=1, max_size=4))
 def test_created_trials_store_what_optunas_path_stores(tmp_path_factory, drawn):
@@ -169,7 +171,9 @@ def test_templates_it_does_not_cover_take_optunas_path(tmp_path):
 
 
 @settings(
-    max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=10,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(
     attrs=st.dictionaries(NAMES, JSON, min_size=1, max_size=4),
