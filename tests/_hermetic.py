@@ -7,6 +7,9 @@ user's settings, and no process left behind by a test, whatever became of it.
   cleared (``USER_SETTINGS``, ``USER_NAMES``): a ``~/.ray/auth_token``, ``~/.aws/config``,
   ``RAY_ADDRESS``, ``AUTOSEARCH_HEARTBEAT_GRACE``, an ``https_proxy``, ``TQDM_DISABLE``
   or ``GLOO_SOCKET_IFNAME`` of the user's changes nothing here.
+- :func:`environment_kept` (around each test file): what a library set in the test
+  process's environment while the file ran (Ray's driver: ``RAY_AUTH_MODE``,
+  ``PYTHONBREAKPOINT``) is gone before the next file starts its processes.
 - Every process a test starts carries ``AUTOSEARCH_TEST_TAG`` in its environment (set
   per test, inherited by whatever it starts: torchrun's ranks, Ray's daemons and
   workers, ``autosearch worker`` processes). When the test ends, processes still
@@ -19,11 +22,13 @@ Linux only (``/proc``); elsewhere nothing is stopped.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 TAG = "AUTOSEARCH_TEST_TAG"
@@ -123,6 +128,18 @@ def isolate(root: Path) -> dict[str, str]:
     # process the tests start).
     os.environ["AUTOSEARCH_LATENCY_SAMPLE_SECONDS"] = "0.005"
     return cleared
+
+
+@contextlib.contextmanager
+def environment_kept() -> Iterator[None]:
+    """This process's environment, whatever is set or removed inside, as it was before."""
+    before = dict(os.environ)
+    try:
+        yield
+    finally:
+        if os.environ != before:
+            os.environ.clear()
+            os.environ.update(before)
 
 
 def new_tag() -> str:

@@ -142,6 +142,18 @@ def _settled_after_each_file():
     _settle()
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _environment_kept_per_file():
+    """This process's environment put back, at the end of each file, as it was before
+    it: what a library set in the test process while the file ran is not inherited by
+    the processes that later files start (Ray's driver sets ``RAY_AUTH_MODE``,
+    ``RAY_CLIENT_MODE`` and ``PYTHONBREAKPOINT`` in the process that joins a cluster,
+    and keeps them after ``ray.shutdown()``). Per file, not per test: a file's module
+    fixtures (a Ray cluster and the driver joined to it) live across its tests."""
+    with _hermetic.environment_kept():
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _builtins_kept():
     """Python's builtins as they were before the test: one that a test (or a library it

@@ -59,6 +59,16 @@ def test_a_users_settings_are_cleared_and_the_folders_point_into_the_run(tmp_pat
     assert Path(temp).is_relative_to(tmp_path)
 
 
+def test_what_runs_inside_leaves_the_environment_as_it_was(monkeypatch):
+    monkeypatch.setenv("AUTOSEARCH_TEST_KEPT", "before")
+    with _hermetic.environment_kept():
+        os.environ["RAY_CLIENT_MODE"] = "0"  # what Ray's driver sets in its process
+        os.environ["AUTOSEARCH_TEST_KEPT"] = "changed"
+        del os.environ["HOME"]
+    assert "RAY_CLIENT_MODE" not in os.environ and os.environ["HOME"]
+    assert os.environ["AUTOSEARCH_TEST_KEPT"] == "before"
+
+
 def test_this_process_holds_none_of_them():
     """What conftest cleared at the start of this test process stays cleared (the
     suite's own settings, such as the thread count under xdist, are not a user's)."""
