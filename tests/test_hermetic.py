@@ -12,11 +12,11 @@ import _hermetic
 from hypothesis import HealthCheck, settings
 from hypothesis.configuration import storage_directory
 
-# What a user's shell may hold, each of which changed what a test saw before it was
-# cleared: a proxy that 127.0.0.1's servers would be reached through, bars turned off,
-# gloo bound to an interface this machine lacks, the compiler off, a Slurm allocation
-# that submitit takes for the test's job, warnings turned into errors in the processes
-# a test reads, Hypothesis's CI profile.
+# What a user's shell may hold that the tests, or what they start, would read: a proxy
+# that 127.0.0.1's servers would be reached through, bars turned off, gloo bound to an
+# interface this machine lacks, warnings turned into errors in the processes a test
+# reads (each of these four failed a test before it was cleared), the compiler off, a
+# Slurm allocation that submitit would take for the test's job, Hypothesis's CI profile.
 HOSTILE = {
     "RAY_ADDRESS": "10.255.255.1:6379",
     "AWS_PROFILE": "user",
