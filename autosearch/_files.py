@@ -15,6 +15,7 @@ take is refused in one line. Every message is one line that names the path.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import stat
@@ -28,10 +29,13 @@ from safetensors.torch import save
 __all__ = [
     "NotReadable",
     "check_regular",
+    "file_digest",
     "open_regular",
     "read_bounded",
     "read_json",
     "save_tensors",
+    "state_digest",
+    "tensors_digest",
     "write_whole",
 ]
 
@@ -166,3 +170,46 @@ def save_tensors(
     """``state`` as a safetensors file at ``path``, written whole."""
     tensors = {k: v.detach().cpu().contiguous() for k, v in state.items()}
     write_whole(path, save(tensors, metadata=metadata))
+
+
+def file_digest(path: str | os.PathLike[str]) -> str:
+    """sha256 of a file's bytes, read in chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for chunk in iter(lambda: file.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def tensors_digest(state: Mapping[str, torch.Tensor]) -> str:
+    """A content hash of named tensors (names, dtypes, shapes and values): what a
+    weights file held when it was written, checked whenever it is read again."""
+    digest = hashlib.sha256()
+    for name in sorted(state):
+        _update(digest, state[name], name)
+    return digest.hexdigest()[:16]
+
+
+def state_digest(state: Any) -> str:
+    """A content hash of a nested state (a checkpoint's dicts, lists, tensors and plain
+    values), the same for the same state however it was stored."""
+    digest = hashlib.sha256()
+    _update(digest, state, "")
+    return digest.hexdigest()
+
+
+def _update(digest: Any, value: Any, name: str) -> None:
+    if isinstance(value, torch.Tensor):
+        tensor = value.detach().cpu().contiguous()
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)};".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    elif isinstance(value, Mapping):
+        digest.update(f"{name}:{{{len(value)};".encode())
+        for key in sorted(value, key=lambda k: (type(k).__name__, str(k))):
+            _update(digest, value[key], f"{type(key).__name__}:{key}")
+    elif isinstance(value, (list, tuple)):
+        digest.update(f"{name}:[{len(value)};".encode())
+        for i, item in enumerate(value):
+            _update(digest, item, str(i))
+    else:
+        digest.update(f"{name}={type(value).__name__}:{value!r};".encode())

@@ -42,9 +42,23 @@ def test_no_load_path_can_run_code():
     assert not offenders, offenders
 
 
-def test_the_only_unpickler_is_the_restricted_one():
+def test_the_only_unpicklers_are_the_restricted_ones():
     users = [p.relative_to(ROOT).as_posix() for p in SOURCES if "Unpickler" in p.read_text()]
-    assert users == ["autosearch/data/_readers.py"]
+    assert users == ["autosearch/data/_readers.py", "autosearch/training/_shard_reader.py"]
+
+
+def test_sharded_checkpoints_are_read_by_the_restricted_reader_only():
+    """DCP's own reader unpickles a folder's metadata and its planner loads values with
+    weights_only=False: every load passes the restricted pair (test_checkpoint_reads)."""
+    loads = []
+    for path in SOURCES:
+        for name, call in _calls(path):
+            if name.split(".")[-1] in {"load", "load_state_dict"} and "dcp" in name:
+                keywords = {k.arg: ast.unparse(k.value) for k in call.keywords}
+                loads.append((path.name, keywords.get("storage_reader"), keywords.get("planner")))
+    assert loads == [("sharding.py", "reader", "planner")]
+    text = (ROOT / "autosearch/training/sharding.py").read_text()
+    assert "_shard_reader.SafeReader(folder), _shard_reader.SafeLoadPlanner()" in text
 
 
 class _Payload:

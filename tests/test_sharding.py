@@ -188,6 +188,28 @@ def test_a_rank_killed_mid_epoch_resumes_from_the_shards_at_another_number_of_ra
     assert sorted(p.name for p in checkpoint.parent.iterdir()) == ["train.pt", "train.pt.shards-3"]
 
 
+@pytest.mark.slow
+def test_one_ranks_shard_cut_short_sets_the_folder_aside_on_every_rank(digits, tmp_path):
+    """F22 at two ranks: rank 1's shard file cut to 1,000 bytes. Every rank finds it
+    before any rank loads (no rank waits in DCP for another), both train from scratch."""
+    checkpoint = tmp_path / "run" / "train.pt"
+    code, _ = _ranks(tmp_path, 2, "fsdp", epochs=3, kill=(3, 2), checkpoint=checkpoint)
+    assert code != 0
+    shard = checkpoint.parent / "train.pt.shards-2" / "__1_0.distcp"
+    shard.write_bytes(shard.read_bytes()[:1000])
+    code, ranks = _ranks(tmp_path, 2, "fsdp", epochs=3, checkpoint=checkpoint)
+    assert code == 0 and len(ranks) == 2
+    expected = train(_net(), digits, _config(epochs=3), seed=3)
+    for rank in ranks:  # from scratch: the same losses as a run that never had a checkpoint
+        assert rank["losses"] == pytest.approx([e.train_loss for e in expected.history], rel=1e-4)
+    assert sorted(p.name for p in checkpoint.parent.iterdir()) == [
+        "train.pt",
+        "train.pt.shards-2.unreadable",
+        "train.pt.shards-3",
+        "train.pt.unreadable",
+    ]
+
+
 def test_a_sharded_checkpoint_in_one_process_resumes_to_the_same_weights(digits, tmp_path):
     config = _config(epochs=3, parallel="fsdp")
     straight = _net()

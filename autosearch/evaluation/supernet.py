@@ -36,6 +36,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from autosearch._files import tensors_digest
 from autosearch.architecture import Architecture
 from autosearch.data import Dataset, Split
 from autosearch.errors import ConfigError, require
@@ -171,12 +172,7 @@ def weights_digest(state: Mapping[str, torch.Tensor]) -> str:
     """A content hash of a supernet's weights (names, dtypes, shapes and values), so
     that a trial records which weights scored it and an export can tell whether the
     study's supernet is still those weights."""
-    digest = hashlib.sha256()
-    for name in sorted(state):
-        tensor = state[name].detach().cpu().contiguous()
-        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)};".encode())
-        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()[:16]
+    return tensors_digest(state)
 
 
 def _elastic_space(space: SearchSpace) -> ElasticSpaceLike:

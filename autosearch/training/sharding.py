@@ -38,7 +38,8 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from autosearch.errors import ConfigError
-from autosearch.training import _checkpoint
+from autosearch.training import _checkpoint, _shard_reader
+from autosearch.training._shard_reader import UnreadableShards
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
@@ -223,28 +224,71 @@ def save_shards(path: Path, epoch: int, net: nn.Module, optimizer: torch.optim.O
     return folder.name
 
 
-def load_shards(path: Path, name: str, net: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+def load_shards(
+    path: Path,
+    name: str,
+    net: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    digests: dict[str, str] | None = None,
+) -> None:
     """Load the shards a checkpoint file names into this run's sharded ``net`` and
-    ``optimizer`` (resharded to this run's number of ranks)."""
+    ``optimizer`` (resharded to this run's number of ranks). The folder is read as data
+    only (:mod:`._shard_reader`) and checked whole before any rank loads from it (each
+    rank its share of the files against the ``digests`` the checkpoint holds); every
+    rank raises the same :class:`UnreadableShards` where any rank finds it damaged."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
     folder = path.with_name(name)
-    if not (folder / ".metadata").is_file():
-        raise FileNotFoundError(f"the checkpoint's shards {folder} are missing")
+    failure = None
+    try:
+        rank, world = (dist.get_rank(), dist.get_world_size()) if _together() else (0, 1)
+        _shard_reader.check(folder, digests or {}, share=(rank, world))
+    except UnreadableShards as exc:
+        failure = str(exc)
+    failure = _first_failure(failure)
+    if failure is not None:
+        raise UnreadableShards(failure)
     model_state, optim_state = get_state_dict(net, optimizer)
     state: dict[str, Any] = {"model": model_state, "optimizer": optim_state}
-    with _quiet_alone():
-        dcp.load(state, checkpoint_id=folder, no_dist=not _together())
+    reader, planner = _shard_reader.SafeReader(folder), _shard_reader.SafeLoadPlanner()
+    try:
+        with _quiet_alone():
+            dcp.load(
+                state,
+                storage_reader=reader,
+                planner=planner,
+                no_dist=not _together(),
+            )
+    except dcp.CheckpointException as exc:  # a BaseException: each rank's failure inside
+        raise UnreadableShards(f"{folder}: {_rank_failure(exc)}") from None
     set_state_dict(
         net, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"]
     )
 
 
+def _first_failure(failure: str | None) -> str | None:
+    """The first rank's failure, on every rank (each checked the folder on its own)."""
+    if not _together():
+        return failure
+    failures: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(failures, failure)
+    return next((f for f in failures if f is not None), None)
+
+
+def _rank_failure(exc: BaseException) -> str:
+    """One line of what went wrong on the first failing rank inside DCP."""
+    for rank, (error, _trace) in sorted(getattr(exc, "failures", {}).items()):
+        lines = str(error).strip().splitlines()
+        return f"rank {rank}: {type(error).__name__}" + (f": {lines[0][:200]}" if lines else "")
+    return type(exc).__name__
+
+
 def drop_older_shards(path: Path, keep: str) -> None:
     """Rank 0, once the checkpoint file names ``keep``: the earlier epochs' shards go."""
     for folder in path.parent.glob(f"{path.name}.shards-*"):
-        if folder.name != keep:
+        # Epochs' folders only: one moved aside as unreadable is kept for a look.
+        if folder.name != keep and folder.name.rpartition("-")[2].isdigit():
             shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -261,6 +305,7 @@ def save_checkpoint(
     every rank's shards first, then the file that names them (whole or not there)."""
     shards = save_shards(path, epoch, loop.model, loop.optimizer) if split else None
     if rank == 0:
-        _checkpoint.save(path, epoch, history, loop, settings, shards=shards)
+        digests = _shard_reader.digests(path.with_name(shards)) if shards else None
+        _checkpoint.save(path, epoch, history, loop, settings, shards=shards, shard_digests=digests)
         if shards is not None:
             drop_older_shards(path, keep=shards)

@@ -296,10 +296,15 @@ def _train(
             loop,
             settings,
             load_shards=(
-                (lambda name: sharding.load_shards(state_path, name, loop.model, loop.optimizer))
+                (
+                    lambda name, digests: sharding.load_shards(
+                        state_path, name, loop.model, loop.optimizer, digests
+                    )
+                )
                 if split
                 else None
             ),
+            first_rank=runtime.rank == 0,
         )
         history = [EpochResult(**e) for e in restored]
         if options.adaptive and restored:  # this call's settings, not the restored ones
