@@ -25,7 +25,12 @@ def population(record: Mapping[str, Any] | str | Path, *, setting: str = "lr") -
     checkpoint, marked ``3 ← 1``. ``record``: a population's folder, its
     ``population.json``, or the record read."""
     state = _read(record) if not isinstance(record, Mapping) else record
-    members = state["members"]
+    members = state.get("members") if isinstance(state, Mapping) else None
+    if not (isinstance(members, list) and members and isinstance(state.get("rounds"), list)):
+        raise ConfigError(
+            "the population record holds no members to draw: pass a population's folder, "
+            "its population.json, or a population trial's result['population']"
+        )
     if setting not in members[0]["settings"]:
         raise ConfigError(
             f"the population adapts {', '.join(members[0]['settings'])}, not {setting!r}"

@@ -16,13 +16,11 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
 import torch.nn as nn
 
 from autosearch.data import Dataset
 from autosearch.errors import ConfigError
 from autosearch.export.retrain import Trainer
-from autosearch.study.population.ledger import Ledger
 from autosearch.study.population.rules import PopulationBasedTraining
 from autosearch.study.population.run import replay, train_population
 from autosearch.training.train import EpochResult, TrainConfig, TrainResult
@@ -53,9 +51,9 @@ def population_trainer(
         result = train_population(
             build, data, config, population, where, seed=seed, on_epoch=on_epoch, grace=grace
         )
-        model = result.load(build())
-        winner = Ledger(result.folder).checkpoint(result.winner)
-        state = torch.load(winner, weights_only=True, map_location="cpu")
+        state = result.state()
+        model = build()
+        model.load_state_dict(state["model"])
         history = tuple(EpochResult(**e) for e in state["history"])
         (out / "schedule.json").write_text(json.dumps(result.schedule, indent=2) + "\n")
         extra = {

@@ -79,9 +79,22 @@ class PopulationBasedTraining:
     precise_bn: int = 1024
 
     def __post_init__(self) -> None:
+        if not isinstance(self.mutations, Mapping):
+            raise ConfigError(
+                f"PopulationBasedTraining mutations={self.mutations!r}: expected a mapping of "
+                "settings to Optuna distributions, e.g. {'lr': FloatDistribution(0.01, 0.5, "
+                "log=True)}"
+            )
+        if not isinstance(self.factors, tuple | list):
+            raise ConfigError(
+                f"PopulationBasedTraining factors={self.factors!r}: expected two numbers > 0, "
+                "e.g. (0.8, 1.2)"
+            )
         object.__setattr__(self, "mutations", dict(self.mutations))
         object.__setattr__(self, "factors", tuple(self.factors))
         problems = []
+        if not (isinstance(self.seed, int) and not isinstance(self.seed, bool) and self.seed >= 0):
+            problems.append(f"seed={self.seed!r}: expected a whole number >= 0")
         if not (isinstance(self.size, int) and self.size >= 2):
             problems.append(f"size={self.size!r}: a population needs 2 or more members")
         if not (isinstance(self.interval, int) and self.interval >= 1):
@@ -120,6 +133,12 @@ class PopulationBasedTraining:
                     f"mutations[{name!r}]={distribution!r}: expected an Optuna "
                     "FloatDistribution, IntDistribution or CategoricalDistribution"
                 )
+            elif not isinstance(distribution, CategoricalDistribution) and not all(
+                math.isfinite(float(bound)) for bound in (distribution.low, distribution.high)
+            ):
+                problems.append(
+                    f"mutations[{name!r}]={distribution!r}: its bounds must be finite numbers"
+                )
         if problems:
             raise ConfigError("PopulationBasedTraining " + "; ".join(problems))
 
@@ -141,8 +160,20 @@ class PopulationBasedTraining:
         rng = np.random.default_rng([self.seed, 0, member])
         return {name: draw(d, rng) for name, d in self.mutations.items()}
 
+    def rounds(self, epochs: int) -> list[int]:
+        """The epochs after which a round exploits and explores, in a run of ``epochs``."""
+        first = max(self.burn_in, 1)
+        return [b for b in range(self.interval, epochs, self.interval) if b >= first]
+
     def check(self, config: TrainConfig) -> None:
-        """Refuse a base training configuration every member's settings must fit."""
+        """Refuse a base training configuration every member's settings must fit, or
+        one too short for any round (the members would never exploit one another)."""
+        if not self.rounds(config.epochs):
+            raise ConfigError(
+                f"PopulationBasedTraining interval={self.interval}, burn_in={self.burn_in} "
+                f"with epochs={config.epochs}: no round before the last epoch, so the members "
+                "would never exploit one another; train more epochs or lower interval or burn_in"
+            )
         for member in range(self.size):
             try:
                 dataclasses.replace(config, **self.initial(member))
