@@ -153,3 +153,34 @@ def test_an_export_whose_model_file_raises_is_one_line(runs, tmp_path, capsys):
     (export / "model.py").write_text(source + "\nraise RuntimeError('edited by hand')\n")
     line = _one_line_error(capsys, main(["train", str(export), "--epochs", "1"]))
     assert "model.py failed to load: RuntimeError: edited by hand" in line
+
+
+@pytest.mark.parametrize("damage", ["shrunk", "replaced", "rewritten", "deleted"])
+def test_a_journal_changed_under_its_reader_is_refused_before_anything_is_written(
+    tmp_path, damage
+):
+    """J3's class: a journal only grows. One that shrank, was replaced, rewritten to
+    the same length, or deleted under an open storage stops the next read or write."""
+    import optuna
+
+    from autosearch.errors import PlatformError
+    from autosearch.study.storage._urls import open_storage
+
+    journal = tmp_path / "j.log"
+    storage = open_storage(f"journal:{journal}")
+    study = optuna.create_study(storage=storage, study_name="j")
+    study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=3)
+    data = journal.read_bytes()
+    if damage == "shrunk":
+        journal.write_bytes(data[: len(data) // 2])
+    elif damage == "replaced":  # by another journal (its inode may be the freed one)
+        journal.unlink()
+        journal.write_bytes(data.replace(b'"j"', b'"k"') + data)
+    elif damage == "rewritten":
+        journal.write_bytes(data[:-40] + b"x" * 39 + b"\n")
+    else:
+        journal.unlink()
+    before = journal.read_bytes() if journal.exists() else None
+    with pytest.raises(PlatformError, match=f"journal {journal} .*restore the journal"):
+        study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=1)
+    assert (journal.read_bytes() if journal.exists() else None) == before

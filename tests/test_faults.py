@@ -303,6 +303,22 @@ def test_failpoints_are_off_unless_armed_and_a_wrong_name_is_refused(monkeypatch
         _failpoints._armed.cache_clear()
 
 
+def test_a_misspelt_failpoint_stops_a_worker_before_its_first_trial(tmp_path, tiny_space):
+    """FPb: refused only at its first pass (after an epoch), with a traceback, leaving
+    the trial RUNNING; now before the worker claims anything, in one line."""
+    url = f"sqlite:///{tmp_path}/fp.db"
+    study = autosearch.create_study(
+        "fp", controller=RandomSearch(tiny_space, seed=0), storage=url, train=INTERRUPTED_TRAIN
+    )
+    worker = _worker(url, "fp", 1, {"AUTOSEARCH_FAILPOINTS": "epoch.saved=kil@1"})
+    out, _ = worker.communicate(timeout=1800)
+    assert worker.returncode == 2 and "Traceback" not in out, out[-3000:]
+    assert out.strip().splitlines()[-1].startswith(
+        "autosearch: error: AUTOSEARCH_FAILPOINTS: 'epoch.saved=kil@1' is not NAME=ACTION@CHANCE"
+    )
+    assert _trials(study) == []
+
+
 def test_a_supersede_cut_between_its_two_writes_on_a_journal_is_finished(tmp_path, tiny_space):
     """Found by the chaos soak: on a journal a trial is ended in two writes (its reason,
     then its state); a worker killed between them while giving up a dead worker's trial
@@ -412,3 +428,51 @@ def test_a_connection_cut_while_the_storage_opens_is_opened_again(tmp_path, monk
     line = str(caught.value)
     assert "the connection to the database was lost 8 times while opening it" in line
     assert "run the same command again" in line and "\n" not in line
+
+
+def _stopped(process: subprocess.Popen) -> bool:
+    """Whether ``process`` is stopped (SIGSTOP): its state in /proc is T."""
+    stat = Path(f"/proc/{process.pid}/stat").read_text()
+    return stat.rsplit(")", 1)[1].split()[0] == "T"
+
+
+@pytest.mark.slow
+@pytest.mark.service
+def test_a_worker_paused_inside_its_end_of_a_trial_does_not_hang_the_one_taking_over(
+    tmp_path, tiny_space, monkeypatch, postgres_url
+):
+    """X2: a worker SIGSTOPped inside its end-of-trial transaction kept its row lock
+    (idle in transaction); the worker taking its trial over blocked on it for minutes,
+    deaf to SIGTERM. The server now ends the paused session after the heartbeat's
+    grace, the takeover waits at most a bounded time each look, and the paused worker's
+    late commit is refused in one line."""
+    monkeypatch.chdir(tmp_path)
+    beats = {"AUTOSEARCH_HEARTBEAT_INTERVAL": "0.5", "AUTOSEARCH_HEARTBEAT_GRACE": "3"}
+    monkeypatch.setenv("AUTOSEARCH_HEARTBEAT_GRACE", "3")
+    monkeypatch.setenv("AUTOSEARCH_HEARTBEAT_INTERVAL", "0.5")
+    study = autosearch.create_study(
+        "x2",
+        controller=RandomSearch(tiny_space, seed=0),
+        storage=postgres_url,
+        train=TrainConfig(epochs=2, batch_size=64, lr=0.1),
+        artifacts=str(tmp_path / "artifacts"),
+    )
+    paused = _worker(
+        postgres_url, "x2", 1, {**beats, "AUTOSEARCH_FAILPOINTS": "end_trial.inside=stop@1"}
+    )
+    try:
+        _wait_for(lambda: paused.poll() is None and _stopped(paused), "the worker paused")
+        taking_over = _worker(postgres_url, "x2", 1, beats)
+        out, _ = taking_over.communicate(timeout=1800)
+        assert taking_over.returncode == 0, out[-3000:]
+        paused.send_signal(signal.SIGCONT)
+        late, _ = paused.communicate(timeout=1800)
+    finally:
+        paused.kill()
+    assert paused.returncode == 2, late[-3000:]
+    assert "Traceback" not in late
+    assert "the connection to the database was lost" in late.strip().splitlines()[-1]
+    trials = _trials(autosearch.load_study("x2", storage=postgres_url))
+    assert trials[0].state == TrialState.FAIL and "superseded" in trials[0].user_attrs
+    done = [t for t in trials if t.state == TrialState.COMPLETE]
+    assert [t.user_attrs["arch_id"] for t in done] == [trials[0].user_attrs["arch_id"]]

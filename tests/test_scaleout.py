@@ -319,7 +319,9 @@ def test_two_runs_of_one_study_file_run_the_study_to_its_total(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgresql", marks=pytest.mark.service)])
+@pytest.mark.parametrize(
+    "kind", ["sqlite", "journal", pytest.param("postgresql", marks=pytest.mark.service)]
+)
 def test_a_study_deleted_under_a_running_worker_stops_it_in_one_line(
     kind, tmp_path, request, tiny_space, monkeypatch
 ):
@@ -349,7 +351,44 @@ def test_a_study_deleted_under_a_running_worker_stops_it_in_one_line(
         f"autosearch: error: study 'gone' was deleted from {url} while this worker ran (its "
         "trials with it); the worker stops and stores nothing more"
     )
-    assert "gone" not in optuna.get_all_study_names(url)  # nothing was made again
+    from autosearch.study.storage._urls import open_storage
+
+    stored = optuna.get_all_study_names(open_storage(url, create=False))
+    assert "gone" not in stored  # nothing was made again
+
+
+@pytest.mark.slow
+def test_a_journal_cut_short_under_a_running_worker_stops_it_in_one_line(
+    tmp_path, tiny_space, monkeypatch
+):
+    """J3: a journal truncated to half, mid-line, while a worker runs. The worker went
+    on, said "worker finished 3 trials" with exit 0, and left a journal no one could
+    read; it now stops at its next read or write, names the file, stores nothing."""
+    from controllers import RandomSearch
+
+    monkeypatch.chdir(tmp_path)
+    journal = tmp_path / "s.log"
+    url = f"journal:{journal}"
+    study = autosearch.create_study(
+        "cut", controller=RandomSearch(tiny_space, seed=0), storage=url, train=INTERRUPTED_TRAIN
+    )
+    worker = _worker(url, "cut", 1000, {})
+    try:
+        _wait_for(lambda: _epochs(study, 1) >= 1, "trial 1 one epoch in")
+        data = journal.read_bytes()
+        half = len(data) // 2
+        assert data[half - 1 : half] != b"\n"  # mid-line: nothing whole ends there
+        with journal.open("r+b") as file:
+            file.truncate(half)
+        out, _ = worker.communicate(timeout=1800)
+    finally:
+        worker.kill()
+    assert worker.returncode == 2, out[-3000:]
+    assert "Traceback" not in out and "worker finished" not in out, out[-3000:]
+    last = out.strip().splitlines()[-1]
+    assert last.startswith(f"autosearch: error: journal {journal} shrank from "), last
+    assert last.endswith("restore the journal from a copy and run again"), last
+    assert len(journal.read_bytes()) == half  # nothing appended after the cut
 
 
 def _deleted(name: str, url: str) -> bool:
@@ -358,8 +397,11 @@ def _deleted(name: str, url: str) -> bool:
     IntegrityError): the study is still there, and the worker rightly goes on."""
     import optuna
 
-    optuna.delete_study(study_name=name, storage=url)
-    return name not in optuna.get_all_study_names(url)
+    from autosearch.study.storage._urls import open_storage
+
+    storage = open_storage(url, create=False)
+    optuna.delete_study(study_name=name, storage=storage)
+    return name not in optuna.get_all_study_names(open_storage(url, create=False))
 
 
 def _running_one_epoch_in(study: autosearch.Study) -> list:

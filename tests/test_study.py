@@ -135,25 +135,36 @@ def test_an_evaluated_architecture_is_never_trained_twice(make_study, tiny_space
     assert len(repeats) >= 2 and len({o.reward for o in repeats}) == 1
 
 
-def test_a_failing_trial_is_stored_with_its_reason_and_the_study_goes_on(make_study, monkeypatch):
+@pytest.mark.parametrize(
+    ("storage", "error"),
+    [
+        ("sqlite", RuntimeError("CUDA out of memory (simulated)")),
+        ("sqlite", KeyError("stage3")),  # as Optuna's "Record does not exist." is
+        ("journal", KeyError("stage3")),  # J2: crashed with an AttributeError, left RUNNING
+    ],
+)
+def test_a_failing_trial_is_stored_with_its_reason_and_the_study_goes_on(
+    make_study, monkeypatch, tmp_path, storage, error
+):
     real = runner.train_candidate
     calls = []
 
     def flaky(*args, **kwargs):
         calls.append(1)
         if len(calls) == 1:
-            raise RuntimeError("CUDA out of memory (simulated)")
+            raise error
         return real(*args, **kwargs)
 
     monkeypatch.setattr(runner, "train_candidate", flaky)
-    study = make_study()
+    url = {"sqlite": f"sqlite:///{tmp_path}/f.db", "journal": f"journal:{tmp_path}/f.log"}
+    study = make_study(storage=url[storage])
     records = study.optimize(2)
     assert [r.state for r in records] == ["failed", "complete"]
-    assert records[0].reason == "RuntimeError: CUDA out of memory (simulated)"
+    assert records[0].reason == f"{type(error).__name__}: {error}"
     assert study.count("failed") == 1 and study.best() == records[1]
     trial = study.optuna_study.trials[0]
     assert trial.state == optuna.trial.TrialState.FAIL
-    assert trial.user_attrs["fail_reason"].endswith("(simulated)")
+    assert trial.user_attrs["fail_reason"] == records[0].reason
 
 
 def test_failures_in_a_row_stop_the_study_with_the_last_reason(make_study, monkeypatch):

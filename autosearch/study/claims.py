@@ -12,7 +12,6 @@ storage, out of records, counts and the controller's history.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 
 from autosearch.architecture import Architecture
-from autosearch.errors import ConfigError, StudyError
+from autosearch.errors import StudyError
 from autosearch.space import SearchSpace
 from autosearch.study import records
 from autosearch.study.records import (
@@ -36,34 +35,15 @@ from autosearch.study.records import (
     claim_key,
     trial_kind,
 )
+from autosearch.study.storage._rdb import TAKEOVER_LOCK_WAIT, TrialLocked
 from autosearch.study.storage._urls import end_trial, trial_number
 from autosearch.study.workers._heartbeat import WORKER, Watch, beating, first_stamp
 
-__all__ = ["BudgetReached", "Claim", "Claims", "heartbeat_settings"]
+__all__ = ["BudgetReached", "Claim", "Claims"]
 
 logger = logging.getLogger(__name__)
 
 _MAX_CLAIMS = 100
-
-
-def heartbeat_settings() -> tuple[float, float]:
-    """(interval, grace) in seconds: ``$AUTOSEARCH_HEARTBEAT_INTERVAL`` (default 10) and
-    ``$AUTOSEARCH_HEARTBEAT_GRACE`` (default 60: a trial silent that long is dead)."""
-    values = []
-    for name, default in (("INTERVAL", 10.0), ("GRACE", 60.0)):
-        raw = os.environ.get(f"AUTOSEARCH_HEARTBEAT_{name}", "")
-        try:
-            values.append(float(raw) if raw else default)
-        except ValueError:
-            raise ConfigError(
-                f"AUTOSEARCH_HEARTBEAT_{name}={raw!r} must be a number of seconds"
-            ) from None
-    interval, grace = values
-    if not 0 < interval < grace:
-        raise ConfigError(
-            f"heartbeat interval {interval} s must be positive and below the grace {grace} s"
-        )
-    return interval, grace
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -224,19 +204,31 @@ class Claims:
                 reaped = True
                 continue
             why = self.watch.dead(t, self.grace)
-            if why is not None:
-                worker = t.system_attrs.get(WORKER) or t.user_attrs.get("worker", "unknown")
+            if why is None:
+                continue
+            worker = t.system_attrs.get(WORKER) or t.user_attrs.get("worker", "unknown")
+            try:
+                self.supersede(
+                    t._trial_id,
+                    f"its worker {worker} died ({why}); it resumes from its checkpoint",
+                    lock_wait=TAKEOVER_LOCK_WAIT,
+                )
+            except TrialLocked:  # its worker is inside its end: alive, or paused there
                 logger.warning(
-                    "trial %d: worker %s died (%s); it resumes from its checkpoint",
+                    "trial %d: worker %s is silent (%s) but holds the trial's row; taken "
+                    "over once the database ends its session",
                     t.number,
                     worker,
                     why,
                 )
-                self.supersede(
-                    t._trial_id,
-                    f"its worker {worker} died ({why}); it resumes from its checkpoint",
-                )
-                reaped = True
+                continue
+            logger.warning(
+                "trial %d: worker %s died (%s); it resumes from its checkpoint",
+                t.number,
+                worker,
+                why,
+            )
+            reaped = True
         return reaped
 
     def tidy(self) -> None:
@@ -258,12 +250,15 @@ class Claims:
                 return records.architecture(t), t.number
         return None
 
-    def supersede(self, trial_id: int, reason: str, *, resume: bool = True) -> None:
+    def supersede(
+        self, trial_id: int, reason: str, *, resume: bool = True, lock_wait: float | None = None
+    ) -> None:
         """Mark a running trial replaced, and whether its architecture still needs
-        training (``resume``)."""
+        training (``resume``). ``lock_wait``: another worker's trial, waited for no
+        longer (:class:`TrialLocked`)."""
         try:
             attrs = {RESUME: resume, FAIL_REASON: reason, SUPERSEDED: reason}
-            end_trial(self.storage, trial_id, attrs, TrialState.FAIL)
+            end_trial(self.storage, trial_id, attrs, TrialState.FAIL, lock_wait=lock_wait)
         except optuna.exceptions.UpdateFinishedTrialError:  # another worker got there first
             logger.debug("trial id %d was already finished", trial_id)
 

@@ -29,6 +29,7 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
 from autosearch.errors import StudyError
+from autosearch.study.storage._rdb import TAKEOVER_LOCK_WAIT, TrialLocked
 from autosearch.study.storage._urls import end_trial, trial_number
 from autosearch.study.workers._heartbeat import WORKER, Watch, first_stamp, worker_id
 
@@ -194,13 +195,27 @@ class Jobs:
         why = self.watch.dead(claim, self.grace)
         if why is None:
             return False
+        try:
+            self._end(
+                claim._trial_id,
+                f"its worker {_worker(claim)} died ({why})",
+                lock_wait=TAKEOVER_LOCK_WAIT,
+            )
+        except TrialLocked:  # its worker is inside the claim's end: alive, or paused there
+            logger.warning(
+                "job %s: worker %s is silent (%s) but holds its claim's row; taken over once "
+                "the database ends its session",
+                claim.user_attrs.get(_JOB),
+                _worker(claim),
+                why,
+            )
+            return False
         logger.warning(
             "job %s: worker %s died (%s); taking it over from its checkpoint",
             claim.user_attrs.get(_JOB),
             _worker(claim),
             why,
         )
-        self._end(claim._trial_id, f"its worker {_worker(claim)} died ({why})")
         return True
 
     # Holding -------------------------------------------------------------------------------
@@ -230,9 +245,11 @@ class Jobs:
         for the next claim, which resumes from the checkpoint."""
         self._end(claim.trial_id, reason)
 
-    def _end(self, trial_id: int, reason: str) -> None:
+    def _end(self, trial_id: int, reason: str, *, lock_wait: float | None = None) -> None:
         try:
-            end_trial(self.storage, trial_id, {_GAVE_UP: reason}, TrialState.FAIL)
+            end_trial(
+                self.storage, trial_id, {_GAVE_UP: reason}, TrialState.FAIL, lock_wait=lock_wait
+            )
         except (UpdateFinishedTrialError, KeyError):  # another worker got there first
             logger.debug("job claim id %d was already finished", trial_id)
 

@@ -18,7 +18,6 @@ from autosearch.evaluation.proxies import ProxyConfig
 from autosearch.evaluation.supernet import SupernetConfig
 from autosearch.evaluation.tabular import Table
 from autosearch.space import SearchSpace
-from autosearch.study.claims import heartbeat_settings
 from autosearch.study.definition import StudyDefinition, resolve_components
 from autosearch.study.jobs import COMPANION, is_companion
 from autosearch.study.storage._urls import close_storage, default_storage, open_storage
@@ -26,6 +25,8 @@ from autosearch.study.storage.artifacts import location_of
 from autosearch.study.storage.stored import store_definition
 from autosearch.study.study import Study
 from autosearch.study.tracking.spec import Tracking
+from autosearch.study.workers._failpoints import check_armed
+from autosearch.study.workers._heartbeat import heartbeat_settings
 from autosearch.training.early_stopping import SuccessiveHalving
 from autosearch.training.train import TrainConfig
 
@@ -85,6 +86,7 @@ def create_study(
     """
     check_study_name(name)
     heartbeat_settings()  # every setting is checked before data or storage is touched
+    check_armed()
     tracking = Tracking.of(mlflow=mlflow, tensorboard=tensorboard)
     space, controller = resolve_components(space, controller, seed)
     definition = StudyDefinition.define(

@@ -23,7 +23,7 @@ from autosearch.evaluation.trial import TrialPlan
 from autosearch.space import SearchSpace
 from autosearch.study import progress, results
 from autosearch.study._typed import DefinitionView, TrackingView, TrialsView
-from autosearch.study.claims import Claims, heartbeat_settings
+from autosearch.study.claims import Claims
 from autosearch.study.dataset import StudyData
 from autosearch.study.definition import StudyDefinition
 from autosearch.study.jobs import Jobs
@@ -48,6 +48,8 @@ from autosearch.study.supernet.confirm import (
 from autosearch.study.supernet.job import SupernetJob
 from autosearch.study.trials import StoredTrials
 from autosearch.study.workers import pool
+from autosearch.study.workers._failpoints import check_armed
+from autosearch.study.workers._heartbeat import heartbeat_settings
 from autosearch.study.workers.executors import Executor, ProcessExecutor, resolve_executor
 from autosearch.training.runtime import broadcast_object, world
 
@@ -87,6 +89,7 @@ class Study(DefinitionView, TrialsView, TrackingView):
         self.read_only = False  # opened to read (load_study(read_only=True)): runs nothing
         self._study_id = storage.get_study_id_from_name(name)
         self.heartbeat_interval, self.heartbeat_grace = heartbeat_settings()
+        check_armed()  # a misspelt failpoint refused now, not at its first pass
         uid = study_uid(storage, self._study_id)
         self.artifacts = Artifacts.at(opened_location(definition.artifacts, url, name), uid)
         self.inputs = StudyData.of(definition, name=name, source=data_source, loaded=data)

@@ -41,6 +41,7 @@ from optuna.distributions import (
 from optuna.storages._rdb import models
 from optuna.storages._rdb.storage import _create_scoped_session
 from optuna.trial import FrozenTrial, TrialState
+from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 
 from autosearch.study.workers._failpoints import failpoint
@@ -48,7 +49,35 @@ from autosearch.study.workers._failpoints import failpoint
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
-__all__ = ["RDBStorage"]
+__all__ = ["TAKEOVER_LOCK_WAIT", "RDBStorage", "TrialLocked", "idle_transaction_limit"]
+
+# Seconds a worker waits for the row of a trial it takes over (its silent worker may be
+# inside the trial's end, paused); it tries again at its next look.
+TAKEOVER_LOCK_WAIT = 2.0
+
+
+class TrialLocked(Exception):
+    """A trial's row held by another session (a worker inside its own end of the
+    trial, perhaps paused) past the time one would wait for it."""
+
+
+def idle_transaction_limit(grace: float) -> float:
+    """Seconds after which PostgreSQL ends a session left idle inside a transaction (a
+    worker paused or hung between two statements), releasing what it locked: its
+    heartbeat's grace, and no less than a loaded machine's pause between statements."""
+    return max(grace, 5.0)
+
+
+def _lock_not_available(exc: BaseException) -> bool:
+    """Whether ``exc`` wraps PostgreSQL's lock_timeout (SQLSTATE 55P03)."""
+    seen: BaseException | None = exc
+    for _ in range(10):
+        if seen is None:
+            return False
+        if getattr(seen, "sqlstate", None) == "55P03" or getattr(seen, "pgcode", None) == "55P03":
+            return True
+        seen = getattr(seen, "orig", None) or seen.__cause__ or seen.__context__
+    return False
 
 
 _optuna_logger = optuna.logging.get_logger("optuna.storages._rdb.storage")  # its words
@@ -216,16 +245,42 @@ class RDBStorage(optuna.storages.RDBStorage):
         user_attrs: Mapping[str, Any],
         state: TrialState,
         values: Sequence[float] | None = None,
+        lock_wait: float | None = None,
     ) -> None:
         """Set a running trial's ``user_attrs`` and end it with ``state`` and
-        ``values``, in one transaction (all of it stored, or none).
+        ``values``, in one transaction (all of it stored, or none). ``lock_wait``: at
+        most this many seconds for a trial another session is ending (another worker
+        taking over a trial waits no longer; its owner waits as long as it takes).
 
         Raises:
             optuna.exceptions.UpdateFinishedTrialError: the trial has ended already.
+            TrialLocked: another session held the trial's row past ``lock_wait``.
         """
         if not state.is_finished():
             raise ValueError(f"finish_trial ends a trial; {state.name} is not an end")
+        try:
+            self._finish(trial_id, user_attrs, state, values, lock_wait)
+        except optuna.exceptions.StorageInternalError as exc:
+            if _lock_not_available(exc):
+                raise TrialLocked(
+                    f"trial id {trial_id} is being ended by another session (its row is "
+                    f"locked past {lock_wait} s)"
+                ) from None
+            raise
+
+    def _finish(
+        self,
+        trial_id: int,
+        user_attrs: Mapping[str, Any],
+        state: TrialState,
+        values: Sequence[float] | None,
+        lock_wait: float | None,
+    ) -> None:
         with _create_scoped_session(self.scoped_session) as session:
+            if lock_wait is not None and session.get_bind().dialect.name == "postgresql":
+                # A worker paused inside its own end of this trial holds the row: wait a
+                # bounded time for it, never for as long as it stays paused.
+                session.execute(text(f"SET LOCAL lock_timeout = {max(1, int(lock_wait * 1000))}"))
             trial = models.TrialModel.find_or_raise_by_id(trial_id, session, for_update=True)
             self.check_trial_is_updatable(trial_id, cast(TrialState, trial.state))
             for key, value in user_attrs.items():

@@ -19,14 +19,15 @@ from urllib.parse import quote
 
 import optuna
 from optuna.storages import BaseStorage
-from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
 from autosearch._files import NotReadable, check_regular
 from autosearch.errors import StorageError, UnknownNameError
+from autosearch.study.storage._journal import CheckedJournalFile
 from autosearch.study.storage._paths import plain_name
-from autosearch.study.storage._rdb import RDBStorage
+from autosearch.study.storage._rdb import RDBStorage, idle_transaction_limit
 from autosearch.study.workers._failpoints import failpoint
+from autosearch.study.workers._heartbeat import heartbeat_settings
 
 __all__ = [
     "URL_FORMS",
@@ -287,6 +288,14 @@ def _engine_kwargs(url: str) -> dict[str, object]:
     if url.startswith("sqlite"):
         # Several local workers share the file: wait for the lock instead of failing.
         return {"connect_args": {"timeout": 60}}
+    if url.startswith("postgresql"):
+        # A worker paused inside a transaction (SIGSTOP, a swapped-out machine) would hold
+        # its rows for as long as it stays paused, and every worker that takes its trial
+        # over would wait on them: the server ends such a session after the heartbeat's
+        # grace (its late commit then fails, and it says so), releasing the rows.
+        idle = int(idle_transaction_limit(heartbeat_settings()[1]) * 1000)
+        options = f"-c idle_in_transaction_session_timeout={idle}"
+        return {"pool_pre_ping": True, "connect_args": {"options": options}}
     return {"pool_pre_ping": True}
 
 
@@ -298,7 +307,7 @@ def _journal(url: str, create: bool, write: bool) -> BaseStorage:
     else:
         _existing(path, url, write=write)
     try:
-        return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
+        return optuna.storages.JournalStorage(CheckedJournalFile(str(path)))
     except Exception as exc:  # a line that is not a journal record (JSON), a bad record
         raise StorageError(
             f"storage {url!r}: {path} is damaged or not an Optuna journal "
@@ -337,8 +346,10 @@ def trial_number(storage: BaseStorage, trial_id: int) -> int:
 
 def database(storage: BaseStorage) -> BaseStorage:
     """The storage behind Optuna's cache (the storage itself where there is none): what
-    it answers, the database says now."""
-    return getattr(storage, "_backend", storage)
+    it answers, the database says now. A journal's ``_backend`` is its log file, not a
+    storage: the journal answers for itself."""
+    behind = getattr(storage, "_backend", None)
+    return behind if isinstance(behind, BaseStorage) else storage
 
 
 def end_trial(
@@ -347,13 +358,19 @@ def end_trial(
     user_attrs: dict[str, Any],
     state: TrialState,
     values: list[float] | None = None,
+    *,
+    lock_wait: float | None = None,
 ) -> None:
     """Set a running trial's ``user_attrs`` and end it: in one transaction on a database
-    (all stored or none; autosearch.study.storage._rdb), else one write each, the state last."""
+    (all stored or none; autosearch.study.storage._rdb), else one write each, the state
+    last. ``lock_wait``: another worker's trial is taken over; on a database, wait at
+    most this long for its row (:class:`~autosearch.study.storage._rdb.TrialLocked`)."""
     backend = database(storage)
     failpoint("end_trial.before")
     if isinstance(backend, RDBStorage):
-        backend.finish_trial(trial_id, user_attrs=user_attrs, state=state, values=values)
+        backend.finish_trial(
+            trial_id, user_attrs=user_attrs, state=state, values=values, lock_wait=lock_wait
+        )
     else:
         for key, value in user_attrs.items():
             storage.set_trial_user_attr(trial_id, key, value)

@@ -18,7 +18,9 @@ import random
 import signal
 import sys
 
-__all__ = ["ENV", "POINTS", "failpoint"]
+from autosearch.errors import ConfigError
+
+__all__ = ["ENV", "POINTS", "check_armed", "failpoint"]
 
 ENV = "AUTOSEARCH_FAILPOINTS"
 # Where they are (a name armed that is not here is refused, not ignored).
@@ -39,17 +41,31 @@ def _armed() -> dict[str, tuple[str, float]]:
     armed = {}
     for part in filter(None, (p.strip() for p in spec.split(","))):
         name, _, rest = part.partition("=")
-        action, _, chance = rest.partition("@")
-        if name not in POINTS or action not in _ACTIONS:
-            raise ValueError(
+        action, _, given = rest.partition("@")
+        try:
+            chance = float(given or 1.0)
+        except ValueError:
+            chance = -1.0
+        if name not in POINTS or action not in _ACTIONS or not 0 <= chance <= 1:
+            raise ConfigError(
                 f"{ENV}: {part!r} is not NAME=ACTION@CHANCE with NAME one of "
-                f"{', '.join(POINTS)} and ACTION one of {', '.join(_ACTIONS)}"
+                f"{', '.join(POINTS)}, ACTION one of {', '.join(_ACTIONS)} and CHANCE in [0, 1]"
             )
-        armed[name] = (action, float(chance or 1.0))
+        armed[name] = (action, chance)
     return armed
 
 
 _rng = random.Random()
+
+
+def check_armed() -> None:
+    """Refuse a ``$AUTOSEARCH_FAILPOINTS`` that names no failpoint, before any work
+    (a misspelt one would otherwise stop a worker at its first pass, mid-trial).
+
+    Raises:
+        ConfigError: an entry that is not ``NAME=ACTION@CHANCE`` of a known NAME.
+    """
+    _armed()
 
 
 def failpoint(name: str) -> None:

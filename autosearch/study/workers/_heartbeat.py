@@ -31,6 +31,8 @@ from typing import Any
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial
 
+from autosearch.errors import ConfigError
+
 __all__ = [
     "HEARTBEAT",
     "PROCESS",
@@ -39,6 +41,7 @@ __all__ = [
     "beating",
     "first_stamp",
     "gone",
+    "heartbeat_settings",
     "last_beat",
     "process_gone",
     "this_process",
@@ -50,6 +53,26 @@ WORKER = "autosearch:worker"
 PROCESS = "autosearch:process"  # boot id / pid namespace / pid / start time
 
 logger = logging.getLogger(__name__)
+
+
+def heartbeat_settings() -> tuple[float, float]:
+    """(interval, grace) in seconds: ``$AUTOSEARCH_HEARTBEAT_INTERVAL`` (default 10) and
+    ``$AUTOSEARCH_HEARTBEAT_GRACE`` (default 60: a trial silent that long is dead)."""
+    values = []
+    for name, default in (("INTERVAL", 10.0), ("GRACE", 60.0)):
+        raw = os.environ.get(f"AUTOSEARCH_HEARTBEAT_{name}", "")
+        try:
+            values.append(float(raw) if raw else default)
+        except ValueError:
+            raise ConfigError(
+                f"AUTOSEARCH_HEARTBEAT_{name}={raw!r} must be a number of seconds"
+            ) from None
+    interval, grace = values
+    if not 0 < interval < grace:
+        raise ConfigError(
+            f"heartbeat interval {interval} s must be positive and below the grace {grace} s"
+        )
+    return interval, grace
 
 
 def worker_id() -> str:
