@@ -156,9 +156,7 @@ def test_an_export_whose_model_file_raises_is_one_line(runs, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("damage", ["shrunk", "replaced", "rewritten", "deleted"])
-def test_a_journal_changed_under_its_reader_is_refused_before_anything_is_written(
-    tmp_path, damage
-):
+def test_a_journal_changed_under_its_reader_is_refused_before_anything_is_written(tmp_path, damage):
     """J3's class: a journal only grows. One that shrank, was replaced, rewritten to
     the same length, or deleted under an open storage stops the next read or write."""
     import optuna
@@ -184,3 +182,77 @@ def test_a_journal_changed_under_its_reader_is_refused_before_anything_is_writte
     with pytest.raises(PlatformError, match=f"journal {journal} .*restore the journal"):
         study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=1)
     assert (journal.read_bytes() if journal.exists() else None) == before
+
+
+@pytest.mark.parametrize("damage", ["zeroed", "replaced"])
+def test_trial_weights_that_are_not_those_stored_are_refused_in_one_line(
+    runs, tmp_path, capsys, damage
+):
+    """W2: 64 bytes of a trained trial's weights zeroed (still valid safetensors) were
+    loaded and exported with no line, arch.json stating the stored accuracy. The trial
+    stores its weights' digest; every load (export, load_model, a bucket's copy) checks
+    it, and the file's own."""
+    import autosearch
+    from autosearch.errors import PlatformError
+    from autosearch.study.records import weights_digest, weights_id
+
+    db = tmp_path / "d.db"
+    _copy(runs / "d.db", db)
+    url = f"sqlite:///{db}"
+    study = autosearch.load_study("d", storage=url)
+    trial = study.optuna_trials()[0]
+    assert weights_digest(trial)  # stored with the trial
+    weights = tmp_path / "artifacts" / weights_id(trial)
+    data = bytearray(weights.read_bytes())
+    if damage == "zeroed":  # in the middle of the tensors' bytes, after the header
+        start = 8 + int.from_bytes(data[:8], "little")
+        middle = (start + len(data)) // 2
+        assert data[middle : middle + 64] != bytes(64)
+        data[middle : middle + 64] = bytes(64)
+        weights.write_bytes(bytes(data))
+    else:  # a whole, valid file of other values, without the file's own digest
+        from safetensors.torch import load_file, save_file
+
+        state = load_file(str(weights))
+        save_file({k: v * 0 for k, v in state.items()}, str(weights))
+    with pytest.raises(PlatformError, match=r"weights of trial 0 are not those it stored"):
+        study.load_model(study.record(0))
+    code = main(["export", "--study", "d", "--storage", url, "--trial", "0",
+                 "--out", str(tmp_path / "x")])  # fmt: skip
+    line = _one_line_error(capsys, code)
+    assert "weights of trial 0 are not those it stored" in line and "run the trial again" in line
+    assert not (tmp_path / "x" / "arch.json").exists()  # nothing exported
+
+
+def test_a_copied_study_keeps_its_weights_beside_its_copy(runs, tmp_path):
+    """A study database copied elsewhere with its artifacts folder read (and would have
+    written) the original's folder, by its stored absolute path. A file storage's
+    default folder is stored relative to the file: the copy is a study of its own."""
+    import autosearch
+
+    db = tmp_path / "d.db"
+    _copy(runs / "d.db", db)
+    original = autosearch.load_study("d", storage=f"sqlite:///{runs / 'd.db'}")
+    copy = autosearch.load_study("d", storage=f"sqlite:///{db}")
+    assert original.artifacts.folder == (runs / "artifacts").resolve()
+    assert copy.artifacts.folder == (tmp_path / "artifacts").resolve()
+
+
+def test_studies_whose_storages_share_a_folder_never_share_a_checkpoint(tmp_path, tiny_space):
+    """L1: two studies beside each other share the default artifacts folder; an
+    architecture both train had one checkpoint folder, each overwriting the other's."""
+    import autosearch
+    from controllers import RandomSearch
+
+    studies = [
+        autosearch.create_study(
+            name,
+            controller=RandomSearch(tiny_space, seed=0),
+            storage=f"sqlite:///{tmp_path}/{name}.db",
+        )
+        for name in ("a", "b")
+    ]
+    arch = tiny_space.default()
+    a, b = (s.artifacts.attempt(arch, 0) for s in studies)
+    assert studies[0].artifacts.folder == studies[1].artifacts.folder
+    assert a != b and a.is_relative_to(studies[0].artifacts.folder / "checkpoints")

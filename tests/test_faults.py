@@ -313,8 +313,12 @@ def test_a_misspelt_failpoint_stops_a_worker_before_its_first_trial(tmp_path, ti
     worker = _worker(url, "fp", 1, {"AUTOSEARCH_FAILPOINTS": "epoch.saved=kil@1"})
     out, _ = worker.communicate(timeout=1800)
     assert worker.returncode == 2 and "Traceback" not in out, out[-3000:]
-    assert out.strip().splitlines()[-1].startswith(
-        "autosearch: error: AUTOSEARCH_FAILPOINTS: 'epoch.saved=kil@1' is not NAME=ACTION@CHANCE"
+    assert (
+        out.strip()
+        .splitlines()[-1]
+        .startswith(
+            "autosearch: error: AUTOSEARCH_FAILPOINTS: 'epoch.saved=kil@1' is not NAME=ACTION@CHANCE"
+        )
     )
     assert _trials(study) == []
 

@@ -69,15 +69,16 @@ def test_a_cut_trial_resumes_from_the_bucket_on_a_fresh_disk(bucket, tmp_path, t
     cut = study.optuna_study.get_trials()[0]
     assert "interrupted" in cut.user_attrs["superseded"] and cut.user_attrs["resume"]
     arch_id = cut.user_attrs["arch_id"]
-    assert f"cut/checkpoints/{arch_id}/0/train.pt" in _keys(client, name)
+    work = f"cut/checkpoints/{study.artifacts.study}/{arch_id}"  # keyed by the study too
+    assert f"{work}/0/train.pt" in _keys(client, name)
     shutil.rmtree(study.artifacts.folder)  # another machine: this disk's copy is gone
     escape = tmp_path / "escape" / "zz.pth"
     planted = {
-        f"cut/checkpoints/{arch_id}/0/{'../' * 40}{str(escape).lstrip('/')}": b"import os",
-        f"cut/checkpoints/{arch_id}/0/..": b"x",
-        f"cut/checkpoints/{arch_id}/0": b"a stray object where a folder is",
-        f"cut/checkpoints/{arch_id}/9": b"an attempt with no file",
-        f"cut/checkpoints/{arch_id}/0/variants/prune-l1@0.5.json": b"\x00not json",
+        f"{work}/0/{'../' * 40}{str(escape).lstrip('/')}": b"import os",
+        f"{work}/0/..": b"x",
+        f"{work}/0": b"a stray object where a folder is",
+        f"{work}/9": b"an attempt with no file",
+        f"{work}/0/variants/prune-l1@0.5.json": b"\x00not json",
     }
     for key, body in planted.items():
         client.put_object(Bucket=name, Key=key, Body=body)

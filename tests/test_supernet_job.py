@@ -242,7 +242,7 @@ def test_the_cli_names_the_repair_and_retrains(tmp_path, monkeypatch, capsys):
     _weights_file(study).unlink()
     assert main(["supernet", "job.py"]) == 2
     err = capsys.readouterr().err
-    assert "weights of the supernet are missing" in err and "--retrain" in err
+    assert "weights of the supernet of study 'job' are missing" in err and "--retrain" in err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert main(["run", "job.py"]) == 2
     assert "--retrain" in capsys.readouterr().err

@@ -299,19 +299,19 @@ class SearchLoop:
         no longer needed. A trial no longer ours raises UpdateFinishedTrialError there
         (TakenOver before its weights are uploaded)."""
         parts = self.parts
-        weights = None
+        weights = digest = None
         if result.model is not None:
             lost = parts.claims.taken_over(claim.trial_id)
             if lost is not None:
                 raise TakenOver(lost)
-            weights = parts.artifacts.save_weights(
+            weights, digest = parts.artifacts.save_weights(
                 parts.claims.storage, claim.trial_id, result.model
             )
             failpoint("store.weights")
         stopped = result.status == "stopped"
         parts.claims.store(
             claim.trial_id,
-            records.encode(result, weights=weights),
+            records.encode(result, weights=weights, weights_digest=digest),
             best=None if stopped else result.best.name,
             values=None if stopped else records.objective_values(result, parts.objectives),
         )

@@ -21,7 +21,7 @@ from autosearch.space import SearchSpace
 from autosearch.study.definition import StudyDefinition, resolve_components
 from autosearch.study.jobs import COMPANION, is_companion
 from autosearch.study.storage._urls import close_storage, default_storage, open_storage
-from autosearch.study.storage.artifacts import location_of
+from autosearch.study.storage.artifacts import location_of, opened_location
 from autosearch.study.storage.stored import store_definition
 from autosearch.study.study import Study
 from autosearch.study.tracking.spec import Tracking
@@ -141,14 +141,14 @@ def _store(
         close_storage(backend)
         raise
     if definition.table is None:
-        _make_folder(definition.artifacts)
+        _make_folder(opened_location(definition.artifacts, url, name))
     return backend, definition
 
 
-def _make_folder(location: str | None) -> None:
+def _make_folder(location: str) -> None:
     """Create a new study's artifacts folder, so that its other processes find it (they
     never create a stored folder: on a machine without it, that would scatter weights)."""
-    if location is None or location.startswith("s3://"):
+    if location.startswith("s3://"):
         return
     try:
         Path(location).mkdir(parents=True, exist_ok=True)

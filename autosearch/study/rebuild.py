@@ -110,7 +110,8 @@ class Rebuilder:
                     "search on: new trials are scored on the new weights"
                 )
             return evaluator.subnet(record.arch)
-        artifact = records.weights_id(self.trials.get(record.trial))
+        trial = self.trials.get(record.trial)
+        artifact = records.weights_id(trial)
         if artifact is None:
             how = (
                 " (it was looked up in a benchmark table, not trained)"
@@ -124,7 +125,11 @@ class Rebuilder:
             num_classes=self.data.dataset.num_classes,
         )
         try:
-            model.load_state_dict(self.artifacts.load_weights(artifact, trial=record.trial))
+            model.load_state_dict(
+                self.artifacts.load_weights(
+                    artifact, trial=record.trial, expected=records.weights_digest(trial)
+                )
+            )
         except RuntimeError as exc:  # tensors of other names or shapes
             first = (str(exc).strip().splitlines() or [""])[0]
             raise PlatformError(

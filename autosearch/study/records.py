@@ -51,6 +51,7 @@ __all__ = [
     "result_facts",
     "superseded",
     "trial_kind",
+    "weights_digest",
     "weights_id",
 ]
 
@@ -216,8 +217,11 @@ def new_trial(
     )
 
 
-def encode(result: TrialResult, *, weights: str | None) -> dict[str, Any]:
-    """A finished trial's whole result as the JSON of its one ``result`` attribute."""
+def encode(
+    result: TrialResult, *, weights: str | None, weights_digest: str | None = None
+) -> dict[str, Any]:
+    """A finished trial's whole result as the JSON of its one ``result`` attribute
+    (``weights``: the artifact of its trained weights, with their content digest)."""
     return {
         "points": [
             {"variant": p.name, "reason": p.reason}
@@ -230,6 +234,7 @@ def encode(result: TrialResult, *, weights: str | None) -> dict[str, Any]:
         "resumed_from_epoch": result.resumed_from_epoch,
         "note": result.note,
         "weights": weights,
+        **({"weights_digest": weights_digest} if weights_digest else {}),
         "evaluated_by": result.evaluated_by,
         **({"supernet": result.supernet} if result.supernet else {}),
         **result.trained_as,
@@ -302,6 +307,14 @@ def weights_id(trial: FrozenTrial) -> str | None:
     """The artifact id of the trial's trained weights (None: not trained, or a table)."""
     attrs = trial.user_attrs
     stored = attrs.get(RESULT, attrs).get("weights")
+    return str(stored) if stored else None
+
+
+def weights_digest(trial: FrozenTrial) -> str | None:
+    """The content digest of the trial's trained weights as they were stored (None for
+    a trial stored before digests were)."""
+    attrs = trial.user_attrs
+    stored = attrs.get(RESULT, attrs).get("weights_digest")
     return str(stored) if stored else None
 
 

@@ -145,7 +145,7 @@ def _check_sqlite(path: Path, url: str, uri: str | None = None) -> None:
     if found != ["ok"]:
         raise StorageError(
             f"storage {url!r}: {path} is damaged or not a SQLite database "
-            f"({'; '.join(found)}); restore it from a copy"
+            f"({' '.join('; '.join(found).split())}); restore it from a copy"
         )
 
 

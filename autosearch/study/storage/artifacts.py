@@ -4,7 +4,8 @@ A trained candidate's weights are an Optuna artifact (safetensors) of its trial,
 folder every worker reaches; its trial's result names the artifact.
 
 Until its trial is COMPLETE, each attempt at an architecture keeps its work in a folder
-of its own, ``checkpoints/ARCH_ID/TRIAL/``: the training checkpoint of every epoch and
+of its own, ``checkpoints/STUDY/ARCH_ID/TRIAL/`` (STUDY: the study's creation id, so
+that studies sharing a folder never share a checkpoint): the training checkpoint of every epoch and
 each variant derived so far (runner.TrialPlan.work). Only that attempt writes there.
 An attempt that resumes a trial cut short (a dead or stalled worker, Ctrl-C, an I/O
 fault) starts from a copy of the most recent attempt's folder, so nothing done is done
@@ -25,8 +26,10 @@ from typing import Any, TypeVar
 import torch
 import torch.nn as nn
 from optuna.storages import BaseStorage
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
+from autosearch._files import tensors_digest
 from autosearch.architecture import Architecture
 from autosearch.errors import ConfigError, ExportError, PlatformError
 from autosearch.evaluation.trial import TRAIN_STATE
@@ -44,6 +47,9 @@ T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
 
+# The key of a weights file's metadata that holds the digest of its tensors.
+DIGEST = "autosearch.sha256"
+
 
 def default_folder(storage_url: str, study: str) -> Path:
     """``artifacts/`` beside a file storage, else ``runs/STUDY/artifacts``."""
@@ -51,16 +57,25 @@ def default_folder(storage_url: str, study: str) -> Path:
     return (path.parent if path else Path("runs") / study) / "artifacts"
 
 
+# What a study stores for "the artifacts folder beside its storage file": a path relative
+# to that file's folder, so a copy of the file (with its folder) uses its own.
+BESIDE = "artifacts"
+
+
 def location_of(given: str | Path | None, storage_url: str, study: str) -> str:
     """Where a new study keeps its weights, as it is stored with the study: a bucket URL,
-    or an absolute folder (``given``, else ``artifacts/`` beside a file storage, else
-    ``runs/STUDY/artifacts`` under the creating process's folder), so that every process
-    of the study, wherever it starts, uses the same one."""
+    an absolute folder (``given``, else ``runs/STUDY/artifacts`` under the creating
+    process's folder), or, for a file storage by default, ``artifacts/`` beside the file
+    (stored relative to it: a copy of the file and its folder elsewhere is a study of
+    its own, never writing into the original's). Every process of the study, wherever
+    it starts, uses the same one."""
     if given is not None and not isinstance(given, str | Path):
         raise ConfigError(f"artifacts= takes a folder or an s3:// URL, got {given!r}")
     if given is not None and is_s3(str(given)):
         S3Folder(str(given))  # refuses a URL without a bucket
         return str(given).rstrip("/")
+    if not given and local_path(storage_url) is not None:
+        return BESIDE
     folder = Path(given) if given else default_folder(storage_url, study)
     return str(folder.expanduser().resolve())
 
@@ -70,8 +85,8 @@ def opened_location(stored: str | None, storage_url: str, study: str) -> str:
     locations were stored uses the default beside its storage; a study whose stored
     folder is missing here, but which was moved with its file storage (its
     ``artifacts/`` beside the file exists), uses that one, saying so."""
-    if stored is None:
-        return str(default_folder(storage_url, study))
+    if stored is None or (stored == BESIDE and local_path(storage_url) is not None):
+        return str(default_folder(storage_url, study).resolve())
     beside = default_folder(storage_url, study) if local_path(storage_url) else None
     if not is_s3(stored) and not Path(stored).exists() and beside is not None and beside.is_dir():
         logger.info("artifacts of study %s: %s is missing here; using %s", study, stored, beside)
@@ -84,19 +99,19 @@ class Artifacts:
     location), the folder only caches the attempts' work, and the bucket holds the
     weights and a copy of every attempt's work, written as it is made."""
 
-    def __init__(self, folder: Path, remote: S3Folder | None = None) -> None:
-        self.folder, self.remote = Path(folder), remote
+    def __init__(self, folder: Path, remote: S3Folder | None = None, study: str = "") -> None:
+        self.folder, self.remote, self.study = Path(folder), remote, study
         self.location = remote.url if remote else str(self.folder)
         self._pushed: dict[Path, tuple[int, int]] = {}  # file -> (mtime_ns, size) sent
 
     @classmethod
     def at(cls, location: str | Path, study: str = "") -> Artifacts:
         """A folder, or ``s3://bucket/prefix`` (``study``: the study's creation id, which
-        keys this machine's cache of the bucket)."""
+        keys its trials' checkpoints, and this machine's cache of the bucket)."""
         if is_s3(str(location)):
             remote = S3Folder(str(location))
-            return cls(remote.cache(study), remote)
-        return cls(Path(location))
+            return cls(remote.cache(study), remote, study)
+        return cls(Path(location), study=study)
 
     def check_reachable(self) -> None:
         """Before training: refuse, in one line, a location this process cannot use
@@ -119,31 +134,32 @@ class Artifacts:
                 f"write ({exc.strerror or exc})"
             ) from None
 
-    # Work folders: an attempt at a trial (checkpoints/ARCH_ID/N/), or at the study's
-    # supernet job (supernet/JOB/N/); N numbers the claim that writes there.
+    # Work folders: an attempt at a trial (checkpoints/STUDY/ARCH_ID/N/), or at the
+    # study's supernet job (supernet/JOB/N/); N numbers the claim that writes there.
+    def _trial_prefix(self, arch: Architecture) -> str:
+        return "/".join(filter(None, ("checkpoints", self.study, arch.arch_id)))
+
     def attempt(self, arch: Architecture, number: int) -> Path:
         """The folder of trial ``number``'s attempt at ``arch``."""
-        return self.folder / _trial_prefix(arch) / str(number)
+        return self.folder / self._trial_prefix(arch) / str(number)
 
     def start_attempt(self, arch: Architecture, number: int) -> Path:
         """Create trial ``number``'s folder for ``arch``, seeded with the work of the
         most recent earlier attempt that left a training checkpoint."""
-        legacy = self.folder / "checkpoints" / f"{arch.arch_id}.pt"  # before attempt folders
-        return self._start(_trial_prefix(arch), number, legacy=legacy)
+        return self._start(self._trial_prefix(arch), number)
 
     def push(self, arch: Architecture, number: int) -> None:
         """Copy what the attempt wrote since the last push to the bucket (nothing to do
         without one): each file whole, so a reader never sees half of it."""
-        self._push(self.attempt(arch, number), f"{_trial_prefix(arch)}/{number}")
+        self._push(self.attempt(arch, number), f"{self._trial_prefix(arch)}/{number}")
 
     def finish(self, arch: Architecture) -> None:
         """``arch``'s trial is COMPLETE (or ended for good): its attempts' work goes."""
-        (self.folder / "checkpoints" / f"{arch.arch_id}.pt").unlink(missing_ok=True)
-        self._finish(_trial_prefix(arch))
+        self._finish(self._trial_prefix(arch))
 
     def drop_attempt(self, arch: Architecture, number: int) -> None:
         """Remove an attempt that another worker took over (its successor has a copy)."""
-        self._drop(_trial_prefix(arch), number)
+        self._drop(self._trial_prefix(arch), number)
 
     def job_work(self, job: str, number: int) -> Path:
         """The folder of claim ``number`` on the supernet job ``job``."""
@@ -201,7 +217,7 @@ class Artifacts:
         if self.remote is not None:
             self._remote(self.remote.delete, prefix)
 
-    def _start(self, prefix: str, number: int, *, legacy: Path | None = None) -> Path:
+    def _start(self, prefix: str, number: int) -> Path:
         work = self.folder / prefix / str(number)
         try:
             work.mkdir(parents=True, exist_ok=True)
@@ -209,8 +225,6 @@ class Artifacts:
             done = [p for p in earlier if any((p / m).is_file() for m in RESUMABLE)]
             if done:
                 shutil.copytree(max(done, key=lambda p: int(p.name)), work, dirs_exist_ok=True)
-            elif legacy is not None and legacy.is_file() and not (work / TRAIN_STATE).exists():
-                shutil.copy2(legacy, work / TRAIN_STATE)
             elif self.remote is not None and not any((work / m).exists() for m in RESUMABLE):
                 self._fetch_latest(prefix, number, work)
         except OSError as exc:
@@ -279,17 +293,19 @@ class Artifacts:
 
     def save_weights(
         self, storage: BaseStorage, trial_id: int | None, model: nn.Module, study: Any = None
-    ) -> str:
+    ) -> tuple[str, str]:
         """Upload ``model``'s weights as an artifact of the trial (or, with ``study``, an
-        Optuna study: of the study itself); the artifact id."""
+        Optuna study: of the study itself): (the artifact id, the weights' content digest,
+        which the file holds too and every load checks)."""
         state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+        digest = tensors_digest(state)
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "model.safetensors"
-            save_file(state, str(path))
+            save_file(state, str(path), metadata={DIGEST: digest})
             from optuna.artifacts import upload_artifact  # it imports boto3: when used
 
             try:
-                return upload_artifact(
+                artifact = upload_artifact(
                     artifact_store=self._store,
                     file_path=str(path),
                     study_or_trial=study if trial_id is None else storage.get_trial(trial_id),
@@ -305,6 +321,7 @@ class Artifacts:
                 raise PlatformError(
                     f"cannot store the weights in {self.location}: {type(exc).__name__}: {exc}"
                 ) from None
+        return artifact, digest
 
     def drop_weights(self, artifact_id: str) -> None:
         """Remove weights that no record will name (a claim that lost its job)."""
@@ -320,13 +337,16 @@ class Artifacts:
         trial: int | None = None,
         owner: str = "",
         repair: str = "restore it from a copy, or run the trial again",
+        expected: str | None = None,
     ) -> dict[str, torch.Tensor]:
         """The weights of artifact ``artifact_id`` (trial ``trial``'s, or ``owner``'s,
-        for errors; ``repair``: what the errors say to do).
+        for errors; ``repair``: what the errors say to do), checked against the digest
+        the file was written with and ``expected`` (the one the study stored).
 
         Raises:
             ExportError: the trial names no readable artifact, or it is missing.
-            PlatformError: the stored weights are damaged (not safetensors).
+            PlatformError: the stored weights are damaged (not safetensors, or not what
+                was stored).
         """
         owner = owner or f"trial {trial}"
         if not plain_name(artifact_id):
@@ -350,12 +370,22 @@ class Artifacts:
                     f"If they are lost, {repair}"
                 ) from None
             try:
-                return load_file(str(path))
+                weights = load_file(str(path))
+                with safe_open(str(path), framework="pt") as opened:
+                    written = (opened.metadata() or {}).get(DIGEST)
             except Exception as exc:  # safetensors' own error types: a damaged file
                 raise PlatformError(
                     f"the weights of {owner} are damaged: {where} is not a safetensors "
                     f"file ({type(exc).__name__}: {exc}); {repair}"
                 ) from None
+        digest = tensors_digest(weights)
+        for said, what in ((written, "the file"), (expected, "the study")):
+            if said and said != digest:
+                raise PlatformError(
+                    f"the weights of {owner} are not those it stored: {where} holds other "
+                    f"values (digest {digest}, {what} says {said}), changed or damaged; {repair}"
+                )
+        return weights
 
     @cached_property
     def _store(self) -> Any:  # created on first use
@@ -365,10 +395,6 @@ class Artifacts:
 
         self.folder.mkdir(parents=True, exist_ok=True)
         return FileSystemArtifactStore(str(self.folder))
-
-
-def _trial_prefix(arch: Architecture) -> str:
-    return f"checkpoints/{arch.arch_id}"
 
 
 def _population_prefix(name: str) -> str:

@@ -346,15 +346,14 @@ class SupernetJob:
     ) -> SupernetState:
         """Store the weights as an artifact of the claim, then finish the claim with
         the state: only a claim still held finishes, so one worker's weights count."""
-        state_dict = {k: v.detach().cpu() for k, v in net.state_dict().items()}
         lost = self.jobs.taken_over(claim)
         if lost is not None:
             raise TakenOver(lost)
-        weights = self.artifacts.save_weights(self.storage, claim.trial_id, net)
+        weights, digest = self.artifacts.save_weights(self.storage, claim.trial_id, net)
         state = SupernetState(
             fingerprint=self.fingerprint(data),
             weights=weights,
-            digest=weights_digest(state_dict),
+            digest=digest,
             round=attempt.round,
             **info,
         )
@@ -407,17 +406,14 @@ class SupernetJob:
             return self._loaded[1], self._loaded[2]
         try:
             weights = self.artifacts.load_weights(
-                state.weights, owner="the supernet", repair=REPAIR
+                state.weights,
+                owner=f"the supernet of study {self.study!r}",
+                repair=REPAIR,
+                expected=state.digest or None,
             )
         except ExportError as exc:
             raise PlatformError(str(exc)) from None
-        digest = weights_digest(weights)
-        if state.digest and digest != state.digest:
-            raise PlatformError(
-                f"the supernet weights of study {self.study!r} (artifact {state.weights}) are "
-                f"not those it stored (digest {digest}, stored {state.digest}): they were "
-                f"changed or damaged; {REPAIR}"
-            )
+        digest = state.digest or weights_digest(weights)
         net = self._build(data)
         problem = supernet_file.fit(net, weights)
         if problem:
