@@ -196,7 +196,7 @@ CASES = {
     ),
     "search: unknown proxy": (
         ["search", "x", "--space", "resnet", "--proxies", "synflw"],
-        "--proxies: ProxyConfig names ['synflw']: unknown",
+        "--proxies: unknown proxy 'synflw'. Did you mean 'synflow'?",
     ),
     "search: a warm-up without proxies": (
         ["search", "x", "--space", "resnet", "--controller", "zero_cost"],

@@ -143,8 +143,15 @@ def test_scores_are_deterministic_and_leave_the_network_untouched():
 
 
 def test_unknown_proxies_and_bad_batches_are_refused():
-    with pytest.raises(ConfigError, match="unknown \\['synflw'\\]; the proxies are synflow"):
+    from autosearch.errors import UnknownNameError
+
+    with pytest.raises(UnknownNameError, match="unknown proxy 'synflw'. Did you mean 'synflow'"):
         ProxyConfig(names=("synflw",))
+    assert ProxyConfig(names="synflow").names == ("synflow",)  # one name, not its letters
+    with pytest.raises(ConfigError, match="names=\\(\\): name at least one"):
+        ProxyConfig(names=())
+    with pytest.raises(ConfigError, match="has no trainable parameters"):
+        proxy_scores(nn.Sequential(nn.Flatten()), torch.zeros(4, 1, 8, 8), torch.zeros(4).long())
     with pytest.raises(ConfigError, match="batch=1: expected an integer >= 2"):
         ProxyConfig(batch=1)
 

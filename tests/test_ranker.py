@@ -64,13 +64,35 @@ def test_refitted_from_its_rows_it_predicts_and_chooses_exactly_the_same(rows, c
     assert all(spread[c] >= spread[o] for c in chosen for o in left)
 
 
-def test_bad_configs_and_rows_are_refused():
-    with pytest.raises(ConfigError, match="members=0: expected an integer >= 1"):
-        RankerConfig(members=0)
-    with pytest.raises(ConfigError, match="top=0: expected a share"):
-        RankerConfig(top=0)
+@pytest.mark.parametrize(
+    ("changes", "match"),
+    [
+        ({"members": 0}, "members=0: expected an integer from 1 to 64"),
+        ({"trees": 10**6}, "trees=1000000: expected an integer from 1 to 5000"),  # hours
+        ({"seed": -1}, "seed=-1: expected an integer from 0"),
+        ({"learning_rate": -1}, r"learning_rate=-1: expected a number in \(0, 1\]"),
+        ({"learning_rate": float("nan")}, r"learning_rate=nan: expected a number"),
+        ({"top": 0}, r"top=0: expected a number in \(0, 1\]"),
+        ({"top": "0.1"}, r"top='0.1': expected a number in \(0, 1\]"),
+    ],
+)
+def test_bad_configs_are_refused_in_one_line(changes, match):
+    with pytest.raises(ConfigError, match=match):
+        RankerConfig(**changes)
+
+
+def test_bad_rows_are_refused():
     with pytest.raises(ConfigError, match="one row of features per accuracy"):
         Ranker().fit(np.zeros((3, 2)), np.zeros(2))
+    features = np.arange(12.0).reshape(6, 2)
+    for column, value in (("features", np.nan), ("features", np.inf), ("accuracies", np.nan)):
+        rows, targets = features.copy(), np.linspace(0.1, 0.9, 6)
+        if column == "features":
+            rows[3, 0] = value
+        else:
+            targets[3] = value
+        with pytest.raises(ConfigError, match=f"{column} hold 1 values that are not finite"):
+            Ranker().fit(rows, targets)
 
 
 def test_features_past_float32_fit_and_rank_as_their_scaled_copies():

@@ -241,6 +241,12 @@ def test_a_checkpoint_of_the_other_format_trains_from_scratch_and_says_so(digits
     assert [e.epoch for e in result.history] == [1]
 
 
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
+def test_a_model_with_nothing_to_train_is_refused_in_one_line(digits, parallel):
+    with pytest.raises(ConfigError, match="Sequential has no trainable parameters"):
+        train(nn.Sequential(nn.Flatten()), digits, _config(parallel=parallel), seed=0)
+
+
 def test_sharding_settings_are_checked_in_one_line():
     with pytest.raises(ConfigError, match="parallel='zero3' cannot be used: expected 'ddp'"):
         TrainConfig(parallel="zero3")  # type: ignore[arg-type]

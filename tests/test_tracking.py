@@ -54,7 +54,11 @@ def test_settings_are_checked_and_local_paths_made_absolute(tmp_path, monkeypatc
     assert made.mlflow == f"sqlite:///{tmp_path}/mlflow.db"
     assert made.tensorboard == str(tmp_path / "tb")
     assert Tracking.of(mlflow="http://127.0.0.1:5000").mlflow == "http://127.0.0.1:5000"
-    assert Tracking.of(mlflow="runs/mlruns").mlflow == (tmp_path / "runs/mlruns").as_uri()
+    assert Tracking.of(mlflow="runs/mlflow.db").mlflow == f"sqlite:///{tmp_path}/runs/mlflow.db"
+    # MLflow 3 writes no more to a folder (its file store): refused, naming a database.
+    for folder in ("runs/mlruns", f"file://{tmp_path}/mlruns", str(tmp_path)):
+        with pytest.raises(ConfigError, match=r"is a folder .*use a database, e\.g\. sqlite"):
+            Tracking.of(mlflow=folder)
     assert Tracking.of(mlflow=True).mlflow.startswith("sqlite:////")  # MLflow's default
     assert Tracking.from_json(made.to_json()) == made
     assert not Tracking.from_json("damaged").on

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from autosearch.cli import commands, reading
-from autosearch.errors import ConfigError
+from autosearch.errors import ConfigError, UnknownNameError
 from autosearch.evaluation.proxies import ProxyConfig
 from autosearch.registry import controllers, spaces
 
@@ -87,7 +87,7 @@ def _proxies(text: str) -> ProxyConfig:
     names = tuple(n.strip() for n in text.split(",") if n.strip())
     try:
         return ProxyConfig() if text == "all" else ProxyConfig(names=names)
-    except ConfigError as exc:
+    except (ConfigError, UnknownNameError) as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 

@@ -123,6 +123,10 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     if args.register is not None and not args.mlflow:
         raise ConfigError("--register NAME registers an MLflow model: add --mlflow")
+    if args.register is not None:  # before the export's work
+        from autosearch.study.tracking.mlflow_model import check_model_name
+
+        check_model_name(args.register)
     if args.mlflow:  # a bad URI, or MLflow not installed, said before exporting
         Tracking.of(mlflow=args.mlflow)
     study = open_stored(args)

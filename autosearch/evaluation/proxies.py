@@ -33,7 +33,7 @@ from __future__ import annotations
 import copy
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -43,7 +43,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-from autosearch.errors import ConfigError
+from autosearch.errors import ConfigError, UnknownNameError
 
 __all__ = ["PROXIES", "ProxyConfig", "candidate_proxies", "proxy_batch", "proxy_scores"]
 
@@ -59,13 +59,17 @@ class ProxyConfig:
     seed: int | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "names", tuple(self.names))
-        unknown = [n for n in self.names if n not in PROXIES]
-        if unknown or not self.names:
+        names = (self.names,) if isinstance(self.names, str) else self.names  # one, by name
+        if not isinstance(names, Iterable) or not all(isinstance(n, str) for n in names):
             raise ConfigError(
-                f"ProxyConfig names {list(self.names)}: unknown {unknown}; the proxies are "
-                f"{', '.join(PROXIES)}"
+                f"ProxyConfig names={self.names!r}: expected proxy names, of {', '.join(PROXIES)}"
             )
+        object.__setattr__(self, "names", tuple(names))
+        if not self.names:
+            raise ConfigError(f"ProxyConfig names=(): name at least one of {', '.join(PROXIES)}")
+        for name in self.names:
+            if name not in PROXIES:
+                raise UnknownNameError("proxy", name, PROXIES)
         if isinstance(self.batch, bool) or not isinstance(self.batch, int) or self.batch < 2:
             raise ConfigError(f"ProxyConfig batch={self.batch!r}: expected an integer >= 2")
         if self.seed is not None and (
@@ -220,6 +224,11 @@ def proxy_scores(
     """Each named proxy of ``model`` (left untouched) on the batch ``images`` (float,
     normalized as the network trains on them) and ``labels``, with the seconds each took
     (``NAME_seconds``)."""
+    if not any(p.requires_grad for p in model.parameters()):
+        raise ConfigError(
+            f"{type(model).__name__} has no trainable parameters: zero-cost proxies score a "
+            "network's weights at initialization, and this one has none to score"
+        )
     scores: dict[str, float] = {}
     gradients: nn.Module | None = None
     for name in names:

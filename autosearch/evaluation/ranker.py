@@ -14,6 +14,7 @@ worker continues exactly, and nothing is unpickled from a storage.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
@@ -22,6 +23,9 @@ import numpy as np
 from autosearch.errors import ConfigError
 
 __all__ = ["Ranker", "RankerConfig"]
+
+
+MAX_MEMBERS, MAX_TREES, MAX_DEPTH = 64, 5_000, 16
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,12 +42,26 @@ class RankerConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name, least in (("members", 1), ("trees", 1), ("depth", 1)):
+        # Bounded above too: a confirmation refits the ranker after every trained
+        # candidate, and a million trees a member would run for hours, silently.
+        for name, least, most in (
+            ("members", 1, MAX_MEMBERS),
+            ("trees", 1, MAX_TREES),
+            ("depth", 1, MAX_DEPTH),
+            ("seed", 0, 2**32 - 1),
+        ):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                raise ConfigError(f"RankerConfig {name}={value!r}: expected an integer >= {least}")
-        if not 0 < self.top <= 1:
-            raise ConfigError(f"RankerConfig top={self.top!r}: expected a share in (0, 1]")
+            if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:
+                raise ConfigError(
+                    f"RankerConfig {name}={value!r}: expected an integer from {least} to {most}"
+                )
+        for name, low, high in (("learning_rate", 0.0, 1.0), ("top", 0.0, 1.0)):
+            value = getattr(self, name)
+            number = isinstance(value, int | float) and not isinstance(value, bool)
+            if not (number and math.isfinite(value) and low < value <= high):
+                raise ConfigError(
+                    f"RankerConfig {name}={value!r}: expected a number in ({low:g}, {high:g}]"
+                )
 
 
 @dataclass
@@ -77,6 +95,13 @@ class Ranker:
                 f"the ranker is fitted on one row of features per accuracy; got "
                 f"{features.shape} features and {targets.shape} accuracies"
             )
+        for what, values in (("features", features), ("accuracies", targets)):
+            bad = np.argwhere(~np.isfinite(values))
+            if len(bad):
+                raise ConfigError(
+                    f"the ranker's {what} hold {len(bad)} values that are not finite (the "
+                    f"first at row {int(bad[0][0])}); drop or fill those rows before fitting"
+                )
         self.features, self.targets, self._models = features, targets, []
         if len(targets) < 2:
             return self  # nothing to learn from: the prior ranks

@@ -240,7 +240,14 @@ def train(
 
     Raises:
         TrialFailed: the loss became NaN or infinite, or the device ran out of memory.
+        ConfigError: the model has nothing to train, or ``adaptive`` names a setting that
+            cannot change mid-run.
     """
+    if not any(p.requires_grad for p in model.parameters()):
+        raise ConfigError(
+            f"{type(model).__name__} has no trainable parameters: there is nothing to train "
+            f"(parallel={config.parallel!r})"
+        )
     runtime = runtime or resolve(device=config.device, precision=config.precision)
     if config.auto_batch_size and runtime.device.type == "cuda":
         cap = batch_cap(config, data)

@@ -20,10 +20,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from autosearch.errors import ConfigError
+from autosearch.errors import ConfigError, PlatformError
 from autosearch.study.tracking.mlflow_runs import MLflowRuns
 
-__all__ = ["LoggedModel", "log_export"]
+__all__ = ["LoggedModel", "check_model_name", "log_export"]
 
 # The model from code MLflow stores and runs at load time (it imports no autosearch).
 _LOADER = '''"""An autosearch export folder as an MLflow pyfunc model: uint8 images (N, C, H, W)
@@ -78,15 +78,49 @@ def log_export(
     into a run of its own (``export trial N``) in the study's experiment.
 
     Raises:
-        ConfigError: ``folder`` is not an export folder.
+        ConfigError: ``folder`` is not an export folder, or ``register`` is not a name
+            MLflow's registry takes.
+        PlatformError: the tracking store cannot be reached or refused the model.
     """
+    if register is not None:
+        check_model_name(register)
+    try:
+        return _log_export(Path(folder), uri=uri, study=study, uid=uid, register=register)
+    except (ConfigError, PlatformError):
+        raise
+    except Exception as exc:  # the store's own errors: a server down, a refusal
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        raise PlatformError(
+            f"cannot log export {folder} to MLflow at {uri}: {type(exc).__name__}: {first}; "
+            "the export folder is written: log it again with `autosearch export ... --mlflow` "
+            "once the store answers"
+        ) from None
+
+
+def check_model_name(name: str) -> None:
+    """Refuse a name MLflow's model registry would refuse (after the export's work).
+
+    Raises:
+        ConfigError: an empty name, or one with ``/`` or ``:``, or a path's parts.
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"register={name!r}: give the registered model a name")
+    if any(c in name for c in "/:") or name.strip() in (".", ".."):
+        raise ConfigError(
+            f"register={name!r}: MLflow's registry takes no '/' or ':' in a model's name; "
+            "use letters, digits, '-', '_' or '.'"
+        )
+
+
+def _log_export(
+    folder: Path, *, uri: str, study: str, uid: str, register: str | None
+) -> LoggedModel:
     import mlflow
     import numpy as np
     import torch
     from mlflow.models.signature import ModelSignature
     from mlflow.types.schema import Schema, TensorSpec
 
-    folder = Path(folder)
     card = _card(folder)
     trial, variant = card["provenance"].get("trial"), card.get("variant", "base")
     run = MLflowRuns(uri, study, uid).trial_or_export_run(trial)

@@ -25,9 +25,11 @@ class Tracking:
 
     Attributes:
         mlflow: An MLflow tracking URI (``sqlite:///mlflow.db``, ``http://host:5000``, a
-            folder), or True for MLflow's own default (``MLFLOW_TRACKING_URI``, else
-            ``sqlite:///mlflow.db``). One experiment per study, named as the study; one
-            run per study, and one per trial nested under it.
+            database file's path ``runs/mlflow.db``), or True for MLflow's own default
+            (``MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db``). A folder (MLflow's
+            file store, which MLflow 3 no longer writes to) is refused. One experiment
+            per study, named as the study; one run per study, and one per trial nested
+            under it.
         tensorboard: A folder: ``FOLDER/STUDY/trial-NNNNN`` per trial, ``supernet`` and
             ``front`` beside them (``tensorboard --logdir FOLDER``).
 
@@ -68,7 +70,7 @@ class Tracking:
             if not isinstance(mlflow, str) or not mlflow.strip():
                 raise ConfigError(
                     f"mlflow={mlflow!r}: expected a tracking URI (sqlite:///mlflow.db, "
-                    "http://host:5000, a folder) or True for MLflow's default"
+                    "http://host:5000) or True for MLflow's default"
                 )
             _check_scheme(mlflow)
             _require("mlflow", "mlflow")
@@ -142,8 +144,25 @@ def _check_scheme(uri: str) -> None:
     if scheme and scheme not in _SCHEMES:
         raise ConfigError(
             f"mlflow={uri!r}: unknown MLflow tracking URI scheme {scheme!r}; use one of "
-            f"{', '.join(_SCHEMES)} (or a folder)"
+            f"{', '.join(k for k in _SCHEMES if k != 'file')}"
         )
+    if uri.startswith(("databricks", "uc")) and not scheme:
+        return  # a profile's name: databricks, databricks://profile, uc
+    path = uri.removeprefix("file://") if scheme == "file" else uri if not scheme else None
+    if path is not None and (scheme == "file" or not path.endswith(_DATABASE_FILES)):
+        raise ConfigError(
+            f"mlflow={uri!r} is a folder (MLflow's file store), which MLflow 3 no longer "
+            f"tracks to: use a database, e.g. sqlite:///{_folder_hint(path)}/mlflow.db, or a "
+            "server (http://host:5000)"
+        )
+
+
+# A bare path with one of these endings names an SQLite file: tracked as sqlite:///PATH.
+_DATABASE_FILES = (".db", ".sqlite", ".sqlite3")
+
+
+def _folder_hint(path: str) -> str:
+    return str(Path(os.path.expanduser(path or ".")).absolute())
 
 
 def _require(module: str, extra: str) -> None:
@@ -160,6 +179,6 @@ def _absolute(uri: str) -> str:
         path = uri.removeprefix("sqlite:///")
         if path and path != ":memory:":
             return "sqlite:///" + str(Path(os.path.expanduser(path)).absolute())
-    if "://" not in uri and not uri.startswith(("databricks", "file:")):
-        return Path(uri).expanduser().absolute().as_uri()
+    if "://" not in uri and uri.endswith(_DATABASE_FILES):
+        return "sqlite:///" + str(Path(uri).expanduser().absolute())
     return uri
