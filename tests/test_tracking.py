@@ -6,6 +6,7 @@ workers; a tracker that refuses connections or hangs costing a trial nothing."""
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import threading
 import time
@@ -284,8 +285,10 @@ def test_a_resumed_trial_continues_its_run_and_a_failed_one_is_marked_failed(mak
     assert run.data.tags["autosearch.trial"] == str(done.trial) != "0"
     history = _client(uri).get_metric_history(run.info.run_id, "val_accuracy")
     assert sorted({m.step for m in history}) == [1, 2, 3]
-    scalars = _scalars(tmp_path / "tb" / "t" / f"trial-{done.trial:05d}")
-    assert [s for s, _ in scalars["val/accuracy"]] == [2, 3]  # the resume's own epochs
+    # One curve in the first attempt's folder: epoch 1 from it, 2 and 3 from the resume.
+    assert sorted(p.name for p in (tmp_path / "tb" / "t").glob("trial-*")) == ["trial-00000"]
+    scalars = _scalars(tmp_path / "tb" / "t" / "trial-00000")
+    assert [s for s, _ in scalars["val/accuracy"]] == [1, 2, 3]
 
     from autosearch.evaluation import runner
 
@@ -302,6 +305,36 @@ def test_a_resumed_trial_continues_its_run_and_a_failed_one_is_marked_failed(mak
     ]
     assert run.info.status == "FAILED" and run.data.tags["autosearch.state"] == "failed"
     assert "the candidate's loss is NaN" in run.data.tags["autosearch.reason"]
+
+
+@pytest.mark.slow
+def test_a_killed_workers_unsent_epoch_reaches_the_resumed_run(make_study, tmp_path):
+    """A worker SIGKILLed after an epoch was checkpointed but before its batched upload
+    left: the resumed trial's run missed that epoch (59 of 60 steps). Its end now sends
+    the epochs before the resume that the run lacks."""
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    study = make_study(train=autosearch.TrainConfig(epochs=3, batch_size=128, lr=0.1), mlflow=uri)
+    worker = subprocess.run(
+        [str(Path(sys.executable).with_name("autosearch")), "worker", "--study", "t",
+         "--storage", study.storage_url, "--n-trials", "1"],
+        env={**os.environ, "AUTOSEARCH_FAILPOINTS": "epoch.saved=kill@1"},
+        capture_output=True, text=True, timeout=1800,
+    )  # fmt: skip
+    assert worker.returncode == -signal.SIGKILL, worker.stderr[-2000:]
+    assert "autosearch failpoint epoch.saved: kill" in worker.stderr
+    (done,) = study.optimize(1)
+    assert done.state == "complete"
+    (run,) = _runs(uri, "t")["trial"]
+    assert run.info.status == "FINISHED"
+    client = _client(uri)
+    for name in ("val_accuracy", "train_loss", "val_loss"):
+        history = client.get_metric_history(run.info.run_id, name)
+        assert sorted(m.step for m in history) == [1, 2, 3], name  # each once
 
 
 def test_a_tracker_that_refuses_connections_costs_the_study_one_line(make_study, tmp_path, caplog):
@@ -367,6 +400,7 @@ def test_two_workers_track_their_trials_into_one_experiment(tmp_path):
     assert all(r.info.status == "FINISHED" for r in trials)
     assert len({r.data.tags["autosearch.worker"] for r in trials}) == 2  # each worker's own
     assert {r.data.tags["mlflow.parentRunId"] for r in trials} == {runs["study"][0].info.run_id}
+    assert runs["study"][0].info.status == "FINISHED"  # ended by the pool's parent
     boards = sorted(p.name for p in (tmp_path / "tb" / "p").iterdir())
     assert boards == ["front", "trial-00000", "trial-00001", "trial-00002", "trial-00003"]
 

@@ -10,7 +10,7 @@ it, since that points at the setup rather than at the architectures.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
@@ -241,6 +241,7 @@ class SearchLoop:
         plan = self._plan(claim)
         logger.debug("trial %d: %s", claim.number, parts.planner.space.describe(claim.arch))
         track = _Tracked(parts, claim, plan)
+        history: tuple[EpochResult, ...] = ()
         try:
             if plan.work is not None:
                 parts.artifacts.start_attempt(claim.arch, claim.number)
@@ -248,6 +249,7 @@ class SearchLoop:
                 broadcast_object({"arch": claim.arch.to_json(), "number": claim.number})
             track.started()
             result = run_trial(plan, parts.data.training, StudyContext(self, claim, track))
+            history = result.history
             outcome = self._store(claim, result)
         except (TakenOver, UpdateFinishedTrialError) as exc:
             logger.warning(
@@ -281,7 +283,7 @@ class SearchLoop:
             record = parts.trials.record(claim.number)
         except PLATFORM_FAILURES as exc:  # stored already: it is told on the next replay
             raise platform_error(exc, parts.where) from None
-        track.ended()
+        track.ended(history=history)
         logger.debug("trial %d %s: %s", claim.number, record.state, _summary(record))
         return record
 
@@ -405,19 +407,36 @@ class _Tracked:
             resumed_at = max(self.parts.trials.get(resumes).intermediate_values, default=0)
         worker = str(self.parts.worker_attrs.get("worker") or worker_id())
         self.tracker.trial_started(self.key, self.claim.number, self.plan, first=resumes is None,
-                                   resumed_at=resumed_at, worker=worker)  # fmt: skip
+                                   resumed_at=resumed_at, worker=worker,
+                                   first_number=self._first_attempt())  # fmt: skip
+
+    def _first_attempt(self) -> int:
+        """The number of the trial's first attempt (a resumed trial's curve goes on in
+        that attempt's folder), following what each attempt resumed."""
+        number, resumes = self.claim.number, self.claim.resumes
+        for _ in range(1000):  # a chain of attempts: bounded against a damaged store
+            if resumes is None:
+                break
+            number = resumes
+            resumes = self.parts.trials.get(number).user_attrs.get(records.RESUMES)
+            resumes = resumes if isinstance(resumes, int) and resumes < number else None
+        return number
 
     def epoch(self, epoch: EpochResult) -> None:
         if self.tracker is not None:
             self.tracker.epoch(self.key, epoch)
 
-    def ended(self, *, reason: str = "") -> None:
+    def ended(self, *, reason: str = "", history: Sequence[EpochResult] = ()) -> None:
+        """The trial's end: its stored records, and its whole ``history`` (where the
+        trial resumed, the epochs an earlier attempt may not have sent)."""
         if self.tracker is None:
             return
         stored = None if reason else self.parts.trials.get(self.claim.number)
         found = self.parts.trials.decode(stored) if stored else []
         facts = records.result_facts(stored) if stored else {}
-        self.tracker.trial_ended(self.key, self.plan, found, reason=reason, facts=facts)
+        self.tracker.trial_ended(
+            self.key, self.plan, found, reason=reason, facts=facts, history=history
+        )
 
 
 class StudyContext(TrialContext):

@@ -107,7 +107,9 @@ class MLflowRuns:
         return self._study_run
 
     def study_ended(self, status: str = "FINISHED") -> None:
-        run = self._study_run
+        """The study's run ended: found where this process did not start it (a pool's
+        parent, whose workers ran the trials)."""
+        run = self._study_run or self._oldest({ROLE: "study"})
         if run is not None:
             client = self.client()
             _retry(lambda: client.set_terminated(run, status=status))
@@ -176,12 +178,17 @@ class MLflowRuns:
         tags: Mapping[str, str],
         texts: Mapping[str, str],
         points: Sequence[tuple[Mapping[str, float], int, int]] = (),
+        earlier: Sequence[tuple[Mapping[str, float], int, int]] = (),
     ) -> None:
-        """Its last figures (with epochs' ``points`` not yet sent), tags and small text
+        """Its last figures (with epochs' ``points`` not yet sent, and of the ``earlier``
+        epochs of attempts it resumed, those the run lacks), tags and small text
         artifacts (``arch.json``), then its status: FINISHED, FAILED or KILLED."""
         run, client = self._run(key), self.client()
         if run is None:
             return
+        if earlier:
+            have = {m.step for m in _retry(lambda: client.get_metric_history(run, "val_accuracy"))}
+            points = [*(p for p in earlier if p[1] not in have), *points]
         self.log(key, metrics, tags=tags, points=points)
         for path, text in texts.items():
             client.log_text(run, text, path)

@@ -59,6 +59,7 @@ class Tracker:
         # when its epochs were last sent.
         self._epochs: dict[str, list[tuple[dict[str, float], int, int]]] = {}
         self._epochs_sent: dict[str, float] = {}
+        self._resumed: dict[str, int] = {}  # per trial: the epoch it resumed after
         if tracking.mlflow:
             self._mlflow = (
                 MLflowRuns(tracking.mlflow, study, uid),
@@ -90,10 +91,13 @@ class Tracker:
         first: bool = False,
         resumed_at: int = 0,
         worker: str = "",
+        first_number: int | None = None,
     ) -> None:
         """Trial ``number`` (its claim's ``key``) starts (on its ``first`` attempt: no
-        earlier run to look for), or resumes after epoch ``resumed_at``: its genes and
-        training settings as parameters."""
+        earlier run to look for), or resumes after epoch ``resumed_at`` an earlier attempt
+        (its first: ``first_number``) whose curve it goes on with: its genes and training
+        settings as parameters."""
+        self._resumed[key] = resumed_at
         if self._mlflow:
             runs, sender = self._mlflow
             params = trial_params(plan)
@@ -111,11 +115,11 @@ class Tracker:
             )
         if self._tensorboard:
             logs, sender = self._tensorboard
-            sender.send(logs.trial_started, key, number, resumed_at + 1 if resumed_at else 0)
+            folder = number if first_number is None else first_number
+            sender.send(logs.trial_started, key, folder, resumed_at + 1 if resumed_at else 0)
 
     def epoch(self, key: str, epoch: EpochResult) -> None:
-        figures = {"train_loss": epoch.train_loss, "val_accuracy": epoch.val_accuracy,
-                   "val_loss": epoch.val_loss, "epoch_seconds": epoch.seconds}  # fmt: skip
+        figures = _figures(epoch)
         if self._mlflow:
             self._epochs.setdefault(key, []).append((figures, epoch.epoch, int(time.time() * 1000)))
             if time.monotonic() - self._epochs_sent.get(key, -EPOCHS_EVERY) >= EPOCHS_EVERY:
@@ -142,9 +146,13 @@ class Tracker:
         *,
         reason: str = "",
         facts: Mapping[str, Any] | None = None,
+        history: Sequence[EpochResult] = (),
     ) -> None:
         """The trial's records (one per variant; none where it stopped unstored):
-        every variant's figures, its state, and ``arch.json``."""
+        every variant's figures, its state, and ``arch.json``. A trial that resumed
+        also sends, from its whole ``history``, the epochs before it resumed that its
+        run lacks (an attempt killed before it sent them)."""
+        resumed_at = self._resumed.pop(key, 0)
         state: str = records[0].state if records else "interrupted"
         if self._mlflow:
             runs, sender = self._mlflow
@@ -162,7 +170,9 @@ class Tracker:
             status = _STATUS.get(state, "KILLED")
             epochs = self._epochs.pop(key, [])
             self._epochs_sent.pop(key, None)
-            sender.send(runs.trial_ended, key, status, metrics, tags, texts, epochs)
+            now = int(time.time() * 1000)
+            earlier = [(_figures(e), e.epoch, now) for e in history if e.epoch <= resumed_at]
+            sender.send(runs.trial_ended, key, status, metrics, tags, texts, epochs, earlier)
         if self._tensorboard:
             logs, sender = self._tensorboard
             base = next((r for r in records if r.variant == "base"), None)
@@ -261,6 +271,12 @@ class Tracker:
             sender.send(logs.close)
         for sender in self._senders:
             sender.close(timeout)
+
+
+def _figures(epoch: EpochResult) -> dict[str, float]:
+    """An epoch's figures as a trial's step metrics."""
+    return {"train_loss": epoch.train_loss, "val_accuracy": epoch.val_accuracy,
+            "val_loss": epoch.val_loss, "epoch_seconds": epoch.seconds}  # fmt: skip
 
 
 _HPARAM_METRICS = ("accuracy", "test_accuracy", "flops", "params", "latency", "reward")
