@@ -1,17 +1,22 @@
-"""Chaos soak: workers of two studies (a trained one and a supernet one) on one storage
-while a chaos loop kills, stops, terminates and starves them, then invariant checkers.
+"""Chaos soak: workers of three studies (a trained one, a supernet one, one whose
+candidates train in shards) and a population on one storage while a chaos loop kills,
+stops, terminates and starves them, and damages their files, then invariant checkers.
 
-Each round makes both studies afresh and keeps their worker slots busy: per study an
+Each round makes the studies afresh and keeps their worker slots busy: per study an
 ``autosearch run FILE`` (one worker, or a local pool of two with ``--workers 2``) and an
 ``autosearch worker --total T`` process, each started again when it ends until its
-study holds its trials. Meanwhile the chaos loop, at random moments, sends SIGKILL,
-SIGSTOP (SIGCONT some seconds later, sometimes past the heartbeat grace), SIGTERM,
-removes checkpoint files, and on PostgreSQL cuts the workers' connections
-(``pg_terminate_backend``). Failpoints (autosearch/study/workers/_failpoints.py) aim kills where
-a random signal seldom lands: inside the transaction that ends a trial, just after it,
-with the weights uploaded, before the controller is told, after an epoch's checkpoint.
-When both studies hold their trials, one last ``autosearch run`` each (no chaos) must
-finish, and the invariants are checked (``check`` below). Prints JSON:
+study holds its trials; once the trained study is done, ``autosearch population`` trains
+its best as a population. Meanwhile the chaos loop, at random moments, sends SIGKILL,
+SIGSTOP (SIGCONT some seconds later, sometimes past the heartbeat grace) and SIGTERM,
+mostly to processes that hold a trial or a job claim; removes or cuts short checkpoint
+files (a trial's, a shard of a sharded trial's, a population member's); and on
+PostgreSQL cuts the workers' connections (``pg_terminate_backend``), also under a worker
+paused inside its end-of-trial transaction, whose commit then lands on a cut connection.
+Failpoints (autosearch/study/workers/_failpoints.py) aim kills where a random signal
+seldom lands: inside the transaction that ends a trial, just after it, with the weights
+uploaded, before the controller is told, after an epoch's checkpoint. When every study
+holds its trials, one last ``autosearch run`` each (no chaos) must finish, and the
+invariants are checked (benchmarks/_chaos_checks.py). Prints JSON:
 
     python benchmarks/chaos.py --backend sqlite journal postgresql --minutes 30
     python benchmarks/chaos.py --quick          # seconds of chaos, tiny data (the suite's)
@@ -38,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))  # _chaos_checks
 sys.path.insert(0, str(ROOT))  # first: benchmarks/controllers.py is not the package
 
-from _chaos_checks import check  # noqa: E402
+from _chaos_checks import check, studies  # noqa: E402
 
 TRAINED = """
 from autosearch import StudySpec, TrainConfig
@@ -79,14 +84,35 @@ study = StudySpec(
 )
 """
 
-# Where failpoints act, and how often a worker passing there dies.
+SHARDED = """
+from autosearch import StudySpec, TrainConfig
+from controllers import RandomSearch
+from search_spaces import ResNetSpace
+
+space = ResNetSpace(
+    min_stages=2, max_stages=2, depths=(1, 2), widths=(4, 8), stem_widths=(4, 8),
+    blocks=("basic",),
+)
+study = StudySpec(
+    name="sharded",
+    controller=RandomSearch(space, seed=1),
+    train=TrainConfig(epochs={epochs}, batch_size=32, lr=0.1, parallel="fsdp"),
+    storage={storage!r},
+    artifacts={artifacts!r},
+    n_trials={n_trials},
+)
+"""
+
+# Where failpoints act, and how often a worker passing there dies (or, on PostgreSQL,
+# pauses inside its end-of-trial transaction: its connection is cut before it resumes).
 FAILPOINTS = (
     "end_trial.before=kill@0.01,end_trial.inside=kill@0.03,end_trial.after=kill@0.02,"
     "store.weights=kill@0.04,tell.before=kill@0.03,epoch.saved=stop@0.01"
 )
-ACTIONS = {"kill": 0.30, "stop": 0.15, "term": 0.15, "checkpoint": 0.15, "connections": 0.10}
+PAUSED_COMMITS = FAILPOINTS.replace("end_trial.inside=kill@0.03", "end_trial.inside=stop@0.03")
 GRACE = 8.0  # the workers' heartbeat grace: a stop can outlast it
-AIM = 0.75  # how often a signal goes to a process that holds a trial or a job claim
+# What the connection of a worker whose commit was refused on a cut connection says.
+CUT_COMMIT = "the connection to the database was lost"
 
 
 class Round:
@@ -96,7 +122,8 @@ class Round:
         self.backend, self.folder, self.rng, self.settings = backend, folder, rng, settings
         self.url = _storage_url(backend, folder, rng)
         self.files = {}
-        for name, template in (("trained", TRAINED), ("supernet", SUPERNET)):
+        templates = {"trained": TRAINED, "supernet": SUPERNET, "sharded": SHARDED}
+        for name, template in ((n, templates[n]) for n in studies(settings)):
             path = folder / f"{name}.py"
             path.write_text(
                 template.format(
@@ -111,9 +138,13 @@ class Round:
             {"study": "trained", "kind": "worker"},
             {"study": "supernet", "kind": "run"},
             {"study": "supernet", "kind": "worker"},
+            {"study": "sharded", "kind": "run"},
         ]
+        if "population" in settings:  # started once the trained study is done
+            self.slots.append({"study": "population", "kind": "population"})
         self.counts: Counter = Counter()
         self.stopped: dict[int, float] = {}  # pid -> when to SIGCONT
+        self.paused_by_failpoint: set[int] = set()
         self.exits: Counter = Counter()
         self.logs: list[Path] = []
         self.calm = False  # no more chaos: no signals, workers started without failpoints
@@ -129,11 +160,16 @@ class Round:
             "PYTHONUNBUFFERED": "1",
         }
         if chaos:
-            env["AUTOSEARCH_FAILPOINTS"] = FAILPOINTS
+            paused = self.backend == "postgresql"
+            env["AUTOSEARCH_FAILPOINTS"] = PAUSED_COMMITS if paused else FAILPOINTS
         return env
 
     def command(self, slot: dict) -> list[str]:
         cli = str(Path(sys.executable).with_name("autosearch"))
+        if slot["kind"] == "population":
+            size, interval = (self.settings["population"][k] for k in ("size", "interval"))
+            return [cli, "population", str(self.files["trained"]), "--size", str(size),
+                    "--interval", str(interval)]  # fmt: skip
         study, total = slot["study"], self.settings[slot["study"]]["n_trials"]
         file = str(self.files[study])
         if slot["kind"] == "worker":
@@ -166,6 +202,8 @@ class Round:
             if process is not None:
                 self.exits[_exit_name(process.returncode)] += 1
                 slot["process"] = None
+            if slot["kind"] == "population" and not done["trained"]:
+                continue  # its architecture is the trained study's best
             if not done[slot["study"]]:
                 self.start(slot)
 
@@ -179,7 +217,8 @@ class Round:
     # Chaos -----------------------------------------------------------------------------
     def act(self, reader) -> None:
         self.resume_stopped()
-        action = self.rng.choices(list(ACTIONS), weights=list(ACTIONS.values()))[0]
+        actions = self.settings["actions"]
+        action = self.rng.choices(list(actions), weights=list(actions.values()))[0]
         if action == "connections" and self.backend != "postgresql":
             action = "kill"
         if action == "checkpoint":
@@ -191,8 +230,13 @@ class Round:
             return None
         phases = reader.phases()
         busy = [p for p in pids if p in phases]
-        # Mostly where work is under way; else anywhere (starting, claiming, a pool's parent).
-        pid = self.rng.choice(busy if busy and self.rng.random() < AIM else pids)
+        # Where work is under way: a trial or a job claim held. Now and then anywhere
+        # (starting, claiming, a pool's parent); when no claim is held, mostly not now.
+        anywhere = self.rng.random() < self.settings["anywhere"]
+        if not busy and not anywhere:
+            self.counts["signal held back: no claim held"] += 1
+            return None
+        pid = self.rng.choice(pids if anywhere or not busy else busy)
         phase = phases.get(pid, "no trial held (starting, claiming, a pool's parent)")
         sig = {"kill": signal.SIGKILL, "stop": signal.SIGSTOP, "term": signal.SIGTERM}[action]
         try:
@@ -206,24 +250,49 @@ class Round:
 
     def resume_stopped(self) -> None:
         """SIGCONT what the loop stopped once its time is up, and what a failpoint
-        stopped (found in state T) after a while."""
+        stopped (found in state T) after a while; on PostgreSQL, a worker a failpoint
+        paused inside its end-of-trial transaction resumes on a cut connection."""
         now = time.monotonic()
         for pid in self.processes():
             if pid not in self.stopped and _state(pid) == "T":
                 self.stopped[pid] = now + self.rng.uniform(1.0, 2.0 * GRACE)
+                self.paused_by_failpoint.add(pid)
         for pid, when in list(self.stopped.items()):
             if now >= when:
+                if pid in self.paused_by_failpoint and self.backend == "postgresql":
+                    self.cut_connections()
+                    self.counts["connections cut under a paused commit"] += 1
                 with _suppress():
                     os.kill(pid, signal.SIGCONT)
                 del self.stopped[pid]
+                self.paused_by_failpoint.discard(pid)
 
     def remove_checkpoint(self) -> None:
-        files = [p for p in (self.folder / "artifacts").rglob("*.pt") if p.is_file()]
-        files += [p for p in (self.folder / "artifacts").rglob("*.json") if "checkpoints" in str(p)]
-        if files:
-            with _suppress():
-                self.rng.choice(files).unlink()
-                self.counts["checkpoint file removed"] += 1
+        """Remove a checkpoint's file, or cut it short: a trial's (its training state, a
+        variant's result), a shard of a sharded trial's, a population member's."""
+        root = self.folder / "artifacts"
+        kinds = {
+            "trial": [p for p in root.rglob("checkpoints/**/*") if p.suffix in (".pt", ".json")],
+            "shard": [p for p in root.rglob("*.shards-*/*") if p.is_file()],
+            "member": list(root.rglob("populations/**/members/*/train.pt")),
+        }
+        kinds = {k: [p for p in v if p.is_file()] for k, v in kinds.items() if v}
+        if not kinds:
+            return
+        # The kind damaged least so far: a short round reaches each kind there is.
+        hit = {
+            k: self.counts[f"{k} file removed"] + self.counts[f"{k} file cut short"] for k in kinds
+        }
+        kind = min(sorted(kinds), key=lambda k: (hit[k], self.rng.random()))
+        path = self.rng.choice(kinds[kind])
+        with _suppress():
+            if self.rng.random() < 0.5:
+                path.unlink()
+                self.counts[f"{kind} file removed"] += 1
+            else:
+                with path.open("r+b") as file:
+                    file.truncate(file.seek(0, 2) // 2)
+                self.counts[f"{kind} file cut short"] += 1
 
     def cut_connections(self) -> None:
         import psycopg
@@ -249,22 +318,31 @@ class Round:
             slot["process"] = None
 
     def failpoint_kills(self) -> Counter:
+        """Where the failpoints acted, and the commits refused on a cut connection, from
+        the workers' logs."""
         found: Counter = Counter()
         for log in self.logs:
             for line in log.read_text(errors="replace").splitlines():
                 if line.startswith("autosearch failpoint "):
                     found[f"failpoint {line.removeprefix('autosearch failpoint ')}"] += 1
+                elif CUT_COMMIT in line:
+                    found["a worker stopped: its connection was cut"] += 1
         return found
 
     def recover(self) -> dict[str, int]:
         """One run of each study file with no chaos: it must finish, exit 0 (without an
         export: the checks export the best themselves, in ``check``)."""
         codes = {}
-        for study, file in self.files.items():
+        runs = {study: ["run", str(file), "--no-export", "--out", str(self.folder / "out" / study)]
+                for study, file in self.files.items()}  # fmt: skip
+        if "population" in self.settings:  # the population trial, finished or resumed
+            size, interval = (self.settings["population"][k] for k in ("size", "interval"))
+            runs["population"] = ["population", str(self.files["trained"]), "--size", str(size),
+                                  "--interval", str(interval)]  # fmt: skip
+        for study, command in runs.items():
             cli = str(Path(sys.executable).with_name("autosearch"))
-            out = self.folder / "out" / study
             done = subprocess.run(
-                [cli, "run", str(file), "--out", str(out), "--no-export"],
+                [cli, *command],
                 env=self.env(chaos=False),
                 cwd=self.folder,
                 capture_output=True,
@@ -383,16 +461,37 @@ SETTINGS = {
     "full": {
         "trained": {"epochs": 4, "n_trials": 16},
         "supernet": {"epochs": 3, "n_trials": 24},  # of its 32 architectures
+        "sharded": {"epochs": 4, "n_trials": 8},
+        "population": {"size": 4, "interval": 1},
         "pause": (1.5, 6.0),
+        "actions": {
+            "kill": 0.30,
+            "stop": 0.15,
+            "term": 0.15,
+            "checkpoint": 0.20,
+            "connections": 0.10,
+        },
+        "anywhere": 0.25,  # how often a signal may go to a process that holds no claim
         "chaos_for": None,  # seconds of chaos in a round: until its studies are done
-        "round_limit": 1200.0,
+        "round_limit": 1500.0,
     },
     "quick": {
         "trained": {"epochs": 2, "n_trials": 3},
         "supernet": {"epochs": 1, "n_trials": 4},
-        "pause": (1.5, 4.0),
-        "chaos_for": 20.0,  # then the workers finish in peace (a slow machine restarts
-        "round_limit": 600.0,  # each killed one in seconds of imports)
+        "sharded": {"epochs": 2, "n_trials": 2},
+        "population": {"size": 2, "interval": 1},
+        "pause": (0.5, 2.0),
+        # Its seconds of chaos go to trials and their files, not to imports.
+        "actions": {
+            "kill": 0.25,
+            "stop": 0.10,
+            "term": 0.10,
+            "checkpoint": 0.45,
+            "connections": 0.10,
+        },
+        "anywhere": 0.1,
+        "chaos_for": 40.0,  # then the workers finish in peace (a slow machine restarts
+        "round_limit": 900.0,  # each killed one in seconds of imports)
     },
 }
 

@@ -21,7 +21,7 @@ from autosearch.space import SearchSpace
 from autosearch.study.definition import StudyDefinition, resolve_components
 from autosearch.study.jobs import COMPANION, is_companion
 from autosearch.study.storage._urls import close_storage, default_storage, open_storage
-from autosearch.study.storage.artifacts import location_of, opened_location
+from autosearch.study.storage.artifacts import location_of, stored_location
 from autosearch.study.storage.stored import store_definition
 from autosearch.study.study import Study
 from autosearch.study.tracking.spec import Tracking
@@ -141,7 +141,7 @@ def _store(
         close_storage(backend)
         raise
     if definition.table is None:
-        _make_folder(opened_location(definition.artifacts, url, name))
+        _make_folder(stored_location(definition.artifacts, url, name))
     return backend, definition
 
 

@@ -21,6 +21,7 @@ worker, so a pool is scored once whoever asks and whenever one dies.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import math
 import os
@@ -71,6 +72,9 @@ class ControllerReplay:
         self.told: set[int] = set()
         self._told_runs: list[list[int]] | None = []  # _runs(self.told), kept as it grows
         self._synced = 0  # how many trials, from trial 0 on, were finished when seen
+        # What restore() found: "saved" (loaded), "none" (nothing saved, or another
+        # controller's), or why the saved state was left out.
+        self.restored = "none"
 
     def restore(self) -> None:
         """Load the stored state (if it is this controller's), mark every architecture
@@ -89,6 +93,9 @@ class ControllerReplay:
         the controller then learns again from every finished trial."""
         fresh = self.controller.state_dict()
         try:
+            written = saved.get(DIGEST)
+            if written is not None and written != _digest(saved):
+                raise ValueError("it is not what was saved (its digest differs)")
             self.controller.load_state_dict(saved["state"])
             self.told = _numbers(saved["told"], below=n_trials)
         except Exception as exc:  # stored data of any shape: never a reason to fail
@@ -101,8 +108,10 @@ class ControllerReplay:
             )
             self.controller.load_state_dict(fresh)
             self.told = set()
+            self.restored = f"{type(exc).__name__}: {exc}"[:300]
             return
         self._told_runs = None
+        self.restored = "saved"
 
     def sync(self, trials: list[FrozenTrial] | None = None) -> None:
         """Tell the controller every finished trial it has not been told, in trial
@@ -158,6 +167,8 @@ class ControllerReplay:
             "state": own,
             "told": [list(run) for run in self._runs()],
         }
+        # With its digest: a state edited or cut short is not loaded.
+        state[DIGEST] = _digest(state)
         self.storage.set_study_system_attr(self.study_id, _STATE, state)
 
     def _runs(self) -> list[list[int]]:
@@ -188,6 +199,17 @@ class ControllerReplay:
 
     def _spec(self) -> dict[str, Any]:
         return Component.of(self.controller).to_json()
+
+
+# The key of the saved state that holds the digest of the rest of it.
+DIGEST = "sha256"
+
+
+def _digest(saved: Mapping[str, Any]) -> str:
+    """The digest of a saved state (all of it but the digest) as JSON stores it."""
+    stored = json.loads(json.dumps({k: v for k, v in saved.items() if k != DIGEST}))
+    text = json.dumps(stored, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _runs(numbers: set[int]) -> list[list[int]]:

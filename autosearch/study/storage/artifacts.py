@@ -37,7 +37,13 @@ from autosearch.study.storage._paths import inside, plain_name
 from autosearch.study.storage._s3 import S3Folder, is_s3
 from autosearch.study.storage._urls import local_path
 
-__all__ = ["Artifacts", "default_folder", "location_of", "opened_location"]
+__all__ = [
+    "Artifacts",
+    "default_folder",
+    "location_of",
+    "opened_location",
+    "stored_location",
+]
 
 # What an attempt folder holds once it has work to resume: a training's checkpoint, or
 # a population's record (a confirmation trained as a population: its members inside).
@@ -80,13 +86,21 @@ def location_of(given: str | Path | None, storage_url: str, study: str) -> str:
     return str(folder.expanduser().resolve())
 
 
+def stored_location(stored: str | None, storage_url: str, study: str) -> str:
+    """The folder or URL a study's stored location names (the default beside its file
+    storage where it names that, or where none was stored)."""
+    if stored is None or (stored == BESIDE and local_path(storage_url) is not None):
+        return str(default_folder(storage_url, study).resolve())
+    return stored
+
+
 def opened_location(stored: str | None, storage_url: str, study: str) -> str:
     """Where an opened study's weights are: the stored location. A study stored before
     locations were stored uses the default beside its storage; a study whose stored
     folder is missing here, but which was moved with its file storage (its
     ``artifacts/`` beside the file exists), uses that one, saying so."""
-    if stored is None or (stored == BESIDE and local_path(storage_url) is not None):
-        return str(default_folder(storage_url, study).resolve())
+    if stored is None or stored == BESIDE:
+        return stored_location(stored, storage_url, study)
     beside = default_folder(storage_url, study) if local_path(storage_url) else None
     if not is_s3(stored) and not Path(stored).exists() and beside is not None and beside.is_dir():
         logger.info("artifacts of study %s: %s is missing here; using %s", study, stored, beside)
