@@ -19,7 +19,7 @@ from optuna.trial import TrialState
 
 import autosearch
 from autosearch import Compression, PlatformError, TrainConfig
-from autosearch.study.records import result_facts
+from autosearch.study.records import result_facts, weights_id
 from autosearch.study.workers._heartbeat import last_beat
 from controllers import RandomSearch
 
@@ -286,6 +286,11 @@ def test_a_worker_killed_inside_the_end_of_a_trial_stores_it_once(
     if cut.state == TrialState.RUNNING:  # taken up, from its last epoch's checkpoint
         assert "its process is gone" in trials[0].user_attrs["superseded"]
         assert result_facts(done[0])["resumed_from_epoch"] == 2
+    # F9: what the kill left that no trial needs is swept when the search ends: weights
+    # uploaded by the killed attempt, the work of an architecture stored complete.
+    referred = {w for t in trials if (w := weights_id(t))}
+    assert again.artifacts.stored_weights() == referred
+    assert again.artifacts.checkpointed() == set()
 
 
 def test_failpoints_are_off_unless_armed_and_a_wrong_name_is_refused(monkeypatch):

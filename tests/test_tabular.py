@@ -97,6 +97,25 @@ def test_json_tables_both_shapes(tmp_path):
 
 
 @pytest.mark.parametrize(
+    ("rows", "match"),
+    [  # H6b: a JSON table's rows were named from 2, as a CSV file's lines are
+        ([{"arch": "x", "val_accuracy": 90}, {"arch": "y", "val_accuracy": -1}], r"row 2: "),
+        ([{"arch": "x", "val_accuracy": "high"}], r"row 1: val_accuracy must be numbers"),
+        ({"x": {"val_accuracy": 90}, "y": {"val_accuracy": 101}}, r"entry 'y': val_accuracy"),
+    ],
+)
+def test_a_json_tables_rows_are_named_as_they_are_in_the_file(tmp_path, rows, match):
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(rows))
+    table = Table(path=str(path), test_accuracy=None, train_time=None)
+    with pytest.raises(DataError, match=match):
+        autosearch.create_study(
+            "x", controller=RandomSearch(NB201Space()), table=table,
+            storage=f"sqlite:///{tmp_path}/x.db",
+        )  # fmt: skip
+
+
+@pytest.mark.parametrize(
     ("content", "match"),
     [
         ("arch,acc\nx,1\n", "no column 'val_accuracy'; its columns are acc, arch"),
@@ -104,9 +123,9 @@ def test_json_tables_both_shapes(tmp_path):
         ("arch,val_accuracy,test_accuracy,train_time\nx,high,1,1\n", "must be numbers"),
         ("arch,val_accuracy,test_accuracy,train_time\n", "has no rows"),
         # Out of range (were accepted, then failed with "no trial number 0"):
-        ("arch,val_accuracy\nx,-3\n", r"row 2: val_accuracy is -3.0; an accuracy is from 0"),
+        ("arch,val_accuracy\nx,-3\n", r"line 2: val_accuracy is -3.0; an accuracy is from 0"),
         ("arch,val_accuracy\nx,1e308\n", r"val_accuracy is 1e\+308; an accuracy is from 0"),
-        ("arch,val_accuracy\nx,90\ny,100.5\n", r"row 3: val_accuracy is 100.5"),
+        ("arch,val_accuracy\nx,90\ny,100.5\n", r"line 3: val_accuracy is 100.5"),
         ("arch,val_accuracy,test_accuracy\nx,90,-1\n", r"test_accuracy is -1.0; an accuracy"),
         ("arch,val_accuracy,train_time\nx,90,-5\n", r"train_time is -5.0, below 0 s"),
     ],

@@ -147,20 +147,25 @@ class Table:
 _MAX_TABLE_BYTES = 1 << 30  # NAS-Bench-201's 15,625 rows are a few MB
 
 
-def _read(path: Path) -> list[dict[str, Any]]:
+def _read(path: Path) -> list[tuple[str, dict[str, Any]]]:
+    """The table's rows, each with where it is in the file, as an error names it: a CSV
+    file's line (its header is line 1), a JSON list's row (from 1), a JSON object's key."""
     try:
         if path.suffix.lower() != ".json":
             text = read_bounded(path, limit=_MAX_TABLE_BYTES).decode("utf-8-sig")
-            return list(csv.DictReader(text.splitlines()))
+            rows = csv.DictReader(text.splitlines())
+            return [(f"line {rows.line_num}", row) for row in rows]
         data = read_json(path, limit=_MAX_TABLE_BYTES)
     except NotReadable as exc:
         raise DataError(f"benchmark table {exc}") from None
     except UnicodeDecodeError as exc:
         raise DataError(f"benchmark table {path} is not UTF-8 text ({exc})") from None
     if isinstance(data, Mapping):
-        return [{"\0key": k, **v} for k, v in data.items() if isinstance(v, Mapping)]
+        return [
+            (f"entry {k!r}", {"\0key": k, **v}) for k, v in data.items() if isinstance(v, Mapping)
+        ]
     if isinstance(data, list):
-        return [dict(r) for r in data if isinstance(r, Mapping)]
+        return [(f"row {i}", dict(r)) for i, r in enumerate(data, 1) if isinstance(r, Mapping)]
     raise DataError(f"benchmark table {path}: JSON must be an object or a list of rows")
 
 
@@ -173,7 +178,8 @@ class _Rows(dict[str, dict[str, float]]):
 @functools.lru_cache(maxsize=8)
 def _load(table: Table) -> _Rows:
     path = Path(table.path)
-    raw = _read(path)
+    placed = _read(path)
+    raw = [row for _, row in placed]
     if not raw:
         raise DataError(f"benchmark table {path} has no rows")
     found = sorted(set(raw[0]) - {"\0key"})
@@ -188,20 +194,20 @@ def _load(table: Table) -> _Rows:
                 "metrics={...})"
             )
     rows = _Rows()
-    for line, row in enumerate(raw, start=2):
+    for line, row in placed:
         key = str(row.get("\0key", row.get(table.key))).strip()
         if key in rows:
-            raise DataError(f"benchmark table {path} lists {key} twice (row {line})")
+            raise DataError(f"benchmark table {path} lists {key} twice ({line})")
         try:
             values = {c: float(row[c]) for c in columns}
         except (TypeError, ValueError):
             raise DataError(
-                f"benchmark table {path}, row {line}: {', '.join(columns)} must be numbers, "
+                f"benchmark table {path}, {line}: {', '.join(columns)} must be numbers, "
                 f"got {[row.get(c) for c in columns]}"
             ) from None
         if not all(math.isfinite(v) for v in values.values()):
-            raise DataError(f"benchmark table {path}, row {line}: values must be finite")
-        _check_ranges(table, values, f"benchmark table {path}, row {line}")
+            raise DataError(f"benchmark table {path}, {line}: values must be finite")
+        _check_ranges(table, values, f"benchmark table {path}, {line}")
         rows[key] = values
     rows.top = max(v[table.accuracy] for v in rows.values())
     return rows

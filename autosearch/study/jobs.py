@@ -107,6 +107,10 @@ class Jobs:
             self._id = None
             return self.storage.get_all_trials(self.study_id, deepcopy=False)
 
+    def all_claims(self) -> list[FrozenTrial]:
+        """Every claim of every job, as stored."""
+        return self._all()
+
     def claims(self, job: str) -> list[FrozenTrial]:
         """Every claim ever made on ``job``, in number order."""
         return [t for t in self._all() if t.user_attrs.get(_JOB) == job]

@@ -38,6 +38,7 @@ from autosearch.study.records import Record
 from autosearch.study.replay import ControllerReplay
 from autosearch.study.storage.artifacts import Artifacts, opened_location
 from autosearch.study.storage.stored import open_stored, study_uid
+from autosearch.study.storage.sweep import sweep
 from autosearch.study.supernet.confirm import (
     Confirmation,
     Confirmer,
@@ -357,7 +358,8 @@ class Study(DefinitionView, TrialsView, TrackingView):
                 done = self._search(n_trials, *bars, size=size, **limits)
         if self.interrupted is None and not self.read_only:  # also once no claim is left:
             self.claims.tidy()  # dead workers' trials given up,
-            self.measurer.jobs.tidy()  # and their job claims
+            self.measurer.jobs.tidy()  # and their job claims,
+            self._sweep()  # and what no trial needs any more
         if done and self.interrupted is None:
             self.measurer.front()  # what the front shows is measured, not estimated
             fresh = {(r.trial, r.variant): r for r in self.records()}
@@ -365,6 +367,13 @@ class Study(DefinitionView, TrialsView, TrackingView):
             self.tracker.search_ended(done, fresh, self.pareto, ended=ended)
             done = [fresh.get((r.trial, r.variant), r) for r in done]
         return done
+
+    def _sweep(self) -> None:
+        """Remove the weights no trial refers to and the checkpoints of finished
+        architectures (autosearch.study.storage.sweep), where no trial is unfinished."""
+        state = self.supernet_job.stored() if self.supernet_job is not None else None
+        kept = [state.weights] if state is not None else []
+        sweep(self.artifacts, self.trials.all(), self.measurer.jobs.all_claims(), kept=kept)
 
     def _search(
         self,

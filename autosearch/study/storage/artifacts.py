@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -55,6 +56,8 @@ logger = logging.getLogger(__name__)
 
 # The key of a weights file's metadata that holds the digest of its tensors.
 DIGEST = "autosearch.sha256"
+# The name Optuna gives an artifact's file (a UUID).
+_ARTIFACT_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
 
 def default_folder(storage_url: str, study: str) -> Path:
@@ -336,6 +339,30 @@ class Artifacts:
                     f"cannot store the weights in {self.location}: {type(exc).__name__}: {exc}"
                 ) from None
         return artifact, digest
+
+    def stored_weights(self) -> set[str]:
+        """The ids of every weights artifact the study's folder or bucket holds."""
+        if self.remote is not None:
+            keys = self._remote(self.remote.list, "weights")
+            return {
+                k.removeprefix("weights/") for k in keys if plain_name(k.removeprefix("weights/"))
+            }
+        if not self.folder.is_dir():
+            return set()
+        return {p.name for p in self.folder.iterdir() if p.is_file() and _ARTIFACT_ID.match(p.name)}
+
+    def checkpointed(self) -> set[str]:
+        """The ids of the architectures whose trials' work (checkpoints) is still kept."""
+        prefix = "/".join(filter(None, ("checkpoints", self.study)))
+        found = {p.name for p in (self.folder / prefix).glob("*") if p.is_dir()}
+        if self.remote is not None:
+            keys = self._remote(self.remote.list, prefix)
+            found |= {k.removeprefix(f"{prefix}/").partition("/")[0] for k in keys}
+        return {a for a in found if plain_name(a)}
+
+    def finish_arch(self, arch_id: str) -> None:
+        """The work of every attempt at ``arch_id`` goes (its trial is finished)."""
+        self._finish("/".join(filter(None, ("checkpoints", self.study, arch_id))))
 
     def drop_weights(self, artifact_id: str) -> None:
         """Remove weights that no record will name (a claim that lost its job)."""
