@@ -198,3 +198,136 @@ def test_shard_metadata_admits_dcps_types_only(cut_runs, tmp_path):
     (escaping / ".metadata").write_bytes(pickle.dumps(metadata))
     with pytest.raises(UnreadableShards, match="names a shard outside it"):
         check(escaping)
+
+
+# Every place a checkpoint is read ---------------------------------------------------------
+
+
+def _plant(folder: Path, marker: Path, where: str) -> Path:
+    """A payload that would make ``marker`` where it is unpickled: in the newest shard
+    folder's ``.metadata`` under ``folder`` (``where="shards"``), or as ``folder``'s
+    ``train.pt`` (``where="file"``, a whole checkpoint of objects)."""
+    if where == "shards":
+        target = sorted(folder.rglob("*.shards-*/.metadata"))[-1]
+        target.write_bytes(pickle.dumps(_Payload(marker)))
+        return target
+    target = next(iter(sorted(folder.rglob("train.pt"))))
+    torch.save({"epoch": 1, "model": _Payload(marker)}, target)
+    return target
+
+
+def _cut_study(tmp_path: Path, tiny_space, **options):
+    """A study whose first trial (trained in shards) is cut after its second epoch, as
+    Ctrl-C would (its checkpoint kept for the resume)."""
+    import signal
+
+    import autosearch
+    from controllers import RandomSearch
+
+    study = autosearch.create_study(
+        "reads",
+        controller=RandomSearch(tiny_space, seed=0),
+        storage=f"sqlite:///{tmp_path}/s.db",
+        train=_config("fsdp"),
+        **options,
+    )
+
+    def stop_after_two(trial, epoch):
+        if epoch.epoch == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    assert study.optimize(1, epoch_callbacks=[stop_after_two]) == []
+    return study
+
+
+def test_a_trials_shards_planted_with_code_are_set_aside(tmp_path, tiny_space, caplog):
+    import autosearch
+
+    study = _cut_study(tmp_path, tiny_space)
+    marker = tmp_path / "code-ran"
+    _plant(study.artifacts.folder / "checkpoints", marker, "shards")
+    with caplog.at_level(logging.WARNING):
+        (done,) = autosearch.load_study("reads", storage=study.storage_url).optimize(1)
+    assert done.state == "complete" and not marker.exists()
+    assert "train.pt cannot be read" in caplog.text and "is not DCP metadata" in caplog.text
+
+
+@pytest.mark.slow
+@pytest.mark.service
+@pytest.mark.parametrize("where", ["shards", "file"])
+def test_a_checkpoint_planted_with_code_in_the_bucket_is_set_aside(
+    bucket, tmp_path, tiny_space, caplog, where
+):
+    """Through the S3 mirror: the attempt's work fetched from the bucket onto a fresh
+    disk, a payload planted in the bucket's copy."""
+    import autosearch
+
+    name, client = bucket
+    study = _cut_study(tmp_path, tiny_space, artifacts=f"s3://{name}/reads")
+    marker = tmp_path / "code-ran"
+    shutil.rmtree(study.artifacts.folder)  # another machine: only the bucket has the work
+    suffix = "/.metadata" if where == "shards" else "/train.pt"
+    keys = [
+        o["Key"]
+        for o in client.list_objects_v2(Bucket=name)["Contents"]
+        if "/checkpoints/" in o["Key"] and o["Key"].endswith(suffix)
+    ]
+    body = io.BytesIO()
+    if where == "shards":
+        pickle.dump(_Payload(marker), body)
+    else:
+        torch.save({"epoch": 1, "model": _Payload(marker)}, body)
+    for key in keys:
+        client.put_object(Bucket=name, Key=key, Body=body.getvalue())
+    with caplog.at_level(logging.WARNING):
+        (done,) = autosearch.load_study("reads", storage=study.storage_url).optimize(1)
+    assert keys and done.state == "complete" and not marker.exists()
+    assert "cannot be read" in caplog.text
+
+
+def test_a_population_members_checkpoint_planted_with_code_is_rebuilt(digits, tmp_path, caplog):
+    from optuna.distributions import FloatDistribution
+
+    from autosearch.study.population import train_population
+    from autosearch.study.population.rules import PopulationBasedTraining
+
+    population = PopulationBasedTraining(
+        size=2, interval=1, mutations={"lr": FloatDistribution(0.01, 0.2, log=True)}, seed=1
+    )
+
+    def stop(member, epoch):
+        if (member, epoch.epoch) == (0, 2):
+            raise KeyboardInterrupt
+
+    folder = tmp_path / "pop"
+    with pytest.raises(KeyboardInterrupt):
+        train_population(_net, digits, _config(), population, folder, seed=3, on_epoch=stop)
+    marker = tmp_path / "code-ran"
+    torch.save({"epoch": 1, "model": _Payload(marker)}, folder / "members" / "1" / "train.pt")
+    with caplog.at_level(logging.WARNING):
+        result = train_population(_net, digits, _config(), population, folder, seed=3)
+    assert not marker.exists() and all(m["epoch"] == 3 for m in result.members)
+    assert "population member 1: its checkpoint cannot be read" in caplog.text
+
+
+def test_an_exports_full_training_checkpoint_planted_with_code_is_set_aside(
+    digits, tmp_path, tiny_space, caplog
+):
+    """``autosearch train DIR`` resumes from ``DIR/full/checkpoint.pt``."""
+    import autosearch
+    from autosearch.export.retrain import train_export
+    from controllers import RandomSearch
+
+    study = autosearch.create_study(
+        "x", controller=RandomSearch(tiny_space, seed=0), storage=f"sqlite:///{tmp_path}/x.db",
+        train=_config(epochs=1),
+    )  # fmt: skip
+    (record,) = study.optimize(1)
+    folder = study.export(record, tmp_path / "export")
+    (folder / "full").mkdir()
+    marker = tmp_path / "code-ran"
+    torch.save({"epoch": 1, "model": _Payload(marker)}, folder / "full" / "checkpoint.pt")
+    with caplog.at_level(logging.WARNING):
+        metrics = train_export(folder, digits, _config(epochs=2))
+    assert not marker.exists() and len(metrics["history"]) == 2
+    assert "checkpoint.pt cannot be read" in caplog.text
