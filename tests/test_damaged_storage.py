@@ -256,3 +256,23 @@ def test_studies_whose_storages_share_a_folder_never_share_a_checkpoint(tmp_path
     a, b = (s.artifacts.attempt(arch, 0) for s in studies)
     assert studies[0].artifacts.folder == studies[1].artifacts.folder
     assert a != b and a.is_relative_to(studies[0].artifacts.folder / "checkpoints")
+
+
+def test_a_search_ending_sweeps_only_its_own_study(runs, tmp_path, monkeypatch):
+    """Two studies beside each other share their artifacts folder: one's end-of-search
+    sweep (weights no trial of it refers to) never takes the other's weights."""
+    import autosearch
+
+    db = tmp_path / "d.db"
+    _copy(runs / "d.db", db)
+    shutil.copy(runs / "d.log", tmp_path / "d.log")
+    (tmp_path / "journal.py").write_text(
+        STUDY.replace("STORAGE", repr(f"journal:{tmp_path}/d.log")).replace(
+            "n_trials=3", "n_trials=4"
+        )
+    )
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "journal.py", "--no-export"]) == 0  # one more trial, then the sweep
+    beside = autosearch.load_study("d", storage=f"sqlite:///{db}")
+    for record in beside.records(variants=False):
+        beside.load_model(record)  # every weights file of the other study still there

@@ -20,6 +20,7 @@ import autosearch
 from autosearch import TrainConfig
 from autosearch.evaluation.runner import TrialPlan, train_candidate
 from autosearch.study import trial_seed
+from autosearch.study.records import architecture
 
 
 def _url(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
@@ -149,7 +150,7 @@ def test_a_worker_killed_mid_trial_is_resumed_from_its_checkpoint(
         worker.kill()
     killed = study.optuna_study.get_trials(deepcopy=False)[1]
     assert killed.state == TrialState.RUNNING  # as a dead worker leaves it
-    attempt = study.artifacts_dir / "checkpoints" / killed.user_attrs["arch_id"] / "1"
+    attempt = study.artifacts.attempt(architecture(killed), 1)
     assert (attempt / "train.pt").is_file()
 
     again = autosearch.load_study("chaos", storage=url)

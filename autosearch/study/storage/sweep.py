@@ -4,6 +4,9 @@ trial's weights and before storing the trial), and the checkpoints of architectu
 whose trials are finished (a worker killed after storing its trial and before removing
 its work).
 
+Only the study's own weights are swept: those its trials and job claims uploaded (Optuna
+records each upload on its trial), never another study's that shares the folder.
+
 Nothing is swept while any trial or job claim of the study is unfinished: a worker
 uploads a trial's weights before it stores the trial, and a claimed or superseded
 trial resumes from its work. The sweep reads what is there first, then the trials, so
@@ -51,7 +54,8 @@ def sweep(
         return Swept()
     referred = set(kept) | {w for t in trials if (w := records.weights_id(t))}
     referred |= {w for c in claims if (w := _job_weights(c))}
-    orphans = sorted(stored - referred)
+    uploaded = {a for t in [*trials, *claims] for a in _uploads(t)}
+    orphans = sorted((stored & uploaded) - referred)
     for artifact in orphans:
         artifacts.drop_weights(artifact)
     done = sorted(checkpointed & _finished_architectures(trials))
@@ -89,3 +93,11 @@ def _job_weights(claim: FrozenTrial) -> str | None:
     result = claim.user_attrs.get("job_result")
     weights = result.get("weights") if isinstance(result, dict) else None
     return str(weights) if isinstance(weights, str) and weights else None
+
+
+def _uploads(trial: FrozenTrial) -> list[str]:
+    """The artifacts uploaded for ``trial`` (Optuna's ``artifacts:ID`` attributes)."""
+    return [k.removeprefix(_UPLOADED) for k in trial.system_attrs if k.startswith(_UPLOADED)]
+
+
+_UPLOADED = "artifacts:"  # optuna.artifacts' attribute prefix for an uploaded artifact
