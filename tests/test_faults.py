@@ -46,10 +46,21 @@ def _epochs(study: autosearch.Study, number: int) -> int:
     return len(trials[number].intermediate_values) if len(trials) > number else 0
 
 
-def _worker(url: str, name: str, n: int, env: dict[str, str]) -> subprocess.Popen:
+def _worker(url: str, name: str, n: int, env: dict[str, str], *options: str) -> subprocess.Popen:
     cli = Path(sys.executable).with_name("autosearch")
     return subprocess.Popen(
-        [str(cli), "-v", "worker", "--study", name, "--storage", url, "--n-trials", str(n)],
+        [
+            str(cli),
+            "-v",
+            "worker",
+            "--study",
+            name,
+            "--storage",
+            url,
+            "--n-trials",
+            str(n),
+            *options,
+        ],
         env={**os.environ, **env},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -466,7 +477,8 @@ def test_a_worker_paused_inside_its_end_of_a_trial_does_not_hang_the_one_taking_
     )
     try:
         _wait_for(lambda: paused.poll() is None and _stopped(paused), "the worker paused")
-        taking_over = _worker(postgres_url, "x2", 1, beats)
+        # The study's one trial is the paused worker's: nothing else to claim meanwhile.
+        taking_over = _worker(postgres_url, "x2", 1, beats, "--total", "1")
         out, _ = taking_over.communicate(timeout=1800)
         assert taking_over.returncode == 0, out[-3000:]
         paused.send_signal(signal.SIGCONT)
