@@ -7,24 +7,23 @@ from controllers import RandomSearch
 study = autosearch.create_study("digits", controller=RandomSearch(ResNetSpace(), seed=0))
 study.optimize(n_trials=10)
 study.pareto()
+
+The names below are loaded on first use (PEP 562): ``import autosearch`` loads only
+this module, so that a program that owns its process (the ``autosearch`` command, a
+worker) can load the rest as it sees fit (autosearch/workers/_collection.py), and a
+program that does not is left as it was: ``import autosearch`` changes nothing of the
+interpreter's state (its collector, its import machinery).
 """
 
 from __future__ import annotations
 
-import gc as _gc
+import importlib
+from typing import TYPE_CHECKING, Any
 
-# No garbage collection while autosearch and its libraries load: torch alone allocates
-# ~170,000 objects that live as long as the process, and collecting while they arrive
-# scanned them again and again (0.3 s of each import on a 2-core Zen 4). Then they are
-# moved to the oldest generation unscanned (a freeze undone; unless this process froze
-# objects of its own, which that would undo): what they hold is still collected by the
-# next full collection, not scanned twice more on the way. autosearch's own processes
-# freeze what they loaded for good (study/workers/_collection.py).
-_collecting = _gc.isenabled()
-_gc.disable()
-try:
-    from autosearch import _logs, _moved
-    from autosearch._version import __version__
+from autosearch import _logs
+from autosearch._version import __version__
+
+if TYPE_CHECKING:
     from autosearch.architecture import Architecture
     from autosearch.compress import Compression
     from autosearch.controller import Controller, Outcome
@@ -45,30 +44,65 @@ try:
     )
     from autosearch.evaluation.proxies import ProxyConfig
     from autosearch.evaluation.ranker import Ranker, RankerConfig
-    from autosearch.evaluation.supernet import SupernetConfig
     from autosearch.evaluation.tabular import Table
+    from autosearch.population import PopulationResult, train_population
+    from autosearch.population.rules import PopulationBasedTraining
     from autosearch.registry import register_controller, register_space
     from autosearch.space import Categorical, IntRange, NetworkSpec, SearchSpace
-    from autosearch.study import (
-        ProcessExecutor,
-        RayExecutor,
-        Record,
-        SlurmExecutor,
-        Study,
-        create_study,
-        load_study,
-    )
-    from autosearch.study.population import PopulationResult, train_population
-    from autosearch.study.population.rules import PopulationBasedTraining
+    from autosearch.study import Record, Study, create_study, load_study
     from autosearch.studyfile import StudySpec
     from autosearch.training.train import TrainConfig
-finally:
-    if _gc.get_freeze_count() == 0:
-        _gc.freeze()
-        _gc.unfreeze()
-    if _collecting:
-        _gc.enable()
-    del _collecting
+    from autosearch.weight_sharing.supernet import SupernetConfig
+    from autosearch.workers.executors import ProcessExecutor, RayExecutor, SlurmExecutor
+
+# name -> the module that defines it
+_EXPORTS = {
+    "Architecture": "autosearch.architecture",
+    "Compression": "autosearch.compress",
+    "Controller": "autosearch.controller",
+    "Outcome": "autosearch.controller",
+    **dict.fromkeys(
+        (
+            "AutosearchError",
+            "BudgetError",
+            "ConfigError",
+            "DataError",
+            "ExportError",
+            "InvalidArchitectureError",
+            "PlatformError",
+            "SpaceExhausted",
+            "StorageError",
+            "StudyError",
+            "StudyFileError",
+            "TrialFailed",
+            "UnknownNameError",
+        ),
+        "autosearch.errors",
+    ),
+    "ProxyConfig": "autosearch.evaluation.proxies",
+    "Ranker": "autosearch.evaluation.ranker",
+    "RankerConfig": "autosearch.evaluation.ranker",
+    "Table": "autosearch.evaluation.tabular",
+    "PopulationResult": "autosearch.population",
+    "train_population": "autosearch.population",
+    "PopulationBasedTraining": "autosearch.population.rules",
+    "register_controller": "autosearch.registry",
+    "register_space": "autosearch.registry",
+    "Categorical": "autosearch.space",
+    "IntRange": "autosearch.space",
+    "NetworkSpec": "autosearch.space",
+    "SearchSpace": "autosearch.space",
+    "Record": "autosearch.study",
+    "Study": "autosearch.study",
+    "create_study": "autosearch.study",
+    "load_study": "autosearch.study",
+    "StudySpec": "autosearch.studyfile",
+    "TrainConfig": "autosearch.training.train",
+    "SupernetConfig": "autosearch.weight_sharing.supernet",
+    "ProcessExecutor": "autosearch.workers.executors",
+    "RayExecutor": "autosearch.workers.executors",
+    "SlurmExecutor": "autosearch.workers.executors",
+}
 
 __all__ = [
     "Architecture",
@@ -114,19 +148,23 @@ __all__ = [
     "train_population",
 ]
 
-
 _logs.install()
-_moved.install()  # import autosearch.plots, and 0.1.0's module paths (with a warning)
 
 
-def __getattr__(name: str) -> object:
-    # plots and report pull in plotly: load them on first use, not on `import autosearch`
-    # (autosearch.plots is autosearch.report.plots, as documented).
-    if name == "report":
-        import importlib
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is not None:
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value  # found once; later lookups skip this function
+        return value
+    if name in _PACKAGES:  # `autosearch.report.plots.pareto(study)` after `import autosearch`
+        return importlib.import_module(f"autosearch.{name}")
+    raise AttributeError(f"module 'autosearch' has no attribute {name!r}")
 
-        return importlib.import_module("autosearch.report")
-    module = _moved.attribute(name)
-    if module is None:
-        raise AttributeError(f"module 'autosearch' has no attribute {name!r}")
-    return module
+
+# The packages a user reaches as attributes of ``autosearch`` without importing them.
+_PACKAGES = frozenset({"report"})
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

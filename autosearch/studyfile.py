@@ -12,13 +12,13 @@ from autosearch.compress import Compression
 from autosearch.controller import Controller
 from autosearch.errors import ConfigError, StudyFileError
 from autosearch.evaluation.proxies import ProxyConfig
-from autosearch.evaluation.supernet import SupernetConfig
 from autosearch.evaluation.tabular import Table
 from autosearch.space import SearchSpace
 from autosearch.study import Study, create_study
 from autosearch.study.opening import check_study_name
 from autosearch.training.early_stopping import SuccessiveHalving
 from autosearch.training.train import TrainConfig
+from autosearch.weight_sharing.supernet import SupernetConfig
 
 __all__ = ["StudySpec", "load_spec"]
 
@@ -72,7 +72,7 @@ class StudySpec:
             the trained accuracy in the report.
         mlflow: Show the study live in MLflow: a tracking URI (``sqlite:///mlflow.db``,
             ``http://host:5000``), or True for MLflow's default; one run per trial,
-            nested under the study's (autosearch.study.tracking; ``--mlflow`` on the
+            nested under the study's (autosearch.tracking; ``--mlflow`` on the
             command line).
         tensorboard: Show the study live in TensorBoard: a folder, one run per trial
             (``--tensorboard``).

@@ -20,6 +20,7 @@ from typing import Any
 from optuna.trial import FrozenTrial, TrialState
 
 import autosearch
+from autosearch.storage._urls import close_storage, open_storage
 from autosearch.study.jobs import companion_name
 from autosearch.study.records import (
     CONFIRMS,
@@ -32,8 +33,7 @@ from autosearch.study.records import (
     trial_kind,
 )
 from autosearch.study.replay import stored_told
-from autosearch.study.storage._urls import close_storage, open_storage
-from autosearch.study.workers._heartbeat import WORKER
+from autosearch.workers._heartbeat import WORKER
 
 RECOVERED = "recovery runs finished (exit 0)"
 OBJECTIVES = ("accuracy", "flops")  # every soak study's (the default)
@@ -256,7 +256,10 @@ def _figures_readable(study: autosearch.Study) -> Verdict:
         for r in complete
         if not all(math.isfinite(v) for v in r.metrics.values()) or "accuracy" not in r.metrics
     ]
-    return not study.unreadable and not bad, f"unreadable {study.unreadable}, bad figures {bad}"
+    return (
+        not study.trials.unreadable and not bad,
+        f"unreadable {study.trials.unreadable}, bad figures {bad}",
+    )
 
 
 def _weights_loadable(study: autosearch.Study) -> Verdict:
@@ -280,7 +283,7 @@ def _weights_loadable(study: autosearch.Study) -> Verdict:
 
 def _replays_stored(study: autosearch.Study) -> Verdict:
     searched = {t.number for t in _searched(study.optuna_study.get_trials(deepcopy=False))}
-    told = study.replay.told
+    told = study._replay.told
     return told == searched, (
         f"told {len(told)}, stored {len(searched)}, missing {sorted(searched - told)[:10]}, "
         f"extra {sorted(told - searched)[:10]}"
@@ -290,7 +293,7 @@ def _replays_stored(study: autosearch.Study) -> Verdict:
 def _saved_state_whole(study: autosearch.Study) -> Verdict:
     """The controller saved its state after each result it was told: it is there, this
     controller's, and reads as it was saved (its digest)."""
-    return study.replay.restored == "saved", f"the saved state: {study.replay.restored}"
+    return study._replay.restored == "saved", f"the saved state: {study._replay.restored}"
 
 
 READ: dict[str, Callable[[autosearch.Study], Verdict]] = {

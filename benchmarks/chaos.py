@@ -12,7 +12,7 @@ mostly to processes that hold a trial or a job claim; removes or cuts short chec
 files (a trial's, a shard of a sharded trial's, a population member's); and on
 PostgreSQL cuts the workers' connections (``pg_terminate_backend``), also under a worker
 paused inside its end-of-trial transaction, whose commit then lands on a cut connection.
-Failpoints (autosearch/study/workers/_failpoints.py) aim kills where a random signal
+Failpoints (autosearch/workers/_failpoints.py) aim kills where a random signal
 seldom lands: inside the transaction that ends a trial, just after it, with the weights
 uploaded, before the controller is told, after an epoch's checkpoint. When every study
 holds its trials, one last ``autosearch run`` each (no chaos) must finish, and the

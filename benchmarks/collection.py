@@ -3,7 +3,7 @@ Prints JSON; each ratio is measured within this run.
 
 Fresh processes, alternated, each timing the collector (``gc.callbacks``) and its own CPU:
 
-- ``settled``: as an autosearch command starts (autosearch/study/workers/_collection.py):
+- ``settled``: as an autosearch command starts (autosearch/workers/_collection.py):
   ``import autosearch`` (the collector paused while it loads), then torch's compiler
   loaded and everything frozen, before the trial;
 - ``plain``: the same libraries imported first with the collector left to Python, as a
@@ -62,7 +62,7 @@ def child(kind: str, epochs: int) -> dict[str, float]:
     import autosearch  # noqa: F401
 
     if kind == "settled":
-        from autosearch.study.workers._collection import TRAINING, settle
+        from autosearch.workers._collection import TRAINING, settle
 
         settle(*TRAINING)
     import numpy as np

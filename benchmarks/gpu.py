@@ -332,8 +332,8 @@ def bench_workers(data_spec: str, total: int) -> dict:
     """Trials per hour with 1, 2, 4 and 8 worker processes on the GPU, each way of
     sharing it: plain processes (the GPU time-sliced between their contexts) and under
     the CUDA MPS daemon the platform starts for workers that share a GPU
-    (autosearch.study.workers._mps, as ProcessExecutor does)."""
-    from autosearch.study.workers import _mps
+    (autosearch.workers._mps, as ProcessExecutor does)."""
+    from autosearch.workers import _mps
 
     root = str(HERE.parent)
     out: dict = {}
@@ -595,7 +595,7 @@ def bench_study(data_spec: str) -> dict:
         return {
             "seconds": seconds,
             "trials_per_hour": 6 / seconds * 3600,
-            "complete": study.count("complete"),
+            "complete": study.trials.count("complete"),
             "best_val_accuracy": best.metrics["accuracy"],
         }
 
@@ -605,7 +605,7 @@ def bench_subnet(data, device: str = "cuda", subnets: int = 30) -> dict:
     import numpy as np
 
     from autosearch import SupernetConfig
-    from autosearch.evaluation.supernet import SubnetEvaluator
+    from autosearch.weight_sharing.supernet import SubnetEvaluator
     from search_spaces import ResNetSpace
 
     space = ResNetSpace(max_stages=3, depths=(1, 2, 3), widths=(8, 16, 24, 32)).supernet(

@@ -58,8 +58,8 @@ import autosearch
 from autosearch import SupernetConfig, TrainConfig
 from autosearch.data import load_data
 from autosearch.data._cache import cache_dir
-from autosearch.evaluation.supernet import SubnetEvaluator
 from autosearch.training.train import train
+from autosearch.weight_sharing.supernet import SubnetEvaluator
 from controllers import RegularizedEvolution
 from search_spaces import NB201Space
 
@@ -216,9 +216,9 @@ def make_study(args: argparse.Namespace, settings: dict[str, Any], arrays: Any, 
 def rank(study: Any, settings: dict[str, Any], table: dict, seed: int) -> dict[str, Any]:
     """Kendall tau and the rest, of the supernet's scores of cells drawn uniformly."""
     space = study.space
-    evaluator = study.supernet_evaluator
+    evaluator = study.supernet.evaluator
     config = dataclasses.replace(evaluator.config, eval_images=settings["rank_images"])
-    scorer = SubnetEvaluator(evaluator.net, space, study.data, config, seed=study.seed)
+    scorer = SubnetEvaluator(evaluator.net, space, study.data, config, seed=study.definition.seed)
     rng = np.random.default_rng(seed)
     cells = [space.sample(rng) for _ in range(settings["rank_cells"])]
     start = time.perf_counter()
@@ -288,7 +288,7 @@ def search(study: Any, settings: dict[str, Any], table: dict) -> dict[str, Any]:
     ]
     pick = max(records, key=lambda r: r.metrics["accuracy"])
     start = time.perf_counter()
-    confirmed = study.confirm(settings["confirm"])
+    confirmed = study.supernet.confirm(settings["confirm"])
     confirm_seconds = time.perf_counter() - start
     final = study.best()
 
@@ -341,7 +341,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         }
     study = make_study(args, settings, arrays, args.work)
     t = time.perf_counter()
-    trained = study.train_supernet(show_progress_bar=False)
+    trained = study.supernet.train(show_progress_bar=False)
     supernet_seconds = time.perf_counter() - t
     ranking = rank(study, settings, table, args.seed)
     bound = ceiling(study.data, settings, ranking["scored"], args.ceiling) if args.ceiling else None
@@ -351,7 +351,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     cores = torch.get_num_threads()
     return {
         "machine": platform.processor() or platform.machine(),
-        "device": str(study.supernet_evaluator.device),
+        "device": str(study.supernet.evaluator.device),
         "torch": torch.__version__,
         "threads": cores,
         "scale": "smoke" if args.smoke else args.scale,
@@ -370,7 +370,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "minutes_whole": whole / 60,
         # compute charged: GPU minutes on a GPU, else CPU minutes (wall times the cores)
         "compute_minutes": {"gpu": whole / 60}
-        if study.supernet_evaluator.device.type == "cuda"
+        if study.supernet.evaluator.device.type == "cuda"
         else {"cpu": whole / 60 * cores},
         "supernet_last_epoch": trained.get("history", [{}])[-1],
         "ranking": ranking,

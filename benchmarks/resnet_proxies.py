@@ -52,8 +52,8 @@ sys.path.insert(0, str(HERE.parent))
 from autosearch.evaluation.proxies import PROXIES, ProxyConfig  # noqa: E402
 from autosearch.evaluation.ranker import Ranker, RankerConfig  # noqa: E402
 from autosearch.evaluation.runner import initial_proxies  # noqa: E402
-from autosearch.evaluation.supernet import SubnetEvaluator  # noqa: E402
 from autosearch.study.definition import trial_seed  # noqa: E402
+from autosearch.weight_sharing.supernet import SubnetEvaluator  # noqa: E402
 
 
 def _module(name: str) -> Any:
@@ -101,7 +101,7 @@ def supernet_scores(archs: list, seed: int, root: Path) -> tuple[list[float], An
     )
     config = dataclasses.replace(study.definition.supernet, eval_images=0, calibration_images=256)
     evaluator = SubnetEvaluator(
-        study.supernet_evaluator.net, study.space, study.data, config, seed=seed
+        study.supernet.evaluator.net, study.space, study.data, config, seed=seed
     )
     start = time.perf_counter()
     scores = [evaluator.evaluate(a)[1]["accuracy"] for a in archs]

@@ -48,8 +48,8 @@ import torch
 import autosearch
 from autosearch import TrainConfig
 from autosearch.evaluation.runner import TrialPlan, TrialResult, VariantResult
+from autosearch.storage._urls import open_storage
 from autosearch.study import loop
-from autosearch.study.storage._urls import open_storage
 from controllers import RandomSearch
 from search_spaces import NB201Space, ResNetSpace
 
@@ -79,7 +79,7 @@ def bench_workers(trials: int, epochs: int) -> dict[str, float]:
             start = time.perf_counter()
             records = study.optimize(trials, n_workers=workers)
             seconds = time.perf_counter() - start
-            assert len(records) == trials and study.count("complete") == trials
+            assert len(records) == trials and study.trials.count("complete") == trials
             # From the first trial's start to the last one's end: without process start-up,
             # which a long search amortises.
             stamps = [
@@ -139,7 +139,7 @@ def bench_duplicates(runs: int, trials: int, workers: int) -> dict[str, object]:
                 train=TrainConfig(epochs=1, batch_size=128, lr=0.1),
             )
             records = study.optimize(trials, n_workers=workers)
-            assert len(records) == trials and study.count("complete") == trials
+            assert len(records) == trials and study.trials.count("complete") == trials
             trials_all = study.optuna_study.get_trials(deepcopy=False)
             superseded.append(sum("superseded" in t.user_attrs for t in trials_all))
     return {
@@ -249,7 +249,7 @@ def bench_ray(trials: int, epochs: int) -> dict[str, object]:
                 start = time.perf_counter()
                 records = study.optimize(trials, n_workers=2, executor=executor)  # type: ignore[arg-type]
                 seconds = time.perf_counter() - start
-                assert len(records) == trials and study.count("complete") == trials
+                assert len(records) == trials and study.trials.count("complete") == trials
                 runs[label] = {
                     "seconds": round(seconds, 2),
                     "trials_per_hour": round(trials / seconds * 3600),

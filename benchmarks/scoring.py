@@ -150,11 +150,11 @@ def readme_study(root: Path, name: str, **options: Any) -> autosearch.Study:
     if not weights.exists():
         first = {**settings, "supernet": SupernetConfig(train=TrainConfig(epochs=30), sandwich=2)}
         study = autosearch.create_study("digits-ws", storage=f"sqlite:///{trained}", **first)
-        study.train_supernet()
-        study.save_supernet(weights)
+        study.supernet.train()
+        study.supernet.save(weights)
     supernet = dataclasses.replace(settings["supernet"], weights=str(weights))
     study = autosearch.create_study(name, storage=url, **{**settings, "supernet": supernet})
-    study.train_supernet()  # the weights file, checked and stored with the study
+    study.supernet.train()  # the weights file, checked and stored with the study
     return study
 
 
@@ -167,8 +167,8 @@ def _timed_trials(study: autosearch.Study, n: int) -> float:
 # 2. int8 ---------------------------------------------------------------------------------------
 def int8(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     study = readme_study(root, "int8")
-    study.train_supernet()
-    evaluator, data = study.supernet_evaluator, study.data
+    study.supernet.train()
+    evaluator, data = study.supernet.evaluator, study.data
     rng = np.random.default_rng(args.seed)
     rows = []
     compression = Compression()

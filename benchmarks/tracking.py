@@ -77,7 +77,7 @@ def _one_run(setting: str, trials: int) -> dict[str, float]:
             done = study.optimize(n)
             assert all(r.state == "complete" for r in done), done
         out["seconds_per_trial"] = (time.perf_counter() - start) / trials
-        out["tracking_cpu_per_trial"] = study.tracker.busy / trials
+        out["tracking_cpu_per_trial"] = study._tracker.busy / trials
     return out
 
 

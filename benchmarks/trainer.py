@@ -205,7 +205,7 @@ def bench_early_stopping(data_spec: str) -> dict[str, float]:
             results[label] = (
                 time.perf_counter() - start,
                 study.best().metrics["accuracy"],
-                study.count("stopped"),
+                study.trials.count("stopped"),
             )
     return {
         "seconds_without": results["without"][0],

@@ -33,7 +33,7 @@ each supernet with 256 and 1,024 calibration images. The supernets' weights come
 --save-supernets DIR`` trains and saves them, on a GPU; ``--retrain-supernets`` trains
 them where the ranking runs). ``--only budgets`` is the equal-compute setting users spend:
 one supernet charged once across four FLOPs budgets, each budget's search confirmed by
-``study.confirm(--confirm)`` (charged too), against multi-trial random search given
+``study.supernet.confirm(--confirm)`` (charged too), against multi-trial random search given
 three times the weight-sharing total.
 
 Prints JSON (and writes ``--markdown``). The default settings fit a 2-core CPU in under
@@ -66,8 +66,8 @@ from scipy import stats
 import autosearch
 from autosearch import SupernetConfig, TrainConfig
 from autosearch.data import load_data
-from autosearch.evaluation.supernet import SubnetEvaluator
 from autosearch.training.train import evaluate, train
+from autosearch.weight_sharing.supernet import SubnetEvaluator
 from controllers import RegularizedEvolution
 from search_spaces import MobileNetSpace
 
@@ -204,9 +204,9 @@ def kernels_experiment(arrays, recipe: TrainConfig, root: Path, seed: int) -> di
             seed,
         )
         start = time.perf_counter()
-        study.train_supernet()
+        study.supernet.train()
         seconds = time.perf_counter() - start
-        evaluator = study.supernet_evaluator
+        evaluator = study.supernet.evaluator
         rng = np.random.default_rng(seed)
         by_kernel: dict[int, list[float]] = {3: [], 5: [], 7: []}
         for _ in range(24):
@@ -267,7 +267,7 @@ def ranking_supernet(
     study = make_study(f"{space_name}-{schedule}", root, arrays, recipe, config, elastic, seed)
     print(f"{space_name}: supernet ({schedule}, {protocol})...", file=sys.stderr, flush=True)
     start = time.perf_counter()
-    study.train_supernet()
+    study.supernet.train()
     if not info:
         on_gpu = config.train.device in ("auto", "cuda") and torch.cuda.is_available()
         info = {
@@ -288,7 +288,7 @@ def ranking_supernet(
     if save is not None:
         target = supernet_file(save, space_name, protocol, schedule)
         target.parent.mkdir(parents=True, exist_ok=True)
-        study.save_supernet(target)
+        study.supernet.save(target)
         target.with_suffix(".json").write_text(json.dumps(info, indent=1))
     return study, info
 
@@ -362,7 +362,7 @@ def rank_against_truth(
         config = study.definition.supernet
         for calibration in (256, 1024):
             evaluator = SubnetEvaluator(
-                study.supernet_evaluator.net,
+                study.supernet.evaluator.net,
                 elastic,
                 study.data,
                 dataclasses.replace(config, eval_images=0, calibration_images=calibration),
@@ -389,7 +389,7 @@ def equal_compute(
     protocol: str = "small",
 ) -> dict[str, Any]:
     """One supernet for four FLOPs budgets (OFA's setting), charged once; per budget a
-    search on it (regularized evolution) and ``study.confirm(k)`` (k trainings with the
+    search on it (regularized evolution) and ``study.supernet.confirm(k)`` (k trainings with the
     ground truth's recipe, charged too); against a multi-trial random search per budget
     whose trainings (the same recipe) may cost three times the weight-sharing total,
     shared evenly among the budgets. The confirmed best against the multi-trial best."""
@@ -408,9 +408,9 @@ def equal_compute(
     )
     trained = make_study(f"{space_name}-ec", root, arrays, recipe, config, elastic, seed)
     start = time.perf_counter()
-    trained.train_supernet()
+    trained.supernet.train()
     supernet_seconds = time.perf_counter() - start
-    weights = trained.save_supernet(root / f"{space_name}-ec.safetensors")
+    weights = trained.supernet.save(root / f"{space_name}-ec.safetensors")
     data = trained.data
     rng = np.random.default_rng(seed + 1)
     draws = sorted(elastic.cost(elastic.sample(rng)).flops for _ in range(400))
@@ -428,11 +428,11 @@ def equal_compute(
             constrained,
             seed,
         )
-        search.train_supernet()  # imports the weights
+        search.supernet.train()  # imports the weights
         start = time.perf_counter()
         search.optimize(settings["evaluations"], show_progress_bar=False)
         search_seconds = time.perf_counter() - start
-        confirmed = search.confirm(min(k, len(search.pareto())))
+        confirmed = search.supernet.confirm(min(k, len(search.pareto())))
         confirm_seconds = sum(r.metrics.get("train_seconds", 0.0) for r in confirmed)
         ws_seconds += search_seconds + confirm_seconds
         best = search.best()
@@ -441,7 +441,7 @@ def equal_compute(
                 "max_mflops": budget / 1e6,
                 "search_seconds": search_seconds,
                 "confirm_seconds": confirm_seconds,
-                "confirmations": [c.to_json() for c in search.confirmations()],
+                "confirmations": [c.to_json() for c in search.supernet.confirmations()],
                 "ws_best": search.space.describe(best.arch),
                 "ws_best_val": best.metrics["accuracy"],
                 "ws_best_test": best.metrics.get("test_accuracy"),
@@ -652,9 +652,9 @@ def main() -> None:
     data = study.data
     report["images"] = {"train": len(data.train), "val": len(data.val), "test": len(data.test)}
     start = time.perf_counter()
-    info = study.train_supernet()
+    info = study.supernet.train()
     supernet_seconds = time.perf_counter() - start
-    weights = study.save_supernet(root / "sandwich.safetensors")
+    weights = study.supernet.save(root / "sandwich.safetensors")
     alone = StandAlone(data, recipe, args.seed)
     largest = alone(elastic, elastic.largest())
     per_epoch = info["seconds"] / info["epochs"]
@@ -685,13 +685,13 @@ def main() -> None:
             args.seed,
         )
         start = time.perf_counter()
-        progressive.train_supernet()
+        progressive.supernet.train()
         report["training"]["progressive_seconds"] = time.perf_counter() - start
         schedules["progressive"] = progressive
     report["ranking"] = {}
     for label, trained in schedules.items():
         evaluator = SubnetEvaluator(
-            trained.supernet_evaluator.net, elastic, data, full_eval, seed=args.seed
+            trained.supernet.evaluator.net, elastic, data, full_eval, seed=args.seed
         )
         inherited = [evaluator.evaluate(a)[1]["accuracy"] for a in ranked]
         report["ranking"][label] = {
@@ -749,7 +749,7 @@ def main() -> None:
             constrained,
             args.seed,
         )
-        search.train_supernet()  # imports the weights
+        search.supernet.train()  # imports the weights
         start = time.perf_counter()
         done = search.optimize(settings["evaluations"], show_progress_bar=False)
         search_seconds = time.perf_counter() - start
@@ -757,7 +757,7 @@ def main() -> None:
         best = search.best()
         found = constrained.make(dict(best.arch))
         scratch = alone(constrained, found)
-        model = search.supernet_evaluator.subnet(found)
+        model = search.supernet.evaluator.subnet(found)
         inherited = evaluate(model, data.val, data)[0]
         tuned = fine_tuned(model, data, recipe, settings["finetune"], args.seed)
         compute = supernet_seconds + search_seconds + scratch["seconds"]

@@ -47,7 +47,7 @@ PARTS = {
     "store the result (storage writes)": ("autosearch.study.loop", "SearchLoop", "_store"),
     "tell the controller (and save its state)": ("autosearch.study.loop", "SearchLoop", "_tell"),
     "evaluate on the supernet (recalibrate, validate, test)": (
-        "autosearch.evaluation.supernet",
+        "autosearch.weight_sharing.supernet",
         "SubnetEvaluator",
         "evaluate",
     ),
@@ -126,7 +126,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         s = study(root, args.device)
         times["create_study"] = time.perf_counter() - start
         t = time.perf_counter()
-        s.train_supernet(show_progress_bar=False)
+        s.supernet.train(show_progress_bar=False)
         times["train_supernet"] = time.perf_counter() - t
         t = time.perf_counter()
         with timed_parts() as spent:  # in this process: with --workers, in theirs (not timed)
@@ -139,7 +139,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         profile = profiled(s, args.profile, args.device) if args.profile else None
         extras = time.perf_counter() - t
         t = time.perf_counter()
-        s.confirm(3)
+        s.supernet.confirm(3)
         times["confirm_3"] = time.perf_counter() - t
         t = time.perf_counter()
         best = s.best(max_flops=2e6)

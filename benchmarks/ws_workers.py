@@ -65,13 +65,13 @@ def main() -> None:
         root = Path(tmp)
         os.environ["AUTOSEARCH_LATENCY_TABLES"] = str(root / "latency")  # a new table
         one = ws_example.study(root, "cpu", name="one")
-        one.train_supernet(show_progress_bar=False)
-        weights = one.save_supernet(root / "supernet.safetensors")
+        one.supernet.train(show_progress_bar=False)
+        weights = one.supernet.save(root / "supernet.safetensors")
         start = time.perf_counter()
         one.optimize(args.trials, show_progress_bar=False)
         out["one_process"] = {"seconds": round(time.perf_counter() - start, 1), **_found(one)}
         pool = ws_example.study(root, "cpu", name="pool", weights=weights)
-        pool.train_supernet(show_progress_bar=False)  # loads the same weights
+        pool.supernet.train(show_progress_bar=False)  # loads the same weights
         start = time.perf_counter()
         pool.optimize(args.trials, show_progress_bar=False, n_workers=args.workers)
         out["workers"] = {"seconds": round(time.perf_counter() - start, 1), **_found(pool)}

@@ -4,7 +4,8 @@
 is an :class:`ElasticSpace`: an ordinary search space whose genes are the elastic ones
 (the others fixed, by the user or at the space's largest), searched by any controller,
 trained from scratch like any space, or evaluated on the trained supernet that
-:meth:`ElasticSpace.build_supernet` makes (autosearch.evaluation.supernet trains and evaluates it).
+:meth:`ElasticSpace.build_supernet` makes (autosearch.weight_sharing.supernet trains and
+evaluates it).
 Its architectures become architectures of the wrapped space with :meth:`ElasticSpace.full`;
 a subnet's network is the wrapped space's ordinary network.
 """

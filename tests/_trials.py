@@ -26,7 +26,7 @@ def sigterm_after_first_epoch(command, cwd, study: str, url: str, env=None):
 
     def one_epoch_in() -> bool:
         try:
-            trials = autosearch.load_study(study, storage=url, read_only=True).optuna_trials()
+            trials = autosearch.load_study(study, storage=url, read_only=True).trials.all()
         except autosearch.AutosearchError:
             return False  # not created yet
         return bool(trials) and len(trials[0].intermediate_values) >= 1

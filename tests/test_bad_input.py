@@ -65,7 +65,7 @@ def stored(made, tmp_path, monkeypatch):
     shutil.copyfile(made / "made.db", tmp_path / "kept.db")
     shutil.copytree(made / "artifacts.made", tmp_path / "artifacts")
     study = autosearch.load_study("kept", storage=f"sqlite:///{tmp_path}/kept.db")
-    assert study.artifacts.folder == tmp_path / "artifacts"  # the copy's own, not the module's
+    assert study._artifacts.folder == tmp_path / "artifacts"  # the copy's own, not the module's
 
     def fingerprint() -> dict[str, str]:
         return {
@@ -81,7 +81,7 @@ def _create(study, **changes):
     options = {
         "controller": RandomSearch(study.space, seed=0),
         "storage": study.storage_url,
-        "train": study.train_config,
+        "train": study.definition.train,
     }
     return autosearch.create_study("other", **{**options, **changes})
 
@@ -224,7 +224,7 @@ CASES = {
             "kept",
             controller=RandomSearch(ResNetSpace(max_stages=2), seed=0),
             storage=s.storage_url,
-            train=s.train_config,
+            train=s.definition.train,
             load_if_exists=True,
         ),
         StudyError,
@@ -235,7 +235,7 @@ CASES = {
             "kept",
             controller=RandomSearch(s.space, seed=0),
             storage=s.storage_url,
-            train=s.train_config,
+            train=s.definition.train,
             objectives=("accuracy", "params"),
             load_if_exists=True,
         ),
@@ -277,7 +277,7 @@ CASES = {
         "no complete 'int8' record",
     ),
     "training an export folder that is not one": (
-        lambda s, t: autosearch.export.retrain.train_export(t, s.data, s.train_config),
+        lambda s, t: autosearch.export.retrain.train_export(t, s.data, s.definition.train),
         ExportError,
         "has no model.py",
     ),

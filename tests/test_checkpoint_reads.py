@@ -245,7 +245,7 @@ def test_a_trials_shards_planted_with_code_are_set_aside(tmp_path, tiny_space, c
 
     study = _cut_study(tmp_path, tiny_space)
     marker = tmp_path / "code-ran"
-    _plant(study.artifacts.folder / "checkpoints", marker, "shards")
+    _plant(study._artifacts.folder / "checkpoints", marker, "shards")
     with caplog.at_level(logging.WARNING):
         (done,) = autosearch.load_study("reads", storage=study.storage_url).optimize(1)
     assert done.state == "complete" and not marker.exists()
@@ -265,7 +265,7 @@ def test_a_checkpoint_planted_with_code_in_the_bucket_is_set_aside(
     name, client = bucket
     study = _cut_study(tmp_path, tiny_space, artifacts=f"s3://{name}/reads")
     marker = tmp_path / "code-ran"
-    shutil.rmtree(study.artifacts.folder)  # another machine: only the bucket has the work
+    shutil.rmtree(study._artifacts.folder)  # another machine: only the bucket has the work
     suffix = "/.metadata" if where == "shards" else "/train.pt"
     keys = [
         o["Key"]
@@ -288,8 +288,8 @@ def test_a_checkpoint_planted_with_code_in_the_bucket_is_set_aside(
 def test_a_population_members_checkpoint_planted_with_code_is_rebuilt(digits, tmp_path, caplog):
     from optuna.distributions import FloatDistribution
 
-    from autosearch.study.population import train_population
-    from autosearch.study.population.rules import PopulationBasedTraining
+    from autosearch.population import train_population
+    from autosearch.population.rules import PopulationBasedTraining
 
     population = PopulationBasedTraining(
         size=2, interval=1, mutations={"lr": FloatDistribution(0.01, 0.2, log=True)}, seed=1

@@ -1,4 +1,4 @@
-"""The garbage collector in autosearch's processes (autosearch/study/workers/_collection.py):
+"""The garbage collector in autosearch's processes (autosearch/workers/_collection.py):
 a command freezes what it loaded before its work starts, a pool's worker too; importing
 autosearch in a user's process pauses collection while it loads and leaves the
 collector, and every object's fate, as they were."""

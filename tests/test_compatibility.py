@@ -34,11 +34,11 @@ def stored(tmp_path) -> str:
 def test_a_study_of_the_earlier_version_reads_exports_and_resumes(name, stored, tmp_path):
     read = autosearch.load_study(name, storage=stored, read_only=True)
     assert {r.trial: round(r.accuracy, 4) for r in read.records()} == STORED[name]
-    assert read.unreadable == {}
+    assert read.trials.unreadable == {}
     earlier = {r.arch for r in read.records()}
     study = autosearch.load_study(name, storage=stored)
     if name == "shared":  # its supernet, stored before digests: used as it is, not retrained
-        state = study.train_supernet()
+        state = study.supernet.train()
         assert state["epochs"] == 1 and "digest" in state and state["round"] == 0
     best = study.best()
     out = study.export(best, tmp_path / "export")
@@ -50,44 +50,22 @@ def test_a_study_of_the_earlier_version_reads_exports_and_resumes(name, stored, 
     assert more.arch not in earlier
 
 
-# Module paths of 0.1.0 (issue 53): importable for a release, with a warning -------------
-def _import_in_a_fresh_process(code: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-W", "default", "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
-
-
-def test_every_moved_module_imports_as_its_new_path_with_one_warning():
-    from autosearch._moved import MOVED
-
-    checks = "\n".join(
-        f"import {old}\nimport {new}\nassert sys.modules[{old!r}] is {new} and {old} is {new}"
-        for old, new in MOVED.items()
-    )
-    done = _import_in_a_fresh_process(f"import sys\nimport autosearch\n{checks}\n")
-    assert done.returncode == 0, done.stderr[-3000:]
-    warned = [line for line in done.stderr.splitlines() if "FutureWarning" in line]
-    assert len(warned) == len(MOVED), done.stderr
-    for old, new in MOVED.items():
-        assert any(f"{old} moved to {new}; import it from there" in w for w in warned), old
-    assert all(w.startswith("<string>:") for w in warned)  # the warning points at the import
-
-
-def test_the_old_paths_are_the_renamed_modules_and_their_names_still_work():
-    """From 0.1.0's documentation: `from autosearch.train import TrainConfig`, ..."""
+def test_import_autosearch_leaves_the_interpreter_as_it_found_it():
+    """A library leaves the collector and the import machinery to the program that
+    owns the process (the command line settles its own: autosearch/cli)."""
+    state = "(gc.isenabled(), gc.get_freeze_count(), gc.get_threshold(), list(sys.meta_path))"
     code = (
-        "import autosearch\nfrom autosearch.train import TrainConfig\n"
-        "from autosearch.cost import measure\nfrom autosearch.pareto import pareto_mask\n"
-        "import autosearch.plots as plots\nimport autosearch.report.plots as new\n"
-        "assert TrainConfig is autosearch.TrainConfig and plots is new\n"
-        "assert measure.__module__ == 'autosearch.scoring.cost'\n"
+        "import gc, sys\n"
+        "gc.set_threshold(1234, 5, 6)\n"
+        f"before = {state}\n"
+        "import autosearch\n"
+        "autosearch.create_study, autosearch.TrainConfig, autosearch.report.plots.pareto\n"
+        f"after = {state}\n"
+        "assert before == after, (before, after)\n"
     )
-    done = _import_in_a_fresh_process(code)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=1800)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "autosearch.plots" not in done.stderr  # the documented name: no warning
 
 
 def test_the_version_is_one_and_the_changelog_names_it():

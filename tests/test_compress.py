@@ -330,7 +330,7 @@ def test_a_study_stores_plots_and_ranks_every_variant(tmp_path):
         objectives=("accuracy", "macs"),
         compression=Compression(finetune_epochs=1, estimate=False),
     )
-    assert study.reward_name == "mnas@flops=2e+06,w=-0.07"  # the space's budget
+    assert str(study.definition.reward) == "mnas@flops=2e+06,w=-0.07"  # the space's budget
     study.optimize(3)
     records = study.records()
     assert len(records) == 9 and len(study.records(variants=False)) == 3
@@ -362,7 +362,7 @@ def test_a_study_stores_plots_and_ranks_every_variant(tmp_path):
     with pytest.raises(autosearch.ExportError, match="derive it again"):
         study.load_model(next(r for r in records if r.variant == "int8"))
     again = autosearch.load_study("variants", storage=study.storage_url)
-    assert [v.name for v in again.variants] == ["base", "prune-channels@0.5", "int8"]
+    assert [v.name for v in again.definition.variants] == ["base", "prune-channels@0.5", "int8"]
     assert len(again.records()) == 9
 
 
@@ -378,7 +378,7 @@ def test_a_failing_variant_is_recorded_and_the_study_goes_on(tmp_path, monkeypat
     failed = [r for r in study.records() if r.variant == "prune-l1@0.5"]
     assert len(failed) == 2 and all(r.state == "failed" for r in failed)
     assert "no kernel for this layer" in failed[0].reason
-    assert study.count("complete") == 2  # the candidates themselves are complete
+    assert study.trials.count("complete") == 2  # the candidates themselves are complete
 
 
 def test_only_front_skips_dominated_candidates(tmp_path):

@@ -1,4 +1,4 @@
-"""Confirming a supernet's choice by training: ``study.confirm(k)`` and ``autosearch
+"""Confirming a supernet's choice by training: ``study.supernet.confirm(k)`` and ``autosearch
 confirm`` train the top subnets of the supernet's front from scratch as trials of the
 study, once each across workers, resumably; ``best()`` prefers them."""
 
@@ -19,8 +19,8 @@ import autosearch
 from autosearch import ConfigError, StudyError, SupernetConfig, TrainConfig
 from autosearch.cli import main
 from autosearch.study.records import CONFIRMS
-from autosearch.study.supernet.confirm import candidates
 from autosearch.training.train import evaluate
+from autosearch.weight_sharing.confirm import candidates
 from controllers import RandomSearch
 from search_spaces import ResNetSpace
 
@@ -46,8 +46,8 @@ def weights(tmp_path_factory):
             sandwich=1, latency=False, train=TrainConfig(epochs=1, batch_size=64)
         ),
     )
-    study.train_supernet()
-    return study.save_supernet(root / "supernet.safetensors")
+    study.supernet.train()
+    return study.supernet.save(root / "supernet.safetensors")
 
 
 def _searched(weights, path: Path, name: str = "ws", trials: int = 8, **options):
@@ -59,7 +59,7 @@ def _searched(weights, path: Path, name: str = "ws", trials: int = 8, **options)
         supernet=SupernetConfig(sandwich=1, latency=False, weights=str(weights)),
         **options,
     )
-    study.train_supernet()  # imports the weights
+    study.supernet.train()  # imports the weights
     study.optimize(trials, show_progress_bar=False)
     return study
 
@@ -87,34 +87,34 @@ def _shown_in_mlflow(uri: str, done) -> None:
 def _stored(study) -> list[tuple]:
     return [
         (t.number, t.state, json.dumps(t.user_attrs, sort_keys=True, default=str))
-        for t in study.optuna_trials()
+        for t in study.trials.all()
     ]
 
 
 def test_confirm_trains_the_top_of_the_front_as_trials_and_best_prefers_them(weights, tmp_path):
     study = _searched(weights, tmp_path)
-    front = candidates(study.records(variants=False), study.objectives)
+    front = candidates(study.records(variants=False), study.definition.objectives)
     assert len(front) >= 2
-    told_before = set(study.replay.told)
+    told_before = set(study._replay.told)
     mlflow = f"sqlite:///{tmp_path}/mlflow.db"
     study.track(mlflow=mlflow)  # switched on after the search: the confirmations are shown
 
-    done = study.confirm(2)
+    done = study.supernet.confirm(2)
 
     assert [r.confirms for r in done] == [front[0].trial, front[1].trial]
     _shown_in_mlflow(mlflow, done)
     assert [r.arch for r in done] == [front[0].arch, front[1].arch]
     assert all(r.state == "complete" and r.trial >= 8 for r in done)
-    facts = study.optuna_trial(done[0].trial).user_attrs["result"]
+    facts = study.trials.get(done[0].trial).user_attrs["result"]
     assert facts["evaluated_by"] == "training" and facts["weights"]  # trained, weights stored
     # Trial budgets count search trials: confirmations are not among them.
-    assert study.count("complete") == 8
+    assert study.trials.count("complete") == 8
     # The controller never hears of a confirmation: it is not the supernet's figure.
-    assert study.replay.told == told_before
+    assert study._replay.told == told_before
     reopened = autosearch.load_study("ws", storage=study.storage_url)
-    assert set(reopened.replay.told) == told_before
+    assert set(reopened._replay.told) == told_before
     # Each subnet's two figures, side by side.
-    rows = {c.trial: c for c in study.confirmations()}
+    rows = {c.trial: c for c in study.supernet.confirmations()}
     for record in done:
         row = rows[record.confirms]
         assert row.confirmed == record.accuracy and row.confirmed_by == record.trial
@@ -126,19 +126,19 @@ def test_confirm_trains_the_top_of_the_front_as_trials_and_best_prefers_them(wei
     model = study.load_model(best)
     assert evaluate(model, study.data.val, study.data)[0] == pytest.approx(best.accuracy)
     # Confirming again trains nothing: the same records, no new trial.
-    count = len(study.optuna_trials())
-    again = study.confirm(2)
+    count = len(study.trials.all())
+    again = study.supernet.confirm(2)
     assert [r.trial for r in again] == [r.trial for r in done]
-    assert len(study.optuna_trials()) == count
+    assert len(study.trials.all()) == count
     # A larger k trains only what is new.
-    more = study.confirm(3) if len(front) >= 3 else done
+    more = study.supernet.confirm(3) if len(front) >= 3 else done
     assert [r.trial for r in more[:2]] == [r.trial for r in done]
-    assert len(study.optuna_trials()) == count + (len(more) - 2)
+    assert len(study.trials.all()) == count + (len(more) - 2)
 
 
 def test_bad_confirm_is_refused_in_one_line_and_stores_nothing(weights, tmp_path):
     study = _searched(weights, tmp_path, trials=4)
-    front = len(candidates(study.records(variants=False), study.objectives))
+    front = len(candidates(study.records(variants=False), study.definition.objectives))
     before = _stored(study)
     for k, match in (
         (0, "k must be an integer >= 1"),
@@ -148,11 +148,11 @@ def test_bad_confirm_is_refused_in_one_line_and_stores_nothing(weights, tmp_path
         (front + 1, f"has {front} subnet"),
     ):
         with pytest.raises(ConfigError, match=match) as caught:
-            study.confirm(k)
+            study.supernet.confirm(k)
         assert "\n" not in str(caught.value)
     read_only = autosearch.load_study("ws", storage=study.storage_url, read_only=True)
     with pytest.raises(StudyError, match="read-only"):
-        read_only.confirm(1)
+        read_only.supernet.confirm(1)
     assert _stored(study) == before
 
     plain = autosearch.create_study(
@@ -161,9 +161,8 @@ def test_bad_confirm_is_refused_in_one_line_and_stores_nothing(weights, tmp_path
         storage=f"sqlite:///{tmp_path}/plain.db",
         train=TrainConfig(epochs=1, batch_size=64),
     )
-    with pytest.raises(StudyError, match="has no supernet"):
-        plain.confirm(1)
-    assert plain.optuna_trials() == []
+    assert plain.supernet is None  # nothing to confirm: a study without one says so
+    assert plain.trials.all() == []
 
     empty = autosearch.create_study(
         "empty",
@@ -172,10 +171,10 @@ def test_bad_confirm_is_refused_in_one_line_and_stores_nothing(weights, tmp_path
         train=TINY,
         supernet=SupernetConfig(sandwich=1, latency=False, weights=str(weights)),
     )
-    empty.train_supernet()
+    empty.supernet.train()
     with pytest.raises(StudyError, match="no complete supernet trial"):
-        empty.confirm(1)
-    assert empty.optuna_trials() == []
+        empty.supernet.confirm(1)
+    assert empty.trials.all() == []
 
 
 def test_a_subnet_another_worker_holds_is_not_trained_twice_and_a_dead_one_is_taken_over(
@@ -187,16 +186,16 @@ def test_a_subnet_another_worker_holds_is_not_trained_twice_and_a_dead_one_is_ta
     monkeypatch.setenv("AUTOSEARCH_HEARTBEAT_INTERVAL", "0.2")
     monkeypatch.setenv("AUTOSEARCH_HEARTBEAT_GRACE", "3")
     study = _searched(weights, tmp_path)
-    first, second = candidates(study.records(variants=False), study.objectives)[:2]
-    claims = study.claims.of_confirmations()
+    first, second = candidates(study.records(variants=False), study.definition.objectives)[:2]
+    claims = study._claims.of_confirmations()
     b = claims.start(first.arch, {CONFIRMS: first.trial, "seed": 1, "worker": "b:1"})
     assert claims.holds(b, first.arch)
 
-    done = study.confirm(2)
+    done = study.supernet.confirm(2)
 
     assert [r.confirms for r in done] == [first.trial, second.trial]
     assert all(r.state == "complete" for r in done)
-    trials = study.optuna_trials()
+    trials = study.trials.all()
     taken = next(t for t in trials if t._trial_id == b)
     assert "superseded" in taken.user_attrs and "died" in taken.user_attrs["superseded"]
     live = [t for t in trials if CONFIRMS in t.user_attrs and "superseded" not in t.user_attrs]
@@ -218,38 +217,38 @@ def test_a_ranked_confirmation_trains_where_the_ranker_chooses_and_another_worke
     confirmations here, then a second worker's ``confirm(3)``, choose what one
     uninterrupted ``confirm(3)`` of the same study chooses."""
     straight = _searched(weights, tmp_path / "a")
-    prior = straight.ranking()
+    prior = straight.supernet.ranking()
     assert len(prior) == 8 and all(e.confirmed is None for e in prior)
     assert [e.estimate for e in prior] == sorted((e.estimate for e in prior), reverse=True)
 
-    done = straight.confirm(3, ranker=True)
+    done = straight.supernet.confirm(3, ranker=True)
 
     sequence = [r.confirms for r in done]
     assert len(set(sequence)) == 3 and all(r.state == "complete" for r in done)
     assert sequence[0] == prior[0].trial
-    chosen = [straight.optuna_trial(r.trial).user_attrs["ranked"] for r in done]
+    chosen = [straight.trials.get(r.trial).user_attrs["ranked"] for r in done]
     assert [c["fitted_on"] for c in chosen] == [[], sorted(sequence[:1]), sorted(sequence[:2])]
     assert chosen[0]["estimates"][:1] == ["accuracy"] and "flops" in chosen[0]["estimates"]
-    assert straight.count("complete") == 8  # confirmations are not search trials
-    after = {e.trial: e for e in straight.ranking()}
+    assert straight.trials.count("complete") == 8  # confirmations are not search trials
+    after = {e.trial: e for e in straight.supernet.ranking()}
     assert {t for t, e in after.items() if e.confirmed is not None} == set(sequence)
     assert after[sequence[0]].confirmed == done[0].accuracy
 
     cut = _searched(weights, tmp_path / "b")
-    assert [r.confirms for r in cut.confirm(2, ranker=True)] == sequence[:2]
+    assert [r.confirms for r in cut.supernet.confirm(2, ranker=True)] == sequence[:2]
     other = autosearch.load_study("ws", storage=cut.storage_url)  # another worker
-    assert [r.confirms for r in other.confirm(3, ranker=True)] == sequence
+    assert [r.confirms for r in other.supernet.confirm(3, ranker=True)] == sequence
     # k counts the subnets held in all: asking again trains nothing new.
-    count = len(other.optuna_trials())
-    assert [r.confirms for r in other.confirm(3, ranker=True)] == sequence
-    assert len(other.optuna_trials()) == count
+    count = len(other.trials.all())
+    assert [r.confirms for r in other.supernet.confirm(3, ranker=True)] == sequence
+    assert len(other.trials.all()) == count
     for k in (0, 9, "3", True):
         with pytest.raises(ConfigError, match="k must be an integer from 1 to 8") as caught:
-            other.confirm(k, ranker=True)
+            other.supernet.confirm(k, ranker=True)
         assert "\n" not in str(caught.value)
     with pytest.raises(ConfigError, match="expected True or a RankerConfig"):
-        other.confirm(1, ranker="yes")
-    assert len(other.optuna_trials()) == count
+        other.supernet.confirm(1, ranker="yes")
+    assert len(other.trials.all()) == count
 
 
 def test_a_confirmation_cut_by_sigterm_resumes_from_its_checkpoint(weights, tmp_path, monkeypatch):
@@ -264,16 +263,16 @@ def test_a_confirmation_cut_by_sigterm_resumes_from_its_checkpoint(weights, tmp_
             os.kill(os.getpid(), signal.SIGTERM)  # the handler asks the trial to stop
 
     monkeypatch.setattr(loop.StudyContext, "epoch_done", stop_after_first_epoch)
-    assert study.confirm(1) == []
+    assert study.supernet.confirm(1) == []
     assert study.interrupted == "SIGTERM"
-    cut = [t for t in study.optuna_trials() if CONFIRMS in t.user_attrs]
+    cut = [t for t in study.trials.all() if CONFIRMS in t.user_attrs]
     assert len(cut) == 1 and cut[0].user_attrs.get("resume") is True
     monkeypatch.setattr(loop.StudyContext, "epoch_done", real)
 
-    (done,) = study.confirm(1)
+    (done,) = study.supernet.confirm(1)
 
     assert done.state == "complete" and done.confirms == cut[0].user_attrs[CONFIRMS]
-    facts = study.optuna_trial(done.trial).user_attrs
+    facts = study.trials.get(done.trial).user_attrs
     assert facts["resumes"] == cut[0].number
     assert facts["result"]["resumed_from_epoch"] == 1
     assert study.interrupted is None
@@ -281,7 +280,7 @@ def test_a_confirmation_cut_by_sigterm_resumes_from_its_checkpoint(weights, tmp_
 
 def _population_record(study, record):
     """What a confirmation's population did, stored with its trial."""
-    return study.optuna_trial(record.trial).user_attrs["result"]["population"]
+    return study.trials.get(record.trial).user_attrs["result"]["population"]
 
 
 def test_a_confirmation_trained_as_a_population_resumes_to_the_same_winner(
@@ -291,13 +290,13 @@ def test_a_confirmation_trained_as_a_population_resumes_to_the_same_winner(
     network (accuracy, weights), the population is stored with the trial, and a trial
     cut by SIGTERM after a member's epoch resumes the population from the trial's
     folder to the same rounds, winner and accuracy as an uninterrupted one."""
-    from autosearch.study.supernet import confirm
+    from autosearch.weight_sharing import confirm
 
     population = autosearch.PopulationBasedTraining(size=2, interval=1, seed=0)
     straight = _searched(weights, tmp_path, name="straight", trials=6)
-    (whole,) = straight.confirm(1, population=population)
+    (whole,) = straight.supernet.confirm(1, population=population)
     assert whole.state == "complete" and whole.metrics["population_size"] == 2
-    assert straight.optuna_trial(whole.trial).user_attrs["population"] == (population.definition())
+    assert straight.trials.get(whole.trial).user_attrs["population"] == (population.definition())
     state = _population_record(straight, whole)
     assert state["size"] == 2 and state["winner"] == whole.metrics["population_winner"]
     assert state["final"][str(state["winner"])] == pytest.approx(whole.accuracy)
@@ -317,17 +316,17 @@ def test_a_confirmation_trained_as_a_population_resumes_to_the_same_winner(
         real(self, member, epoch)
 
     monkeypatch.setattr(confirm._ConfirmLoop, "_member_epoch", stop_after_the_first)
-    assert cut_study.confirm(1, population=population) == []
+    assert cut_study.supernet.confirm(1, population=population) == []
     assert cut_study.interrupted == "SIGTERM" and len(calls) == 1
-    (resumed,) = cut_study.confirm(1, population=population)
-    assert cut_study.optuna_trial(resumed.trial).user_attrs["resumes"] < resumed.trial
+    (resumed,) = cut_study.supernet.confirm(1, population=population)
+    assert cut_study.trials.get(resumed.trial).user_attrs["resumes"] < resumed.trial
     assert len(calls) == 2 * TINY.epochs  # the cut epoch is not trained again
     again = _population_record(cut_study, resumed)
     assert again["rounds"] == state["rounds"]
     assert resumed.accuracy == pytest.approx(whole.accuracy)
     assert resumed.metrics["population_winner"] == whole.metrics["population_winner"]
     with pytest.raises(ConfigError, match="expected an autosearch.PopulationBasedTraining"):
-        cut_study.confirm(1, population={"size": 2})
+        cut_study.supernet.confirm(1, population={"size": 2})
 
 
 @pytest.mark.slow
@@ -338,12 +337,12 @@ def test_a_confirmation_population_cut_short_resumes_from_the_bucket(
     """With the study's artifacts in a bucket, the confirmation's folder (its population
     with it) is pushed after each member's epoch: a trial cut after the first goes on,
     on a disk that never saw it, to the winner of an uninterrupted one."""
-    from autosearch.study.supernet import confirm
+    from autosearch.weight_sharing import confirm
 
     name, client = bucket
     population = autosearch.PopulationBasedTraining(size=2, interval=1, seed=0)
     straight = _searched(weights, tmp_path, name="straight", trials=6)
-    (whole,) = straight.confirm(1, population=population)
+    (whole,) = straight.supernet.confirm(1, population=population)
 
     cut = _searched(weights, tmp_path, name="cut", trials=6, artifacts=f"s3://{name}/cf")
     real, calls = confirm._ConfirmLoop._member_epoch, []
@@ -355,13 +354,13 @@ def test_a_confirmation_population_cut_short_resumes_from_the_bucket(
         real(self, member, epoch)  # the push, then the interrupt
 
     monkeypatch.setattr(confirm._ConfirmLoop, "_member_epoch", stop_after_the_first)
-    assert cut.confirm(1, population=population) == [] and cut.interrupted == "SIGTERM"
+    assert cut.supernet.confirm(1, population=population) == [] and cut.interrupted == "SIGTERM"
     keys = [o["Key"] for o in client.list_objects_v2(Bucket=name).get("Contents", [])]
     assert any(k.endswith("/population/population.json") for k in keys), keys
     assert any(k.endswith("/population/members/0/train.pt") for k in keys), keys
-    shutil.rmtree(cut.artifacts.folder)  # another machine: this disk's copy is gone
+    shutil.rmtree(cut._artifacts.folder)  # another machine: this disk's copy is gone
     again = autosearch.load_study("cut", storage=f"sqlite:///{tmp_path}/cut.db")
-    (resumed,) = again.confirm(1, population=population)
+    (resumed,) = again.supernet.confirm(1, population=population)
     assert len(calls) == 2 * TINY.epochs  # the cut member-epoch came from the bucket
     assert resumed.accuracy == pytest.approx(whole.accuracy)
     assert resumed.metrics["population_winner"] == whole.metrics["population_winner"]
@@ -396,7 +395,7 @@ def test_two_confirm_commands_at_once_train_each_subnet_once(weights, tmp_path):
     from autosearch.studyfile import load_spec
 
     searched = load_spec(tmp_path / "cf.py").create(storage=url)
-    searched.train_supernet()  # imports the weights
+    searched.supernet.train()  # imports the weights
     searched.optimize(6, show_progress_bar=False)
     workers = [
         subprocess.Popen(
@@ -415,7 +414,7 @@ def test_two_confirm_commands_at_once_train_each_subnet_once(weights, tmp_path):
     assert said[0] == said[1]  # both report the same two confirmations
     study = autosearch.load_study("cf", storage=url, read_only=True)
     trained = [
-        t for t in study.optuna_trials() if CONFIRMS in t.user_attrs and t.state.name == "COMPLETE"
+        t for t in study.trials.all() if CONFIRMS in t.user_attrs and t.state.name == "COMPLETE"
     ]
     assert len(trained) == 2  # each subnet trained once, by one of the two
     # the ranker chose: the first from its prior (fitted on nothing yet), each with its
@@ -424,7 +423,7 @@ def test_two_confirm_commands_at_once_train_each_subnet_once(weights, tmp_path):
     assert ranked[0]["fitted_on"] == [] and all(len(r["fitted_on"]) <= 1 for r in ranked)
     assert sorted(t.user_attrs[CONFIRMS] for t in trained) == sorted(c["trial"] for c in said[0])
     assert {t.user_attrs["worker"] for t in trained} <= {
-        t.user_attrs["worker"] for t in study.optuna_trials() if CONFIRMS in t.user_attrs
+        t.user_attrs["worker"] for t in study.trials.all() if CONFIRMS in t.user_attrs
     }
     # The status command shows both figures of each.
     assert main(["status", str(tmp_path / "cf.py"), "--storage", url]) == 0

@@ -179,7 +179,7 @@ def test_replay_alone_rebuilds_a_controller_that_lost_its_state(table, tmp_path)
     )
     study.optimize(25)
     # Forget the saved controller state: every stored result is replayed instead.
-    study.storage.set_study_system_attr(study._study_id, "autosearch:controller", None)
+    study._storage.set_study_system_attr(study._study_id, "autosearch:controller", None)
     again = autosearch.load_study("r", storage=f"sqlite:///{tmp_path}/r.db")
     members = again.controller.state_dict()["population"]
     assert len(members) == 20  # the last 20 told, after aging
@@ -330,7 +330,7 @@ def test_every_controller_runs_from_the_cli(name, table, tmp_path, monkeypatch, 
     out = capsys.readouterr().out
     assert "8 of 8" not in out and "Pareto front" in out
     study = autosearch.load_study(f"cli-{name}", storage=f"sqlite:///runs/cli-{name}/study.db")
-    assert study.controller.name == name and study.count("complete") == 8
+    assert study.controller.name == name and study.trials.count("complete") == 8
 
 
 def test_any_optuna_sampler_class_by_its_path(tmp_path, table):

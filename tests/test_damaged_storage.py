@@ -162,7 +162,7 @@ def test_a_journal_changed_under_its_reader_is_refused_before_anything_is_writte
     import optuna
 
     from autosearch.errors import PlatformError
-    from autosearch.study.storage._urls import open_storage
+    from autosearch.storage._urls import open_storage
 
     journal = tmp_path / "j.log"
     storage = open_storage(f"journal:{journal}")
@@ -200,7 +200,7 @@ def test_trial_weights_that_are_not_those_stored_are_refused_in_one_line(
     _copy(runs / "d.db", db)
     url = f"sqlite:///{db}"
     study = autosearch.load_study("d", storage=url)
-    trial = study.optuna_trials()[0]
+    trial = study.trials.all()[0]
     assert weights_digest(trial)  # stored with the trial
     weights = tmp_path / "artifacts" / weights_id(trial)
     data = bytearray(weights.read_bytes())
@@ -234,8 +234,8 @@ def test_a_copied_study_keeps_its_weights_beside_its_copy(runs, tmp_path):
     _copy(runs / "d.db", db)
     original = autosearch.load_study("d", storage=f"sqlite:///{runs / 'd.db'}")
     copy = autosearch.load_study("d", storage=f"sqlite:///{db}")
-    assert original.artifacts.folder == (runs / "artifacts").resolve()
-    assert copy.artifacts.folder == (tmp_path / "artifacts").resolve()
+    assert original._artifacts.folder == (runs / "artifacts").resolve()
+    assert copy._artifacts.folder == (tmp_path / "artifacts").resolve()
 
 
 def test_studies_whose_storages_share_a_folder_never_share_a_checkpoint(tmp_path, tiny_space):
@@ -253,9 +253,9 @@ def test_studies_whose_storages_share_a_folder_never_share_a_checkpoint(tmp_path
         for name in ("a", "b")
     ]
     arch = tiny_space.default()
-    a, b = (s.artifacts.attempt(arch, 0) for s in studies)
-    assert studies[0].artifacts.folder == studies[1].artifacts.folder
-    assert a != b and a.is_relative_to(studies[0].artifacts.folder / "checkpoints")
+    a, b = (s._artifacts.attempt(arch, 0) for s in studies)
+    assert studies[0]._artifacts.folder == studies[1]._artifacts.folder
+    assert a != b and a.is_relative_to(studies[0]._artifacts.folder / "checkpoints")
 
 
 def test_a_search_ending_sweeps_only_its_own_study(runs, tmp_path, monkeypatch):

@@ -273,7 +273,7 @@ def test_a_study_from_arrays_needs_them_again(tmp_path, tiny_space):
         train=autosearch.TrainConfig(epochs=1),
     )
     study.optimize(1)
-    assert study.data_report["kept"]["train"] > 0
+    assert study.definition.data_report["kept"]["train"] > 0
     stored = autosearch.load_study("a", storage=url)
     with pytest.raises(autosearch.StudyError, match="pass them again"):
         stored.optimize(1)

@@ -1,5 +1,5 @@
 """A study deleted while a worker writes under it goes whole, or stays whole with an
-error (autosearch.study.storage._rdb.RDBStorage.delete_study).
+error (autosearch.storage._rdb.RDBStorage.delete_study).
 
 Optuna's delete reads the study's rows, then deletes them in its commit; a row a worker
 commits in between made PostgreSQL refuse the deletion, which Optuna ignores (the delete
@@ -28,8 +28,8 @@ from sqlalchemy.orm import Session
 
 import autosearch
 from autosearch.errors import StudyError
-from autosearch.study.storage import _rdb
-from autosearch.study.storage._urls import database, open_storage
+from autosearch.storage import _rdb
+from autosearch.storage._urls import database, open_storage
 from controllers import RandomSearch
 
 # What a running worker writes under its study, each a new row.

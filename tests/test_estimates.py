@@ -383,7 +383,7 @@ def searched(tmp_path_factory):
         supernet=SupernetConfig(sandwich=1),
         variants=("base", "int8"),
     )
-    study.train_supernet()
+    study.supernet.train()
     done = study.optimize(8)
     return {"root": root, "study": study, "done": done}
 
@@ -411,7 +411,7 @@ def test_trials_are_scored_on_estimates_and_the_front_on_measurements(searched):
     assert estimated >= len(records) // 2  # only the front and what it displaced measured
     # The trial's stored result keeps its estimates: measurements are laid over them.
     trial = next(iter(front))[0]
-    stored = study.optuna_trial(trial).user_attrs["result"]
+    stored = study.trials.get(trial).user_attrs["result"]
     assert any(
         p["metrics"].get("estimated") or p["metrics"].get("latency_predicted")
         for p in stored["points"]
@@ -451,7 +451,7 @@ def test_a_study_resumed_on_another_machine_does_not_mix_latency_tables(searched
     import autosearch.scoring.latency as latency
 
     study = searched["study"]
-    before = len(study.optuna_trials())
+    before = len(study.trials.all())
     monkeypatch.setattr(latency, "host_device", lambda: "cpu:another machine")
     latency._OPEN.clear()
     again = autosearch.load_study("est", storage=study.storage_url)
@@ -461,7 +461,7 @@ def test_a_study_resumed_on_another_machine_does_not_mix_latency_tables(searched
     ) as info:
         again.optimize(1)
     assert "\n" not in str(info.value)
-    assert len(again.optuna_trials()) == before  # nothing stored
+    assert len(again.trials.all()) == before  # nothing stored
     latency._OPEN.clear()
 
 
@@ -563,13 +563,13 @@ def test_a_point_that_cannot_be_measured_says_so_and_is_not_tried_again(searched
         tried.append(record.trial)
         raise ExportError("its weights are gone")
 
-    monkeypatch.setattr(type(study.measurer), "_measured", lambda self, record: fails(record))
-    study.measurer.measure([point])
+    monkeypatch.setattr(type(study._measurer), "_measured", lambda self, record: fails(record))
+    study._measurer.measure([point])
     again = study.record(point.trial, point.variant)
     assert again.metrics["measure_failed"] == 1 and not is_estimated(again)
     assert figures(again).endswith("its measurement failed")
     assert again.metrics["accuracy"] == point.metrics["accuracy"]  # the estimates stay
-    study.measurer.measured(again, store=True)  # not tried again
+    study._measurer.measured(again, store=True)  # not tried again
     assert tried == [point.trial]
 
 
@@ -584,7 +584,7 @@ def test_figures_gone_or_damaged_after_their_job_are_measured_again(searched, ca
     from autosearch.study.overlays import PREFIX
 
     study = searched["study"]
-    point = next(r for r in study.measure_front() if r.metrics.get("measured") == 1)
+    point = next(r for r in study.pareto(measured=True) if r.metrics.get("measured") == 1)
     key = f"{PREFIX}{point.trial}:{point.variant}"
     db = searched["root"] / "est.db"
     for damage in ("delete", "{}", "[1, 2]", "delete"):
@@ -593,21 +593,21 @@ def test_figures_gone_or_damaged_after_their_job_are_measured_again(searched, ca
                 gone = sql.execute("DELETE FROM study_user_attributes WHERE key = ?", (key,))
                 assert gone.rowcount == 1
         else:
-            study.storage.set_study_user_attr(study._study_id, key, damage)
+            study._storage.set_study_user_attr(study._study_id, key, damage)
         assert is_estimated(study.record(point.trial, point.variant))
         again = autosearch.load_study("est", storage=study.storage_url)
-        again.measure_front()
+        again.pareto(measured=True)
         measured = again.record(point.trial, point.variant)
         assert measured.metrics["measured"] == 1 and not is_estimated(measured), damage
         assert measured.metrics["accuracy"] == point.metrics["accuracy"]
-    jobs = again.measurer.jobs.names(finished=True)
+    jobs = again._measurer.jobs.names(finished=True)
     assert len([n for n in jobs if n.startswith(f"measure:{point.trial}:{point.variant}:")]) >= 4
     with sqlite3.connect(db) as sql:  # gone once more: status says the front is estimated
         sql.execute("DELETE FROM study_user_attributes WHERE key = ?", (key,))
     capsys.readouterr()
     assert main(["status", "--study", "est", "--storage", study.storage_url]) == 0
     assert "1 point(s) of the front show estimates, not measurements" in capsys.readouterr().out
-    again.measure_front()
+    again.pareto(measured=True)
     assert not is_estimated(again.record(point.trial, point.variant))
 
 
@@ -635,7 +635,7 @@ def test_a_tampered_overlay_is_left_out_and_the_point_measured_for_real(
     study = searched["study"]
     point = next(r for r in study.records() if r.variant == "int8" and is_estimated(r))
     key = f"{PREFIX}{point.trial}:int8"
-    study.storage.set_study_user_attr(study._study_id, key, json.dumps(tampered))
+    study._storage.set_study_user_attr(study._study_id, key, json.dumps(tampered))
     read_back = study.record(point.trial, "int8")
     assert is_estimated(read_back) and read_back.metrics == point.metrics  # left out
     best = study.best(variant="int8")  # measures what it picks: nothing tampered wins
@@ -651,7 +651,7 @@ def test_a_tampered_overlay_is_left_out_and_the_point_measured_for_real(
         for k, v in figures.items()
         if isinstance(v, float)
     )
-    study.storage.set_study_user_attr(study._study_id, key, json.dumps({}))  # as it was: none
+    study._storage.set_study_user_attr(study._study_id, key, json.dumps({}))  # as it was: none
 
 
 def test_an_overlay_lays_only_what_was_estimated():
@@ -746,7 +746,7 @@ def _beside_a_measurer(study, point, calls, measure_here) -> None:
     ``measure_here()`` runs in this thread, then the first is joined."""
     import threading
 
-    first = threading.Thread(target=study.measurer.measure, args=([point],))
+    first = threading.Thread(target=study._measurer.measure, args=([point],))
     first.start()
     for _ in range(6000):
         if calls:
@@ -778,9 +778,9 @@ def test_two_measurers_of_one_front_measure_each_point_once(searched, monkeypatc
         waiting.set()
         time.sleep(0.05)
 
-    monkeypatch.setattr(type(study.measurer), "_measured", measured)
+    monkeypatch.setattr(type(study._measurer), "_measured", measured)
     monkeypatch.setattr(measure, "_pause", pause)
-    _beside_a_measurer(study, point, calls, lambda: other.measurer.measure([point]))
+    _beside_a_measurer(study, point, calls, lambda: other._measurer.measure([point]))
     assert calls == [point.trial]
     assert study.record(point.trial, "int8").metrics["accuracy"] == 0.5
 
@@ -814,9 +814,9 @@ def test_a_point_another_measurer_holds_is_left_for_after_the_free_ones(searched
         release.set()
         time.sleep(0.05)
 
-    monkeypatch.setattr(type(study.measurer), "_measured", measured)
+    monkeypatch.setattr(type(study._measurer), "_measured", measured)
     monkeypatch.setattr(measure, "_pause", pause)
-    _beside_a_measurer(study, held, calls, lambda: other.measurer.measure([held, free]))
+    _beside_a_measurer(study, held, calls, lambda: other._measurer.measure([held, free]))
     assert sorted(calls) == sorted([held.trial, free.trial]) and calls[0] == held.trial
     assert all(free.trial in seen for seen in pauses), pauses  # no wait before the free one
     for point in (held, free):
@@ -869,7 +869,7 @@ def test_measurers_at_once_measure_each_point_asked_for_once(three_measurers, as
         return {"latency": 1.0, "measured": 1.0, "reward": 0.5}
 
     workers = [
-        threading.Thread(target=study.measurer.measure, args=([point(i) for i in indices],))
+        threading.Thread(target=study._measurer.measure, args=([point(i) for i in indices],))
         for study, indices in zip(three_measurers, asked, strict=False)
     ]
     with (
@@ -904,14 +904,14 @@ def test_where_int8_cannot_be_lowered_one_line_says_why_and_the_estimate_stays(
     point = next(r for r in study.records() if r.variant == "int8" and is_estimated(r))
     monkeypatch.setattr(torch, "__version__", "2.11.0+cu128")
     with caplog.at_level(logging.WARNING):
-        study.measurer.measure([point])
+        study._measurer.measure([point])
     said = [m for m in caplog.messages if f"trial {point.trial} (int8)" in m]
     assert len(said) == 1 and "torch >= 2.13" in said[0] and "torch 2.11.0" in said[0], said
     again = study.record(point.trial, "int8")
     assert again.metrics["accuracy"] == point.metrics["accuracy"]  # the estimate stays
     assert figures(again).startswith("accuracy estimated (fake quantization)")
     key = f"{PREFIX}{point.trial}:int8"
-    study.storage.set_study_user_attr(study._study_id, key, json.dumps({}))  # as it was
+    study._storage.set_study_user_attr(study._study_id, key, json.dumps({}))  # as it was
 
 
 @settings(max_examples=300, deadline=None, derandomize=True, database=None)

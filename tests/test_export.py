@@ -122,7 +122,7 @@ def test_missing_weights_say_where_they_were_looked_for(make_study, tmp_path):
 
     study = make_study()
     study.optimize(1)
-    shutil.rmtree(study.artifacts_dir)
+    shutil.rmtree(study._artifacts.folder)
     with pytest.raises(ExportError, match="missing: .*artifacts"):
         study.export(study.best(), tmp_path / "x")
 

@@ -10,9 +10,9 @@ import torch
 import torch.nn as nn
 
 from autosearch import SupernetConfig, TrainConfig
-from autosearch.evaluation.supernet import train_supernet
 from autosearch.training._step import GraphedStep, graph_refusal
 from autosearch.training.train import train
+from autosearch.weight_sharing.supernet import train_supernet
 from search_spaces import ResNetSpace
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -179,8 +179,8 @@ def test_subnets_are_evaluated_on_the_gpu_as_on_the_cpu(digits):
     off while subnets run, and the scores are the CPU's (TF32 aside)."""
     from autosearch.compress._fake_quant import estimate_int8
     from autosearch.compress.variants import Compression
-    from autosearch.evaluation.supernet import SubnetEvaluator
     from autosearch.training.train import evaluate
+    from autosearch.weight_sharing.supernet import SubnetEvaluator
 
     space = ResNetSpace(max_stages=2, depths=(1, 2), widths=(8, 16), stem_widths=(8, 16)).supernet(
         fixed={"stages": 2, "block": "basic"}
@@ -243,7 +243,7 @@ def test_a_worker_runs_cuda_under_the_platforms_mps_daemon_or_without_it():
     import subprocess
     import sys
 
-    from autosearch.study.workers import _mps
+    from autosearch.workers import _mps
 
     probe = "import torch; print(torch.ones(4, device='cuda').sum().item())"
     with _mps.daemon() as env:
@@ -279,7 +279,7 @@ def test_a_pools_parent_reads_free_memory_without_holding_a_context():
     import sys
 
     probe = (
-        "import torch; from autosearch.study.workers.executors import _free_memory; "
+        "import torch; from autosearch.workers.executors import _free_memory; "
         "free = _free_memory(); assert not torch.cuda.is_initialized(); "
         "assert len(free) == torch.cuda.device_count() and min(free) > 0; print('ok')"
     )

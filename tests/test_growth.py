@@ -75,7 +75,7 @@ def test_the_saved_controller_state_does_not_grow_and_reopening_rebuilds_what_wa
     url = f"journal:{tmp_path}/s.log"
 
     def saved_size(study) -> int:
-        attrs = study.storage.get_study_system_attrs(study._study_id)
+        attrs = study._storage.get_study_system_attrs(study._study_id)
         return len(json.dumps(attrs[_STATE]))
 
     study = autosearch.create_study(
@@ -112,7 +112,7 @@ def _all(space):
 def test_a_new_trials_number_comes_from_optunas_cache_and_matches_the_database(tmp_path):
     import optuna
 
-    from autosearch.study.storage._urls import open_storage, trial_number
+    from autosearch.storage._urls import open_storage, trial_number
 
     for url in (f"sqlite:///{tmp_path}/s.db", f"journal:{tmp_path}/s.log"):
         storage = open_storage(url)

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from optuna.trial import TrialState, create_trial
 
-from autosearch.study.workers._heartbeat import (
+from autosearch.workers._heartbeat import (
     HEARTBEAT,
     PROCESS,
     Watch,
@@ -29,7 +29,7 @@ def _claim(process: object, stamp: float | None = None) -> object:
 
 
 def _sleeper() -> subprocess.Popen:
-    code = "import sys, time\nfrom autosearch.study.workers._heartbeat import this_process\n"
+    code = "import sys, time\nfrom autosearch.workers._heartbeat import this_process\n"
     code += "print(this_process(), flush=True)\ntime.sleep(600)\n"
     return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
 

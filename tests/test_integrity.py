@@ -187,7 +187,7 @@ def stored(tmp_path_factory):
         train=TrainConfig(epochs=1, batch_size=128, lr=0.1),
     )
     study.optimize(2)
-    definition = study.storage.get_study_user_attrs(study._study_id)["autosearch"]
+    definition = study._storage.get_study_user_attrs(study._study_id)["autosearch"]
     # What the commands import on their first run (plotly, onnx, NNI...) is imported
     # here, so that the test sees what a stored definition would make them import.
     out = root / "out"
@@ -261,7 +261,7 @@ def test_whatever_a_stored_definition_holds_nothing_runs_or_leaks(
     for path, value in mutations:
         definition = _set(definition, path, value)
         touched.add(path[0] if path else "")
-    study.storage.set_study_user_attr(study._study_id, "autosearch", definition)
+    study._storage.set_study_user_attr(study._study_id, "autosearch", definition)
     before_files = _files(root.parent)
     before_modules = _top_level()
     out = root / "out"
@@ -281,7 +281,7 @@ def test_whatever_a_stored_definition_holds_nothing_runs_or_leaks(
             argv = ["worker", "--study", "kept", "--storage", url, "--n-trials", "1"]
             _one_line_or_works(*_cli(argv, capsys), what="worker")
     finally:
-        study.storage.set_study_user_attr(study._study_id, "autosearch", stored["definition"])
+        study._storage.set_study_user_attr(study._study_id, "autosearch", stored["definition"])
 
     assert not (here / "IMPORTED").exists() and "evilmod" not in sys.modules
     assert not list(here.rglob("PWNED")) and not list(root.rglob("PWNED"))
@@ -364,7 +364,7 @@ def test_whatever_a_bucket_lists_nothing_lands_outside_the_attempt(
     over 255 characters, or both ``…/0/a`` and ``…/0/a/b``, made every later run exit
     2)."""
     from autosearch.architecture import Architecture
-    from autosearch.study.storage.artifacts import Artifacts
+    from autosearch.storage.artifacts import Artifacts
 
     root = tmp_path_factory.mktemp("bucket")
     arch = Architecture(space="x", genes={"a": 1})
@@ -397,7 +397,7 @@ def test_whatever_a_bucket_lists_nothing_lands_outside_the_attempt(
 @settings(max_examples=500, deadline=None, derandomize=True, database=None)
 @given(relative=st.text(alphabet="ab./\\\x00~L", max_size=12) | st.sampled_from(NAMES))
 def test_a_path_from_outside_is_confined_to_its_folder(relative, tmp_path_factory):
-    from autosearch.study.storage._paths import inside
+    from autosearch.storage._paths import inside
 
     root = tmp_path_factory.mktemp("confined")
     base = root / "base"
@@ -446,8 +446,8 @@ def test_a_stored_field_out_of_shape_is_refused_in_one_line(case, stored, tmp_pa
     study, url = stored["study"], stored["url"]
     path, value, message = STORED_FIELDS[case]
     definition = _set(copy.deepcopy(stored["definition"]), path, value)
-    study.storage.set_study_user_attr(study._study_id, "autosearch", definition)
-    trials = len(study.optuna_trials())
+    study._storage.set_study_user_attr(study._study_id, "autosearch", definition)
+    trials = len(study.trials.all())
     try:
         for argv in (
             ["status", "--study", "kept", "--storage", url],
@@ -458,8 +458,8 @@ def test_a_stored_field_out_of_shape_is_refused_in_one_line(case, stored, tmp_pa
             assert code == 2 and "Traceback" not in output, output[-2000:]
             assert message in output and len(output.strip().splitlines()) == 1, output
     finally:
-        study.storage.set_study_user_attr(study._study_id, "autosearch", stored["definition"])
-    assert len(study.optuna_trials()) == trials  # no trial stored as failed
+        study._storage.set_study_user_attr(study._study_id, "autosearch", stored["definition"])
+    assert len(study.trials.all()) == trials  # no trial stored as failed
 
 
 def test_a_table_that_cannot_be_read_stops_the_worker_not_the_trials(tmp_path, capsys):
@@ -482,7 +482,7 @@ def test_a_table_that_cannot_be_read_stops_the_worker_not_the_trials(tmp_path, c
     argv = ["worker", "--study", "tab", "--storage", study.storage_url, "--n-trials", "2"]
     code, output = _cli(argv, capsys)
     assert code == 2 and "does not exist" in output and "Traceback" not in output
-    assert study.optuna_trials() == []  # not two trials failed "by the architecture"
+    assert study.trials.all() == []  # not two trials failed "by the architecture"
 
 
 def test_a_trial_whose_result_lacks_a_metric_is_named_and_left_out(make_study, tmp_path, capsys):
@@ -493,9 +493,9 @@ def test_a_trial_whose_result_lacks_a_metric_is_named_and_left_out(make_study, t
     study = make_study("kept")
     study.optimize(1)
     url = study.storage_url
-    kept = study.optuna_trials()[0]
+    kept = study.trials.all()[0]
     for result in ({"points": []}, {"points": [{"variant": "base", "metrics": {}}]}):
-        study.storage.create_new_trial(
+        study._storage.create_new_trial(
             study._study_id,
             template_trial=create_trial(
                 state=TrialState.COMPLETE,
@@ -536,9 +536,9 @@ def test_plot_labels_show_stored_names_as_text(stored):
 
 
 def _edit(study, change) -> None:
-    stored = study.storage.get_study_user_attrs(study._study_id)["autosearch"]
+    stored = study._storage.get_study_user_attrs(study._study_id)["autosearch"]
     change(stored)
-    study.storage.set_study_user_attr(study._study_id, "autosearch", stored)
+    study._storage.set_study_user_attr(study._study_id, "autosearch", stored)
 
 
 def test_a_stored_nni_factory_naming_any_callable_is_refused_in_one_line(
@@ -615,8 +615,8 @@ def test_damaged_weights_in_the_folder_are_named_in_one_line(make_study, tmp_pat
 
     study = make_study("w")
     study.optimize(1)
-    artifact = records.weights_id(study.optuna_trial(0))
-    (study.artifacts.folder / artifact).write_bytes(os.urandom(4096))
+    artifact = records.weights_id(study.trials.get(0))
+    (study._artifacts.folder / artifact).write_bytes(os.urandom(4096))
     code, output = _cli(
         [
             "export",
@@ -632,7 +632,7 @@ def test_damaged_weights_in_the_folder_are_named_in_one_line(make_study, tmp_pat
         capsys,
     )
     assert code == 2 and "Traceback" not in output and len(output.strip().splitlines()) == 1
-    assert str(study.artifacts.folder / artifact) in output and "damaged" in output
+    assert str(study._artifacts.folder / artifact) in output and "damaged" in output
 
 
 def test_a_teacher_with_damaged_weights_is_a_platform_failure(make_study):
@@ -645,10 +645,10 @@ def test_a_teacher_with_damaged_weights_is_a_platform_failure(make_study):
 
     study = make_study("d")
     study.optimize(1)
-    artifact = records.weights_id(study.optuna_trial(0))
-    (study.artifacts.folder / artifact).write_bytes(os.urandom(4096))
+    artifact = records.weights_id(study.trials.get(0))
+    (study._artifacts.folder / artifact).write_bytes(os.urandom(4096))
     with pytest.raises(PlatformError, match=f"{artifact}.*damaged|damaged.*{artifact}"):
-        study.rebuilder.teacher({"accuracy": -1.0})
+        study._rebuilder.teacher({"accuracy": -1.0})
 
 
 def test_training_with_other_settings_starts_afresh_and_says_so(
@@ -713,7 +713,7 @@ def _command(*argv: str, cwd: Path) -> SimpleNamespace:
 
 def _closed(study) -> None:
     """Close the study's connections, as a process that ended would."""
-    study.storage._backend.engine.dispose()
+    study._storage._backend.engine.dispose()
 
 
 def test_a_study_in_a_read_only_folder_is_read(make_study, tmp_path, read_only):
@@ -924,7 +924,7 @@ def test_every_process_keeps_weights_where_the_study_says(postgres_url, tiny_spa
     assert refused.returncode == 2 and "Traceback" not in err
     assert f"keeps its weights in {stored}, which this machine does not have" in err
     again = autosearch.load_study("pg", storage=postgres_url, read_only=True)
-    assert again.count("complete", "failed", "running") == 1  # nothing was started
+    assert again.trials.count("complete", "failed", "running") == 1  # nothing was started
     assert not stored.exists()  # and nothing made it again
 
 
@@ -949,7 +949,7 @@ def test_a_refused_open_leaves_the_study_file_closed(make_study, tmp_path):
     from autosearch.errors import StorageError, StudyError
 
     study = make_study("closed", storage=f"sqlite:///{tmp_path}/s/study.db")
-    study.storage._backend.engine.dispose()
+    study._storage._backend.engine.dispose()
     beside = [tmp_path / "s" / f"study.db-{suffix}" for suffix in ("wal", "shm")]
     assert not any(p.exists() for p in beside)
     with pytest.raises(StudyError, match="keeps its weights in") as refused:
@@ -957,7 +957,7 @@ def test_a_refused_open_leaves_the_study_file_closed(make_study, tmp_path):
             "closed",
             controller=RandomSearch(study.space, seed=0),
             storage=study.storage_url,
-            train=study.train_config,
+            train=study.definition.train,
             artifacts=str(tmp_path / "elsewhere"),
             load_if_exists=True,
         )

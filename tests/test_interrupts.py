@@ -12,7 +12,7 @@ import time
 import pytest
 from _trials import sigterm_after_first_epoch
 
-from autosearch.study.workers import interrupts as interrupts_module
+from autosearch.workers import interrupts as interrupts_module
 
 # The main thread spends seconds inside one native call (a key derivation) while the
 # signals arrive; Python's handler runs when it returns. The module is loaded from its
@@ -74,7 +74,7 @@ def test_a_previous_wakeup_descriptor_gets_every_delivery_and_is_restored():
     arrived while the block ran, and is its own again afterwards."""
     import os
 
-    from autosearch.study.workers.interrupts import Interrupts
+    from autosearch.workers.interrupts import Interrupts
 
     read, write = os.pipe()
     os.set_blocking(read, False)
@@ -100,7 +100,7 @@ def test_a_second_signal_that_lands_in_a_finalizer_is_not_lost():
     other unraisable exceptions still reach the previous hook; the hook is restored."""
     import gc
 
-    from autosearch.study.workers.interrupts import Interrupts, StopNow
+    from autosearch.workers.interrupts import Interrupts, StopNow
 
     class LandsHere:
         """As the handler would raise it, had the signal come while this finalizer ran."""
@@ -176,7 +176,7 @@ def test_sigterm_to_a_torchrun_study_stops_every_rank_after_the_epoch(tmp_path):
     assert code == 128 + signal.SIGTERM, out[-3000:]
     assert "interrupted (SIGTERM) after 0 of 1 trials" in out, out[-3000:]
     assert "Traceback" not in out, out[-3000:]  # no rank broke on a collective
-    (trial,) = autosearch.load_study("cut", storage=url, read_only=True).optuna_trials()
+    (trial,) = autosearch.load_study("cut", storage=url, read_only=True).trials.all()
     assert trial.user_attrs.get(RESUME) is True, trial.user_attrs
     assert "interrupted by the user" in trial.user_attrs[SUPERSEDED]
     assert 1 <= len(trial.intermediate_values) < 500

@@ -18,7 +18,7 @@ from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState
 
 from autosearch.study.jobs import Done, Held, JobClaim, Jobs, companion_name
-from autosearch.study.workers._heartbeat import HEARTBEAT
+from autosearch.workers._heartbeat import HEARTBEAT
 
 GRACE = 60.0
 JOB = "supernet-abc-r0"
@@ -157,7 +157,7 @@ def test_the_companion_study_stays_out_of_the_study_listing(make_study):
     from autosearch.errors import StorageError
 
     study = make_study("kept")
-    Jobs(study.storage, "kept", grace=GRACE).study_id  # noqa: B018
+    Jobs(study._storage, "kept", grace=GRACE).study_id  # noqa: B018
     with pytest.raises(StorageError, match=r"Studies there: kept$"):
         autosearch.load_study("kep", storage=study.storage_url)
 
@@ -186,7 +186,7 @@ def clocks():
 
 
 def _storages(tmp_path):
-    from autosearch.study.storage._urls import open_storage
+    from autosearch.storage._urls import open_storage
 
     return [optuna.storages.InMemoryStorage(), open_storage(f"sqlite:///{tmp_path}/j.db")]
 
@@ -291,7 +291,7 @@ def test_a_finished_job_of_another_supernet_is_refused_and_retrain_gets_out(tmp_
     import textwrap
 
     from autosearch.cli import main
-    from autosearch.study.supernet.job import SupernetJob
+    from autosearch.weight_sharing.job import SupernetJob
 
     (tmp_path / "job.py").write_text(
         textwrap.dedent(
@@ -317,7 +317,7 @@ def test_a_finished_job_of_another_supernet_is_refused_and_retrain_gets_out(tmp_
         from autosearch.studyfile import load_spec
 
         study = load_spec("job.py").create()
-        job: SupernetJob = study.supernet_job
+        job: SupernetJob = study.supernet._job
         name = job._job(job.fingerprint(study.data), 0)
         forged = job.jobs.start(name)
         assert job.jobs.finish(

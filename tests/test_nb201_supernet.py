@@ -19,7 +19,7 @@ import torch
 import autosearch
 from autosearch import SupernetConfig, TrainConfig
 from autosearch.data import load_data
-from autosearch.evaluation.supernet import Sandwich
+from autosearch.weight_sharing.supernet import Sandwich
 from controllers import RandomSearch
 from search_spaces import NB201Space
 from search_spaces._nb201_net import OPERATIONS
@@ -119,11 +119,11 @@ def test_an_nb201_supernet_study_searches_saves_imports_and_exports(rule, tmp_pa
         train=TrainConfig(epochs=1, batch_size=128, lr=0.05),
         supernet=SupernetConfig(schedule=rule, latency=False, eval_images=200),
     )
-    trained = study.train_supernet()
+    trained = study.supernet.train()
     assert trained["epochs"] == 1
     records = study.optimize(4)
     assert all(r.state == "complete" for r in records)
-    weights = study.save_supernet(tmp_path / "nb201.safetensors")
+    weights = study.supernet.save(tmp_path / "nb201.safetensors")
     again = autosearch.create_study(
         f"nb201-{rule}-imported",
         controller=RandomSearch(_space(), seed=0),
@@ -133,9 +133,9 @@ def test_an_nb201_supernet_study_searches_saves_imports_and_exports(rule, tmp_pa
             schedule=rule, latency=False, eval_images=200, weights=str(weights)
         ),
     )
-    assert "imported_from" in again.train_supernet()
+    assert "imported_from" in again.supernet.train()
     first = records[0]
-    _, scored = again.supernet_evaluator.evaluate(first.arch)
+    _, scored = again.supernet.evaluator.evaluate(first.arch)
     assert scored["accuracy"] == first.metrics["accuracy"]  # the same weights, the same score
     out = study.export(study.best(), tmp_path / "export")
     card = json.loads((out / "arch.json").read_text())

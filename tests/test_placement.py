@@ -21,10 +21,10 @@ from hypothesis import strategies as st
 
 from autosearch import RayExecutor, TrainConfig
 from autosearch.errors import ConfigError
-from autosearch.study.workers import _mps
-from autosearch.study.workers import pool as workers
-from autosearch.study.workers.executors import ProcessExecutor
 from autosearch.training.placement import HEADROOM, Need, assign, per_gpu, step_need
+from autosearch.workers import _mps
+from autosearch.workers import pool as workers
+from autosearch.workers.executors import ProcessExecutor
 
 GiB = 2**30
 needs = st.builds(

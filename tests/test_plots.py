@@ -57,7 +57,7 @@ def test_history_hypervolume_and_learning_curves(make_study):
     volume = plots.hypervolume(study).data[0].y
     assert len(volume) == 4 and (np.diff(volume) >= 0).all()  # it only grows
     assert volume[-1] > 0
-    curves = study.curves()
+    curves = study.trials.curves()
     assert sorted(curves) == [r.trial for r in records]
     assert all(list(c) == [1] for c in curves.values())  # one epoch each (tiny_train)
     lines = plots.learning_curves(study).data

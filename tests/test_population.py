@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
 from autosearch import ConfigError, TrainConfig
-from autosearch.study.population import replay, train_population
-from autosearch.study.population.rules import PopulationBasedTraining, draw, explore, perturb
+from autosearch.population import replay, train_population
+from autosearch.population.rules import PopulationBasedTraining, draw, explore, perturb
 from autosearch.training._optim import make_optimizer, make_schedule, retune
 from autosearch.training.precise_bn import precise_bn
 from autosearch.training.train import evaluate, train
@@ -219,7 +219,7 @@ _WORKER = textwrap.dedent(
     from test_population import CONFIG, _population
     from test_training_stack import _net
     from autosearch.data import load_data
-    from autosearch.study.population import train_population
+    from autosearch.population import train_population
 
     KILL = {kill!r}  # (member, epoch): die there, mid-interval, like a lost machine
 

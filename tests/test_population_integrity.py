@@ -16,8 +16,8 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution
 
 from autosearch import ConfigError, TrainConfig
 from autosearch.errors import TrialFailed
-from autosearch.study.population import replay, train_population
-from autosearch.study.population.rules import PopulationBasedTraining
+from autosearch.population import replay, train_population
+from autosearch.population.rules import PopulationBasedTraining
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
@@ -235,5 +235,5 @@ def test_a_population_trial_whose_members_all_diverge_is_a_failed_trial(make_stu
         record = study.train_population(diverging)
         assert record.state == "failed"
         assert "every member of the population failed by epoch 1" in record.reason
-    assert [t.state.name for t in study.optuna_trials()].count("FAIL") >= 1
+    assert [t.state.name for t in study.trials.all()].count("FAIL") >= 1
     assert study.optimize(1)[0].state == "complete"  # the search goes on

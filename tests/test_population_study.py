@@ -16,9 +16,9 @@ from optuna.distributions import FloatDistribution
 
 import autosearch
 from autosearch import ConfigError, TrainConfig
+from autosearch.population import trial as population_study
+from autosearch.population.trial import population_key
 from autosearch.report import write_report
-from autosearch.study.population import study as population_study
-from autosearch.study.population.study import population_key
 from autosearch.training.train import evaluate
 
 TRAIN = TrainConfig(epochs=2, batch_size=128, lr=0.1)
@@ -35,7 +35,7 @@ def _population(**changes) -> autosearch.PopulationBasedTraining:
 
 
 def _stored(study, record):
-    return study.optuna_trial(record.trial).user_attrs["result"]["population"]
+    return study.trials.get(record.trial).user_attrs["result"]["population"]
 
 
 def test_the_best_architecture_trained_as_a_population_is_a_trial_of_its_own(make_study):
@@ -54,24 +54,24 @@ def test_the_best_architecture_trained_as_a_population_is_a_trial_of_its_own(mak
     assert [r["epoch"] for r in stored["rounds"]] == [1]
     model = study.load_model(record)  # the winner's weights are the trial's
     assert evaluate(model, study.data.val, study.data)[0] == pytest.approx(record.accuracy)
-    (folder,) = (study.artifacts_dir / "populations").iterdir()  # this study's
+    (folder,) = (study._artifacts.folder / "populations").iterdir()  # this study's
     kept = folder / f"{population_key(_population())}-{best.arch.arch_id}"
     assert (kept / "population.json").is_file()  # its record stays;
     assert not (kept / "members").exists()  # its members' checkpoints went with the trial
     rerun = study.rerun(record.trial)  # the winner's schedule, replayed from scratch
     assert rerun["identical"], rerun
-    page = write_report(study, study.artifacts_dir.parent / "report.html").read_text()
+    page = write_report(study, study._artifacts.folder.parent / "report.html").read_text()
     assert "Trained as populations" in page and f"Trial {record.trial}: " in page
     assert "population of 2: 1 exploits in 1 rounds" in page  # every member, every round
 
-    assert study.count() == 2  # not a search trial: the budget and the controller skip it
+    assert study.trials.count() == 2  # not a search trial: the budget and the controller skip it
     again = study.train_population(_population())  # trained once: the same trial
     assert again is not None and again.trial == record.trial
     other = study.train_population(_population(seed=1))  # another population: a new trial
     assert other is not None and other.trial == 3 and other.kind != record.kind
     assert [r.trial for r in study.records(variants=False)] == [0, 1, 2, 3]
     study.optimize(1)
-    assert study.replay.told == {0, 1, 4}  # the search's trials only
+    assert study._replay.told == {0, 1, 4}  # the search's trials only
 
 
 def test_a_population_trial_cut_by_sigterm_resumes_to_the_same_winner(make_study, monkeypatch):
@@ -96,7 +96,7 @@ def test_a_population_trial_cut_by_sigterm_resumes_to_the_same_winner(make_study
     assert cut.interrupted == "SIGTERM" and len(calls) == 1
     resumed = cut.train_population(_population())
     assert resumed is not None and resumed.state == "complete"
-    assert cut.optuna_trial(resumed.trial).user_attrs["resumes"] < resumed.trial
+    assert cut.trials.get(resumed.trial).user_attrs["resumes"] < resumed.trial
     assert len(calls) == 2 * TRAIN.epochs  # the cut member-epoch is not trained again
     assert _stored(cut, resumed)["rounds"] == _stored(straight, whole)["rounds"]
     assert resumed.accuracy == pytest.approx(whole.accuracy)
@@ -113,7 +113,7 @@ def test_bad_populations_are_refused_before_any_trial(make_study):
     wide = _population(mutations={"label_smoothing": FloatDistribution(0.5, 2.0)})
     with pytest.raises(ConfigError, match="label_smoothing"):
         study.train_population(wide)
-    assert len(study.optuna_trials()) == 1  # nothing was started
+    assert len(study.trials.all()) == 1  # nothing was started
 
 
 _HOLDER = textwrap.dedent(
@@ -122,7 +122,7 @@ _HOLDER = textwrap.dedent(
     sys.path.insert(0, {tests!r})
     from test_population_study import _population
     import autosearch
-    from autosearch.study.population import study as population_study
+    from autosearch.population import trial as population_study
 
     real = population_study.PopulationLoop._member_epoch
 
@@ -161,7 +161,7 @@ def test_a_second_worker_helps_the_trial_that_holds_the_population(
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     holder = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE)
     for _ in range(6000):  # until the other worker's trial holds the population
-        if len(shared.optuna_trials()) == 2 or holder.poll() is not None:
+        if len(shared.trials.all()) == 2 or holder.poll() is not None:
             break
         time.sleep(0.1)
     real, mine_trained = population_study.PopulationLoop._helper_epoch, []
@@ -218,9 +218,9 @@ def test_autosearch_population_trains_the_best_as_a_trial(tmp_path, monkeypatch,
     assert record.kind is not None and record.metrics["population_size"] == 3
     assert said["accuracy"] == pytest.approx(record.accuracy) and said["rounds"] == 1
     assert said["final"][str(said["winner"])] == pytest.approx(record.accuracy)
-    lr = study.train_config.lr
+    lr = study.definition.train.lr
     for part in said["schedule"]:  # the learning rate adapted within 1/10 to 10 times
         assert lr / 10 <= part["settings"]["lr"] <= lr * 10
     assert main(argv) == 0  # trained once: the same trial, told again
     assert f"trial {said['trial']} trained" in capsys.readouterr().out
-    assert len(study.optuna_trials()) == 3
+    assert len(study.trials.all()) == 3

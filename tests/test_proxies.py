@@ -177,7 +177,7 @@ def test_a_study_stores_every_candidates_proxies_and_trains_as_without_them(make
     plain = make_study("plain")
     plain.optimize(2)
     stored = first.definition.proxies
-    assert stored is not None and stored.seed == first.seed  # the study's seed, stored
+    assert stored is not None and stored.seed == first.definition.seed  # the study's seed, stored
     for a, b, c in zip(first.records()[:2], again.records(), plain.records(), strict=True):
         assert a.arch.arch_id == b.arch.arch_id == c.arch.arch_id
         assert {*PROXY_NAMES, "proxy_seconds"} <= set(a.metrics)

@@ -10,8 +10,8 @@ from optuna.trial import TrialState, create_trial
 
 import autosearch
 from autosearch import Compression
+from autosearch.storage._rdb import RDBStorage
 from autosearch.study import records
-from autosearch.study.storage._rdb import RDBStorage
 from controllers import RandomSearch
 
 
@@ -27,7 +27,7 @@ def test_a_trials_results_are_one_write_and_alike_for_every_variant(
         storage=f"sqlite:///{tmp_path}/one.db",
     )
     written: list[tuple[int, list[str]]] = []  # (trial id, keys) of each write
-    real = study.storage.set_trial_user_attr
+    real = study._storage.set_trial_user_attr
     real_finish = RDBStorage.finish_trial
 
     def spy(trial_id, key, value):
@@ -38,10 +38,10 @@ def test_a_trials_results_are_one_write_and_alike_for_every_variant(
         written.append((trial_id, list(user_attrs)))
         return real_finish(self, trial_id, user_attrs=user_attrs, **rest)
 
-    monkeypatch.setattr(study.storage, "set_trial_user_attr", spy)
+    monkeypatch.setattr(study._storage, "set_trial_user_attr", spy)
     monkeypatch.setattr(RDBStorage, "finish_trial", spy_finish)
     (record,) = study.optimize(1)
-    trial_id = study.optuna_trial(0)._trial_id  # not its job claims (measuring the front)
+    trial_id = study.trials.get(0)._trial_id  # not its job claims (measuring the front)
     writes = [keys for written_to, keys in written if written_to == trial_id]
     # All measured in one attribute, with the label of the point that gives the trial's
     # values, in the one transaction that ends it.
@@ -99,7 +99,7 @@ def test_an_unreadable_trial_is_named_and_left_out(make_study, caplog):
         distributions=trial.distributions,
         user_attrs={**trial.user_attrs, "arch": "{not json"},
     )
-    study.storage.create_new_trial(study._study_id, template_trial=broken)
+    study._storage.create_new_trial(study._study_id, template_trial=broken)
     assert [r.trial for r in study.records(variants=False)] == [0, 1]
     assert "trial 2" in caplog.text
 

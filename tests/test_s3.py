@@ -41,7 +41,7 @@ def test_weights_live_in_the_bucket_and_checkpoints_go_when_complete(bucket, tmp
     assert len(keys) == 1 and keys[0].startswith("studies/s3/weights/")  # no checkpoint left
     model = study.load_model(record)  # read back from the bucket
     assert sum(p.numel() for p in model.parameters()) == record.params
-    assert not any(study.artifacts.folder.rglob("*.pt"))  # nothing kept on this disk
+    assert not any(study._artifacts.folder.rglob("*.pt"))  # nothing kept on this disk
 
 
 def test_a_cut_trial_resumes_from_the_bucket_on_a_fresh_disk(bucket, tmp_path, tiny_space):
@@ -69,9 +69,9 @@ def test_a_cut_trial_resumes_from_the_bucket_on_a_fresh_disk(bucket, tmp_path, t
     cut = study.optuna_study.get_trials()[0]
     assert "interrupted" in cut.user_attrs["superseded"] and cut.user_attrs["resume"]
     arch_id = cut.user_attrs["arch_id"]
-    work = f"cut/checkpoints/{study.artifacts.study}/{arch_id}"  # keyed by the study too
+    work = f"cut/checkpoints/{study._artifacts.study}/{arch_id}"  # keyed by the study too
     assert f"{work}/0/train.pt" in _keys(client, name)
-    shutil.rmtree(study.artifacts.folder)  # another machine: this disk's copy is gone
+    shutil.rmtree(study._artifacts.folder)  # another machine: this disk's copy is gone
     escape = tmp_path / "escape" / "zz.pth"
     planted = {
         f"{work}/0/{'../' * 40}{str(escape).lstrip('/')}": b"import os",
@@ -139,7 +139,7 @@ def test_a_study_made_again_at_the_same_url_resumes_nothing_of_the_first(
             os.kill(os.getpid(), signal.SIGTERM)
 
     assert first.optimize(1, epoch_callbacks=[stop_after_one]) == []
-    assert any(first.artifacts.folder.rglob("train.pt"))  # the leftover, on this disk
+    assert any(first._artifacts.folder.rglob("train.pt"))  # the leftover, on this disk
     for key in _keys(client, name):
         client.delete_object(Bucket=name, Key=key)
 
@@ -270,7 +270,7 @@ def test_a_killed_supernet_resumes_from_the_bucket_past_stray_objects(
     checkpoint, cut = _killed_supernet(name, client, tmp_path)
     folder = checkpoint.rsplit("/", 2)[0]  # sn/supernet/JOB
     study = autosearch.load_study("sn", storage=f"sqlite:///{tmp_path}/study.db")
-    shutil.rmtree(study.artifacts.folder)  # another machine: this disk's copy is gone
+    shutil.rmtree(study._artifacts.folder)  # another machine: this disk's copy is gone
     for key in (
         f"{folder}/0/{'x' * 300}",
         f"{folder}/0/{'é' * 200}",
@@ -283,7 +283,7 @@ def test_a_killed_supernet_resumes_from_the_bucket_past_stray_objects(
         f"{folder}/99/a",
     ):
         client.put_object(Bucket=name, Key=key, Body=b"stray")
-    history = study.train_supernet()["history"]
+    history = study.supernet.train()["history"]
     assert [e["epoch"] for e in history] == list(range(1, 9))
     # Epochs up to the cut came from the bucket's checkpoint, not trained again.
     again = torch.load(tmp_path / "cut.pt", weights_only=True)["history"]
@@ -307,7 +307,7 @@ def test_a_supernet_study_made_again_at_the_same_url_resumes_nothing_of_the_firs
     study = load_spec(str(tmp_path / "sn.py")).create(
         storage=f"sqlite:///{tmp_path}/study.db", artifacts=f"s3://{name}/sn"
     )
-    history = study.train_supernet()["history"]
+    history = study.supernet.train()["history"]
     first = torch.load(tmp_path / "cut.pt", weights_only=True)["history"]
     assert len(history) == 8
     # Trained from the first epoch: none of the cut run's epochs were restored.
@@ -324,7 +324,7 @@ def test_a_population_trial_cut_short_resumes_from_the_bucket_on_a_fresh_disk(
     members' checkpoints go when it is stored."""
     from optuna.distributions import FloatDistribution
 
-    from autosearch.study.population import study as population_study
+    from autosearch.population import trial as population_study
     from controllers import RandomSearch
 
     name, client = bucket
@@ -360,7 +360,7 @@ def test_a_population_trial_cut_short_resumes_from_the_bucket_on_a_fresh_disk(
     pushed = [k for k in _keys(client, name) if "/populations/" in k]
     assert any(k.endswith("/population.json") for k in pushed)
     assert any(k.endswith("/members/0/train.pt") for k in pushed), pushed
-    shutil.rmtree(study.artifacts.folder)  # another machine: this disk's copy is gone
+    shutil.rmtree(study._artifacts.folder)  # another machine: this disk's copy is gone
 
     again = autosearch.load_study("pop", storage=url).train_population(population)
     assert again is not None and again.state == "complete"
@@ -369,4 +369,4 @@ def test_a_population_trial_cut_short_resumes_from_the_bucket_on_a_fresh_disk(
     assert again.accuracy == pytest.approx(whole.accuracy)
     assert again.metrics["population_winner"] == whole.metrics["population_winner"]
     assert [k for k in _keys(client, name) if "/populations/" in k] == []
-    assert not any(study.artifacts.folder.rglob("*.pt"))  # nothing kept on this disk
+    assert not any(study._artifacts.folder.rglob("*.pt"))  # nothing kept on this disk

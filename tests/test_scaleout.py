@@ -51,7 +51,7 @@ def test_four_workers_share_a_study_without_losing_or_repeating_trials(
     stored = study.records()
     assert len(stored) == 8 and all(r.state == "complete" for r in stored)
     assert len({r.arch.arch_id for r in stored}) == 8  # no architecture trained twice
-    assert study.count("complete") == 8
+    assert study.trials.count("complete") == 8
     trials = study.optuna_study.get_trials(deepcopy=False)
     workers = {t.user_attrs["worker"] for t in trials if "superseded" not in t.user_attrs}
     assert len(workers) == 4  # four processes shared the work
@@ -67,8 +67,8 @@ def test_of_two_racing_claims_the_later_one_yields(make_study, tiny_space):
     first = make_study("race")
     second = autosearch.load_study("race", storage=first.storage_url)
     arch = tiny_space.sample(np.random.default_rng(0))
-    a, b = first.claims.start(arch, {}), second.claims.start(arch, {})
-    assert second.claims.holds(b, arch) is False and first.claims.holds(a, arch) is True
+    a, b = first._claims.start(arch, {}), second._claims.start(arch, {})
+    assert second._claims.holds(b, arch) is False and first._claims.holds(a, arch) is True
     loser = first.optuna_study.get_trials()[1]
     assert loser.state == TrialState.FAIL and "duplicate: trial 0" in loser.user_attrs["superseded"]
     assert [r.trial for r in first.records()] == [0]  # the yielded claim is not a result
@@ -113,8 +113,8 @@ def _uninterrupted(study: autosearch.Study, arch) -> dict[str, float]:
     """The metrics of ``arch`` trained straight through with INTERRUPTED_TRAIN and its
     trial's seed on the study's data: the same studies on every storage, so trained once
     for the module."""
-    seed = trial_seed(study.seed, arch)
-    key = (arch.arch_id, study.seed)  # the study seed: its data split and trial seeds
+    seed = trial_seed(study.definition.seed, arch)
+    key = (arch.arch_id, study.definition.seed)  # the study seed: its data split and trial seeds
     if key not in _UNINTERRUPTED:
         plan = TrialPlan(space=study.space, arch=arch, train=INTERRUPTED_TRAIN, seed=seed)
         _UNINTERRUPTED[key] = dict(train_candidate(plan, study.data).metrics)
@@ -150,7 +150,7 @@ def test_a_worker_killed_mid_trial_is_resumed_from_its_checkpoint(
         worker.kill()
     killed = study.optuna_study.get_trials(deepcopy=False)[1]
     assert killed.state == TrialState.RUNNING  # as a dead worker leaves it
-    attempt = study.artifacts.attempt(architecture(killed), 1)
+    attempt = study._artifacts.attempt(architecture(killed), 1)
     assert (attempt / "train.pt").is_file()
 
     again = autosearch.load_study("chaos", storage=url)
@@ -167,7 +167,7 @@ def test_a_worker_killed_mid_trial_is_resumed_from_its_checkpoint(
     straight = _uninterrupted(again, resumed.arch)
     assert straight["accuracy"] == resumed.metrics["accuracy"]
     assert straight["test_accuracy"] == resumed.metrics["test_accuracy"]
-    assert len(again.curves()[resumed.trial]) == INTERRUPTED_TRAIN.epochs  # the whole curve
+    assert len(again.trials.curves()[resumed.trial]) == INTERRUPTED_TRAIN.epochs  # the whole curve
 
 
 @pytest.mark.slow
@@ -206,7 +206,7 @@ def test_rerun_reproduces_a_trial_exactly(make_study, capsys):
     out = capsys.readouterr().out
     assert code == 0 and "reproduced exactly" in out
     trial = study.optuna_study.get_trials()[1].user_attrs
-    assert trial["seed"] == trial_seed(study.seed, study.record(1).arch)
+    assert trial["seed"] == trial_seed(study.definition.seed, study.record(1).arch)
     assert trial["provenance"]["packages"]["torch"].startswith("2.")
     assert trial["data_hash"] == study.data.content_hash()
 
@@ -248,15 +248,13 @@ def test_workers_from_a_script_without_the_main_guard_are_refused(tmp_path):
 
 
 def test_the_main_guard_is_recognised(tmp_path):
-    from autosearch.study.workers.pool import check_main_guard
+    from autosearch.workers.pool import check_main_guard
 
     check_main_guard()  # under pytest: its own entry point is guarded
     guarded = "\n".join(
         ['if "__main__" == __name__:', *(f"    {line}" for line in _STUDY.splitlines())]
     )
-    call = (
-        "    from autosearch.study.workers.pool import check_main_guard\n    check_main_guard()\n"
-    )
+    call = "    from autosearch.workers.pool import check_main_guard\n    check_main_guard()\n"
     # Run itself, and under a profiler that runs it as "__main__" from its own module
     # (whose lines are not the script's; a spawned worker imports the profiler's).
     for runner in ([], ["-m", "cProfile", "-o", "search.prof"]):
@@ -312,7 +310,7 @@ def test_two_runs_of_one_study_file_run_the_study_to_its_total(tmp_path):
     outputs = [run.communicate(timeout=1800)[0] for run in runs]
     assert [run.returncode for run in runs] == [0, 0], outputs
     study = autosearch.load_study("six", storage=f"sqlite:///{tmp_path}/six.db", read_only=True)
-    assert study.count() == study.count("complete") == 6, outputs
+    assert study.trials.count() == study.trials.count("complete") == 6, outputs
     assert len({r.arch.arch_id for r in study.records(variants=False)}) == 6
     # Two workers of one study: neither wrote best/, each said how to (--no-export).
     assert not any((tmp_path / f"out{i}" / "best").exists() for i in range(2))
@@ -352,7 +350,7 @@ def test_a_study_deleted_under_a_running_worker_stops_it_in_one_line(
         f"autosearch: error: study 'gone' was deleted from {url} while this worker ran (its "
         "trials with it); the worker stops and stores nothing more"
     )
-    from autosearch.study.storage._urls import open_storage
+    from autosearch.storage._urls import open_storage
 
     stored = optuna.get_all_study_names(open_storage(url, create=False))
     assert "gone" not in stored  # nothing was made again
@@ -398,7 +396,7 @@ def _deleted(name: str, url: str) -> bool:
     IntegrityError): the study is still there, and the worker rightly goes on."""
     import optuna
 
-    from autosearch.study.storage._urls import open_storage
+    from autosearch.storage._urls import open_storage
 
     storage = open_storage(url, create=False)
     optuna.delete_study(study_name=name, storage=storage)
@@ -536,14 +534,14 @@ def test_a_dead_workers_trial_past_the_total_is_given_up_though_nothing_claims(
         "import autosearch, numpy as np\n"
         f"s = autosearch.load_study('full', storage={study.storage_url!r})\n"
         "arch = s.space.sample(np.random.default_rng(7))\n"
-        "s.claims.start(arch, {'arch_id': arch.arch_id, 'worker': 'gone:1'})\n"
+        "s._claims.start(arch, {'arch_id': arch.arch_id, 'worker': 'gone:1'})\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=1800)  # then it is gone
-    assert study.count("running") == 1
+    assert study.trials.count("running") == 1
     assert study.optimize(0) == []
     (dead,) = [t for t in study.optuna_study.get_trials() if "superseded" in t.user_attrs]
     assert dead.state == TrialState.FAIL and "its process is gone" in dead.user_attrs["superseded"]
-    assert study.count("running") == 0 and study.count("complete") == 2
+    assert study.trials.count("running") == 0 and study.trials.count("complete") == 2
 
 
 def _dies(marks: str, **_: object) -> None:

@@ -1,4 +1,4 @@
-"""A trial created and ended in few statements (autosearch.study.storage._rdb) stores what
+"""A trial created and ended in few statements (autosearch.storage._rdb) stores what
 Optuna's own path stores, row for row, refuses what Optuna refuses, and ends a trial
 all at once or not at all."""
 
@@ -25,8 +25,8 @@ from optuna.trial import FrozenTrial, TrialState, create_trial
 
 from autosearch import load_study
 from autosearch.errors import AutosearchError
-from autosearch.study.storage._rdb import RDBStorage
-from autosearch.study.storage._urls import database, end_trial, open_storage
+from autosearch.storage._rdb import RDBStorage
+from autosearch.storage._urls import database, end_trial, open_storage
 
 NAMES = st.text("abcdefgh_", min_size=1, max_size=6)
 JSON = st.recursive(
@@ -377,7 +377,7 @@ def test_a_creation_cut_off_before_its_definition_is_completed_by_the_next_run(
     it says so; the next run of the same study finishes it (keeping a creation id already
     written) and runs, where it used to be refused as not autosearch's after a minute.
     A study that holds anything else, or other directions, is still refused, untouched."""
-    from autosearch.study.storage import stored
+    from autosearch.study import stored
 
     monkeypatch.setattr(stored, "_CREATION_WAIT", 0.0)  # nobody else is making it here
     url = f"journal:{tmp_path}/s.log" if kind == "journal" else f"sqlite:///{tmp_path}/s.db"

@@ -30,8 +30,8 @@ def test_end_to_end_two_trials(make_study, tmp_path):
         assert 0 <= r.metrics["accuracy"] <= 1 and 0 <= r.metrics["test_accuracy"] <= 1
         assert r.metrics["flops"] == 2 * r.metrics["macs"] > 0 and r.metrics["params"] > 0
         # The default reward: MnasNet's soft constraint around the space's median FLOPs.
-        target = study.reward.target
-        assert study.reward_name.startswith("mnas@flops=") and target
+        target = study.definition.reward.target
+        assert str(study.definition.reward).startswith("mnas@flops=") and target
         expected = r.metrics["accuracy"] * (r.metrics["flops"] / target) ** -0.07
         assert r.metrics["reward"] == pytest.approx(expected)
         assert r.metrics["latency"] > 0 and r.metrics["bytes"] > 4 * r.metrics["params"]
@@ -161,7 +161,7 @@ def test_a_failing_trial_is_stored_with_its_reason_and_the_study_goes_on(
     records = study.optimize(2)
     assert [r.state for r in records] == ["failed", "complete"]
     assert records[0].reason == f"{type(error).__name__}: {error}"
-    assert study.count("failed") == 1 and study.best() == records[1]
+    assert study.trials.count("failed") == 1 and study.best() == records[1]
     trial = study.optuna_study.trials[0]
     assert trial.state == optuna.trial.TrialState.FAIL
     assert trial.user_attrs["fail_reason"] == records[0].reason
@@ -175,7 +175,7 @@ def test_failures_in_a_row_stop_the_study_with_the_last_reason(make_study, monke
     study = make_study()
     with pytest.raises(StudyError, match="3 trials failed in a row.*labels out of range"):
         study.optimize(10, max_failures_in_a_row=3)
-    assert study.count("failed") == 3
+    assert study.trials.count("failed") == 3
 
 
 def test_callbacks_see_every_record(make_study):
@@ -294,9 +294,9 @@ def test_every_process_scores_with_the_stored_reward(make_study, tmp_path, monke
     study = make_study("same-reward")
     (record,) = study.optimize(1)
     again = autosearch.load_study("same-reward", storage=f"sqlite:///{tmp_path}/same-reward.db")
-    assert study.reward_name == "mnas@flops=1.23457e+06,w=-0.07"
-    assert again.reward == study.reward
-    assert again.reward(record.metrics) == record.metrics["reward"]
+    assert str(study.definition.reward) == "mnas@flops=1.23457e+06,w=-0.07"
+    assert again.definition.reward == study.definition.reward
+    assert again.definition.reward(record.metrics) == record.metrics["reward"]
 
 
 def _script(tmp_path, body: str) -> str:
@@ -389,13 +389,13 @@ def test_a_damaged_controller_state_is_left_out_and_the_controller_learns_again(
 
     study = make_study("c")
     study.optimize(2)
-    state = study.storage.get_study_system_attrs(study._study_id)["autosearch:controller"]
+    state = study._storage.get_study_system_attrs(study._study_id)["autosearch:controller"]
     state["state"] = {"rng": "not a state", "seen": 7}
     state["told"] = [["x", None]]
-    study.storage.set_study_system_attr(study._study_id, "autosearch:controller", state)
+    study._storage.set_study_system_attr(study._study_id, "autosearch:controller", state)
     with caplog.at_level("WARNING", logger="autosearch"):
         again = autosearch.load_study("c", storage=study.storage_url, read_only=True)
-    assert "cannot be read" in caplog.text and again.replay.told == {0, 1}  # told again
+    assert "cannot be read" in caplog.text and again._replay.told == {0, 1}  # told again
     assert main(["status", "--study", "c", "--storage", study.storage_url]) == 0
     with pytest.raises(autosearch.StudyError, match="opened read-only"):
         again.optimize(1)
@@ -408,7 +408,7 @@ def test_the_heartbeat_names_a_trial_id_as_an_id():
     import logging
     import threading
 
-    from autosearch.study.workers._heartbeat import beating
+    from autosearch.workers._heartbeat import beating
 
     class Failing:
         def set_trial_system_attr(self, trial_id, key, value):
@@ -422,7 +422,7 @@ def test_the_heartbeat_names_a_trial_id_as_an_id():
             lines.append(record.getMessage())
             said.set()
 
-    logger = logging.getLogger("autosearch.study.workers._heartbeat")
+    logger = logging.getLogger("autosearch.workers._heartbeat")
     handler, level = Seen(), logger.level
     logger.addHandler(handler)
     logger.setLevel(logging.DEBUG)

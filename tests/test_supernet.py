@@ -27,9 +27,9 @@ from autosearch import (
     TrainConfig,
 )
 from autosearch.cli import main
-from autosearch.evaluation.supernet import Sandwich, recalibrate
 from autosearch.registry import controllers
 from autosearch.testing import ControllerContract
+from autosearch.weight_sharing.supernet import Sandwich, recalibrate
 from controllers import RandomSearch, RegularizedEvolution
 from search_spaces import ElasticSpace, MobileNetSpace, ResNetSpace
 
@@ -209,7 +209,7 @@ def test_the_epoch_line_scores_the_largest_subnet_as_the_search_would(digits, mo
     Now each epoch's figure is the largest subnet recalibrated on the same images its
     evaluation as a trial uses; the supernet's own statistics (and so its checkpoints
     and weights) are what they were without it."""
-    import autosearch.evaluation.supernet as module
+    import autosearch.weight_sharing.supernet as module
 
     space = SPACES["resnet basic pad"]()
     config, supernet = TrainConfig(epochs=2, batch_size=64, lr=0.05), SupernetConfig(sandwich=1)
@@ -233,8 +233,8 @@ def test_the_epoch_line_scores_the_largest_subnet_as_the_search_would(digits, mo
 def test_the_epoch_line_names_what_it_shows(caplog):
     import logging
 
-    from autosearch.study.supernet import progress as supernet_progress
     from autosearch.training.train import EpochResult
+    from autosearch.weight_sharing import progress as supernet_progress
 
     epoch = EpochResult(epoch=3, train_loss=0.5, val_accuracy=0.875, val_loss=0.4, seconds=2.0)
     with caplog.at_level(logging.INFO), supernet_progress.shown(30, False) as show:
@@ -266,8 +266,8 @@ def trained(tmp_path_factory):
         train=TINY,
         supernet=SupernetConfig(sandwich=1, latency=False),
     )
-    info = study.train_supernet()
-    weights = study.save_supernet(root / "supernet.safetensors")
+    info = study.supernet.train()
+    weights = study.supernet.save(root / "supernet.safetensors")
     return {"root": root, "study": study, "info": info, "weights": weights}
 
 
@@ -275,9 +275,9 @@ def test_a_supernet_is_trained_once_and_stored_with_the_study(trained):
     study, info = trained["study"], trained["info"]
     assert info["status"] == "complete" and info["epochs"] == 2 and len(info["history"]) == 2
     again = autosearch.load_study("ws", storage=study.storage_url)
-    assert again.train_supernet() == info  # trained already: nothing trains again
-    assert not (study.artifacts.folder / "supernet").exists() or not any(
-        (study.artifacts.folder / "supernet").rglob("*.pt")
+    assert again.supernet.train() == info  # trained already: nothing trains again
+    assert not (study._artifacts.folder / "supernet").exists() or not any(
+        (study._artifacts.folder / "supernet").rglob("*.pt")
     )  # its checkpoints go once its weights are stored
 
 
@@ -300,12 +300,12 @@ def test_every_controller_searches_a_supernet_unchanged(name, trained, tmp_path)
         supernet=SupernetConfig(sandwich=1, latency=False, weights=str(trained["weights"])),
         **(warm if name == "zero_cost" else {}),
     )
-    study.train_supernet()  # imports the weights: no training
+    study.supernet.train()  # imports the weights: no training
     records = study.optimize(6)
     assert [r.state for r in records] == ["complete"] * 6
     assert len({r.arch for r in records}) == 6
     assert all(r.flops <= 6e5 for r in records)  # within the space's budget
-    facts = study.optuna_trials()[0].user_attrs["result"]
+    facts = study.trials.all()[0].user_attrs["result"]
     assert facts["evaluated_by"] == "supernet" and facts["weights"] is None
     assert 0.0 < records[0].accuracy <= 1.0
 
@@ -335,7 +335,7 @@ def _int8_study(trained, tmp_path, name="v", seed=1):
         variants=("base", "int8"),
         supernet=SupernetConfig(latency=False, weights=str(trained["weights"])),
     )
-    study.train_supernet()
+    study.supernet.train()
     return study
 
 
@@ -359,10 +359,10 @@ def test_two_worker_processes_search_the_stored_supernet_with_its_int8_variants(
     n_workers=2)``. Each worker loads the stored supernet and scores its subnets (and
     their int8 estimates) on those weights; nothing trains the supernet again."""
     study = _int8_study(trained, tmp_path, "pair", seed=2)
-    info = study.train_supernet()  # loaded already: what the study stored
+    info = study.supernet.train()  # loaded already: what the study stored
     records = study.optimize(4, n_workers=2)
     assert len(records) == 4 and {r.state for r in records} == {"complete"}
-    trials = {t.number: t for t in study.optuna_trials()}
+    trials = {t.number: t for t in study.trials.all()}
     assert sorted(trials) == sorted(r.trial for r in records)
     for record in records:
         trial = trials[record.trial]
@@ -370,7 +370,7 @@ def test_two_worker_processes_search_the_stored_supernet_with_its_int8_variants(
         assert trial.user_attrs["result"]["supernet"] == info["digest"]
         int8 = study.record(record.trial, "int8")
         assert int8.state == "complete" and int8.metrics["bytes"] < record.metrics["bytes"]
-    assert study.train_supernet() == info  # the same weights: nothing trained them again
+    assert study.supernet.train() == info  # the same weights: nothing trained them again
 
 
 def test_a_subnets_passes_run_without_cudnns_autotuner_which_is_as_it_was_after(
@@ -420,7 +420,7 @@ def test_bad_input_to_a_supernet_study_changes_nothing(trained, tmp_path, capsys
     # Evaluating before the supernet is trained: one line, nothing run.
     with pytest.raises(StudyError, match="not trained yet: train it first"):
         study.optimize(2)
-    assert study.optuna_trials() == []
+    assert study.trials.all() == []
     # Weights of another supernet (another sub-space): refused.
     other = autosearch.create_study(
         "o",
@@ -435,7 +435,7 @@ def test_bad_input_to_a_supernet_study_changes_nothing(trained, tmp_path, capsys
         supernet=SupernetConfig(weights=str(trained["weights"])),
     )
     with pytest.raises(ConfigError, match="are of another supernet"):
-        other.train_supernet()
+        other.supernet.train()
     (tmp_path / "junk.safetensors").write_bytes(b"\x00" * 64)
     junk = autosearch.create_study(
         "j",
@@ -445,8 +445,8 @@ def test_bad_input_to_a_supernet_study_changes_nothing(trained, tmp_path, capsys
         supernet=SupernetConfig(weights=str(tmp_path / "junk.safetensors")),
     )
     with pytest.raises(ConfigError, match="cannot be read"):
-        junk.train_supernet()
-    assert other.optuna_trials() == [] and junk.optuna_trials() == []
+        junk.supernet.train()
+    assert other.trials.all() == [] and junk.trials.all() == []
 
 
 def test_a_subnet_over_the_budget_is_refused(trained):
@@ -456,7 +456,7 @@ def test_a_subnet_over_the_budget_is_refused(trained):
 
     study = trained["study"]
     space = _space(max_flops=2e5, budget_input=(1, 8, 8))
-    plan = dataclasses.replace(study.plan(space.largest()), space=space)
+    plan = dataclasses.replace(study._planner.plan(space.largest()), space=space)
     with pytest.raises(BudgetError, match="over the budget"):
         run_trial(plan, study.data)
 
@@ -553,7 +553,7 @@ def test_a_supernet_killed_mid_epoch_resumes_from_its_last_epoch(tmp_path, monke
         == 0
     )
     study = autosearch.load_study("ws-file", storage=f"sqlite:///{tmp_path}/runs/ws-file/study.db")
-    history = study.train_supernet()["history"]
+    history = study.supernet.train()["history"]
     assert [e["epoch"] for e in history] == [1, 2, 3, 4]
     # The epochs before the kill were restored, not trained again (their timings match).
     assert [e["seconds"] for e in history[:cut_at]] == [e["seconds"] for e in saved["history"]]
@@ -591,7 +591,7 @@ def test_a_worker_on_a_supernet_study_trains_the_supernet_first(tmp_path, monkey
     out = capsys.readouterr().out
     assert out.splitlines()[0] == first.splitlines()[0]  # the same weights, the same digest
     assert "worker finished 1 trials" in out
-    assert autosearch.load_study("ws-file", storage=url).count("complete") == 3
+    assert autosearch.load_study("ws-file", storage=url).trials.count("complete") == 3
 
 
 def test_the_shipped_supernet_study_file_defines_a_supernet_study():
@@ -614,7 +614,7 @@ def test_run_confirms_the_top_of_the_front_when_the_study_file_asks(tmp_path, mo
     assert "confirmed by training from scratch" in out and "Pareto front" in out
     study = autosearch.load_study("ws-file", storage="sqlite:///runs/ws-file/study.db")
     confirmed = [r for r in study.records() if r.confirms is not None]
-    assert len(confirmed) == 1 and study.count() == 4  # the budget counts search trials
+    assert len(confirmed) == 1 and study.trials.count() == 4  # the budget counts search trials
     best = study.best()
     assert best.confirms is not None  # what run reported and exported is the confirmed one
     card = json.loads((tmp_path / "runs" / "ws-file" / "best" / "arch.json").read_text())

@@ -97,7 +97,7 @@ def _state(folder: Path) -> dict:
     study = autosearch.load_study(
         "job", storage=f"sqlite:///{folder}/runs/job/study.db", read_only=True
     )
-    return study.storage.get_study_system_attrs(study._study_id)["autosearch:supernet"]
+    return study._storage.get_study_system_attrs(study._study_id)["autosearch:supernet"]
 
 
 @pytest.mark.slow
@@ -140,7 +140,7 @@ def test_two_workers_started_together_train_the_supernet_once(tmp_path):
     assert main(["run", str(tmp_path / "job.py"), "--storage", _url(tmp_path), "--out",
                  str(tmp_path / "out")]) == 0  # fmt: skip
     study = autosearch.load_study("job", storage=_url(tmp_path), read_only=True)
-    scored = {t.user_attrs["result"]["supernet"] for t in study.optuna_trials()}
+    scored = {t.user_attrs["result"]["supernet"] for t in study.trials.all()}
     assert scored == {trained["digest"]}
 
 
@@ -160,15 +160,15 @@ def _tiny_study(tmp_path: Path, name: str = "lost", **supernet):
 
 
 def _weights_file(study) -> Path:
-    state = study.storage.get_study_system_attrs(study._study_id)["autosearch:supernet"]
-    return study.artifacts.folder / state["weights"]
+    state = study._storage.get_study_system_attrs(study._study_id)["autosearch:supernet"]
+    return study._artifacts.folder / state["weights"]
 
 
 def test_lost_or_changed_supernet_weights_are_named_and_trained_again_when_asked(tmp_path, capsys):
     """The reported fault: with the stored weights gone, `autosearch supernet` said
     "trained 8 epochs" and exited 0, and every run failed naming nothing that exists."""
     study = _tiny_study(tmp_path)
-    first = study.train_supernet()
+    first = study.supernet.train()
     (record,) = study.optimize(1)
     weights = _weights_file(study)
     for damage in ("missing", "damaged", "changed"):
@@ -184,23 +184,23 @@ def test_lost_or_changed_supernet_weights_are_named_and_trained_again_when_asked
                       str(weights))  # fmt: skip
         again = autosearch.load_study("lost", storage=study.storage_url)
         with pytest.raises(PlatformError, match=r"autosearch supernet STUDY_FILE --retrain"):
-            again.train_supernet()
+            again.supernet.train()
         with pytest.raises(PlatformError, match=r"--retrain"):
             again.optimize(1)
         with pytest.raises(PlatformError, match=r"--retrain"):
             again.export(again.record(record.trial), tmp_path / "x")
         if damage == "changed":
             with pytest.raises(PlatformError, match="not those it stored"):
-                again.train_supernet()
+                again.supernet.train()
         # Asked to, it trains again: seeded, the same weights as the first time.
-        repaired = again.train_supernet(retrain=True)
+        repaired = again.supernet.train(retrain=True)
         assert repaired["round"] == first["round"] + 1 and repaired["epochs"] == 2
         assert repaired["digest"] == first["digest"]
         first = repaired
         weights = _weights_file(again)
         # The trial scored on the first weights exports: they are the same.
         assert (again.export(again.record(record.trial), tmp_path / damage) / "model.py").is_file()
-    assert again.optuna_trials()[0].user_attrs["result"]["supernet"] == first["digest"]
+    assert again.trials.all()[0].user_attrs["result"]["supernet"] == first["digest"]
 
 
 def test_a_trial_scored_on_other_weights_is_not_exported_as_if_it_were(tmp_path, capsys):
@@ -208,9 +208,9 @@ def test_a_trial_scored_on_other_weights_is_not_exported_as_if_it_were(tmp_path,
     0.825, 0.819 on export). Here the study's supernet becomes other weights (another
     seed's, as a nondeterministic retraining would give) after a trial was scored."""
     study = _tiny_study(tmp_path, "other")
-    study.train_supernet()
+    study.supernet.train()
     (record,) = study.optimize(1)
-    scored_on = study.optuna_trials()[0].user_attrs["result"]["supernet"]
+    scored_on = study.trials.all()[0].user_attrs["result"]["supernet"]
     space = ResNetSpace(max_stages=2, depths=(1, 2), widths=(8, 16), stem_widths=(8, 16))
     another = autosearch.create_study(
         "another",
@@ -220,9 +220,9 @@ def test_a_trial_scored_on_other_weights_is_not_exported_as_if_it_were(tmp_path,
         supernet=SupernetConfig(sandwich=1, latency=False),
         seed=1,
     )
-    swapped = another.train_supernet()
+    swapped = another.supernet.train()
     assert swapped["digest"] != scored_on
-    study.storage.set_study_system_attr(study._study_id, "autosearch:supernet", swapped)
+    study._storage.set_study_system_attr(study._study_id, "autosearch:supernet", swapped)
     again = autosearch.load_study("other", storage=study.storage_url)
     with pytest.raises(ExportError, match=f"scored on supernet weights {scored_on}"):
         again.export(again.record(record.trial), tmp_path / "x")
@@ -270,9 +270,9 @@ def test_supernet_training_repeats_and_draws_from_the_study_seed(tmp_path):
     """Two runs of the same settings: the same subnets drawn, the same losses and
     weights (the subnets used to come from an unseeded generator)."""
     torch.manual_seed(12345)  # the caller's own random state plays no part
-    one = _tiny_study(tmp_path, "one").train_supernet()
+    one = _tiny_study(tmp_path, "one").supernet.train()
     torch.manual_seed(54321)
-    two = _tiny_study(tmp_path, "two").train_supernet()
+    two = _tiny_study(tmp_path, "two").supernet.train()
     assert [e["train_loss"] for e in one["history"]] == [e["train_loss"] for e in two["history"]]
     assert one["digest"] == two["digest"]
 
@@ -304,16 +304,16 @@ def test_sigterm_during_supernet_training_says_so_and_resumes(tmp_path):
 
 def test_imported_weights_that_cannot_be_used_are_refused_in_one_line(tmp_path):
     trained = _tiny_study(tmp_path, "src")
-    trained.train_supernet()
-    good = trained.save_supernet(tmp_path / "w.safetensors")
+    trained.supernet.train()
+    good = trained.supernet.save(tmp_path / "w.safetensors")
     folder = tmp_path / "folder"
     folder.mkdir()
-    assert trained.save_supernet(folder) == folder / "supernet.safetensors"  # into a folder
+    assert trained.supernet.save(folder) == folder / "supernet.safetensors"  # into a folder
     assert oct(good.stat().st_mode & 0o777) == oct(0o666 & ~_umask())
     from safetensors.torch import load_file, save_file
 
     state = load_file(str(good))
-    meta = {"fingerprint": json.loads(json.dumps(trained.supernet_job.fingerprint(trained.data)))}
+    meta = {"fingerprint": json.loads(json.dumps(trained.supernet._job.fingerprint(trained.data)))}
     wrong = dict(state)
     first = next(k for k, v in state.items() if v.is_floating_point() and v.dim() > 1)
     wrong[first] = torch.zeros(1, 1)
@@ -329,9 +329,9 @@ def test_imported_weights_that_cannot_be_used_are_refused_in_one_line(tmp_path):
     for index, (path, match) in enumerate(cases.items()):
         study = _tiny_study(tmp_path, f"i{index}", weights=path)
         with pytest.raises(autosearch.ConfigError, match=match):
-            study.train_supernet()
+            study.supernet.train()
     with pytest.raises(autosearch.ConfigError, match="not a regular file or a folder"):
-        trained.save_supernet("/dev/full")
+        trained.supernet.save("/dev/full")
     assert Path("/dev/full").is_char_device()
 
 
@@ -344,15 +344,15 @@ def _umask() -> int:
 def test_untrained_and_damaged_states_say_what_to_do(tmp_path):
     study = _tiny_study(tmp_path, "state")
     with pytest.raises(StudyError, match="not trained yet: train it first"):
-        study.supernet_evaluator  # noqa: B018
-    study.storage.set_study_system_attr(
+        study.supernet.evaluator  # noqa: B018
+    study._storage.set_study_system_attr(
         study._study_id,
         "autosearch:supernet",
         {"status": "complete", "fingerprint": "x", "weights": "y", "seconds": "soon"},
     )
     again = autosearch.load_study("state", storage=study.storage_url)
     with pytest.raises(StudyError, match=r"stored supernet state is damaged \(its seconds"):
-        again.train_supernet()
+        again.supernet.train()
 
 
 def test_a_garbage_stored_history_is_named_by_the_cli_in_one_line(tmp_path, monkeypatch, capsys):
@@ -365,7 +365,7 @@ def test_a_garbage_stored_history_is_named_by_the_cli_in_one_line(tmp_path, monk
     study = autosearch.load_study("job", storage=_url(tmp_path))
     state = _state(tmp_path)
     for garbage in ({"history": [{"epoch": "one"}]}, {"seconds": "x"}, {"weights": "../x"}):
-        study.storage.set_study_system_attr(
+        study._storage.set_study_system_attr(
             study._study_id, "autosearch:supernet", {**state, **garbage}
         )
         for argv in (["supernet", "job.py"], ["run", "job.py"]):
@@ -395,8 +395,8 @@ def test_weights_of_a_claim_that_lost_its_job_are_removed(tmp_path, monkeypatch)
         return real(self, claim, result, value=value)
 
     monkeypatch.setattr(Jobs, "finish", finish)
-    state = study.train_supernet()
-    files = {p.name for p in study.artifacts.folder.iterdir() if p.is_file()}
+    state = study.supernet.train()
+    files = {p.name for p in study._artifacts.folder.iterdir() if p.is_file()}
     assert lost and lost[0] not in files and files == {state["weights"]}
 
 

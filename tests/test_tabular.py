@@ -78,7 +78,7 @@ def test_a_tabular_study_looks_results_up_instead_of_training(nb201_table, tmp_p
         assert r.metrics["params"] == space.cost(r.arch).params
     assert all("is not in table" in r.reason for r in missing)
     again = autosearch.load_study("tab", storage=f"sqlite:///{tmp_path}/tab.db")
-    assert again.table == Table(path=str(path)) and len(again.records()) == 30
+    assert again.definition.table == Table(path=str(path)) and len(again.records()) == 30
     with pytest.raises(ExportError, match="looked up in a benchmark table"):
         again.export(again.best(), tmp_path / "x")
 
@@ -278,7 +278,7 @@ def test_tables_name_further_metric_columns_for_a_multi_objective_study(tmp_path
         round(r.metrics["latency"], 2) for r in records
     }
     again = autosearch.load_study("mo", storage=url)  # the stored table has its metrics
-    assert again.table == table and dict(again.table.metrics) == {
+    assert again.definition.table == table and dict(again.definition.table.metrics) == {
         "latency": "lat_ms",
         "energy": "uj",
     }

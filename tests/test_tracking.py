@@ -1,4 +1,4 @@
-"""A study shown live in MLflow and TensorBoard (autosearch/study/tracking): runs,
+"""A study shown live in MLflow and TensorBoard (autosearch/tracking): runs,
 params, metrics and artifacts read back with MLflow's own client and TensorBoard's
 event reader; a resumed trial continuing its run; a failed trial's run failed; two
 workers; a tracker that refuses connections or hangs costing a trial nothing."""
@@ -15,8 +15,8 @@ import pytest
 
 import autosearch
 from autosearch.errors import ConfigError
-from autosearch.study.tracking import Tracking
-from autosearch.study.tracking._sender import Sender
+from autosearch.tracking import Tracking
+from autosearch.tracking._sender import Sender
 
 mlflow = pytest.importorskip("mlflow")
 pytest.importorskip("tensorboard")
@@ -164,8 +164,8 @@ def test_a_store_whose_maker_is_killed_midway_is_never_left_half_made(tmp_path, 
     import subprocess
     import sys
 
-    from autosearch.study.tracking import mlflow_runs
-    from autosearch.study.tracking.mlflow_runs import MLflowRuns
+    from autosearch.tracking import mlflow_runs
+    from autosearch.tracking.mlflow_runs import MLflowRuns
 
     store = tmp_path / "mlflow.db"
     uri = f"sqlite:///{store}"
@@ -229,8 +229,8 @@ def test_a_study_in_mlflow_and_tensorboard(make_study, tmp_path):
         assert tags["autosearch.arch_id"] == record.arch.arch_id
         for gene, value in record.arch.genes.items():
             assert params[gene] == str(value)
-        assert params["train.epochs"] == str(study.train_config.epochs)
-        assert params["train.lr"] == str(study.train_config.lr)
+        assert params["train.epochs"] == str(study.definition.train.epochs)
+        assert params["train.lr"] == str(study.definition.train.lr)
         assert metrics["accuracy"] == pytest.approx(record.accuracy)
         assert metrics["flops"] == record.metrics["flops"]
         int8 = study.trials.record(record.trial, "int8")
@@ -244,7 +244,7 @@ def test_a_study_in_mlflow_and_tensorboard(make_study, tmp_path):
         else:
             assert tags["autosearch.figures.int8"] == "accuracy estimated (fake quantization)"
         history = client.get_metric_history(run.info.run_id, "val_accuracy")
-        assert sorted(m.step for m in history) == list(range(1, study.train_config.epochs + 1))
+        assert sorted(m.step for m in history) == list(range(1, study.definition.train.epochs + 1))
         arch = client.download_artifacts(run.info.run_id, "arch.json", str(tmp_path))
         assert autosearch.Architecture.from_json(open(arch).read()) == record.arch
     assert measured >= 1
@@ -255,7 +255,7 @@ def test_a_study_in_mlflow_and_tensorboard(make_study, tmp_path):
         if record.is_base:
             scalars = _scalars(board / f"trial-{record.trial:05d}")
             steps = [s for s, _ in scalars["val/accuracy"]]
-            assert steps == list(range(1, study.train_config.epochs + 1))
+            assert steps == list(range(1, study.definition.train.epochs + 1))
             assert scalars["hparam/accuracy"][0][1] == pytest.approx(record.accuracy)
     front = _scalars(board / "front")["front/accuracy"]
     assert sorted(front) == sorted(

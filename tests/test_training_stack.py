@@ -455,7 +455,10 @@ def test_a_study_searches_a_folder_too_large_for_memory(
     assert len(records) == 4 and all(r.state == "complete" for r in records)
     for record in records:  # learned (chance is 0.1), int8 too
         assert record.metrics["accuracy"] > 0.3 and 0.3 < record.metrics["test_accuracy"] <= 1
-    assert study.data_report["read"] == 1798 and study.data_report["duplicates"] == 1
+    assert (
+        study.definition.data_report["read"] == 1798
+        and study.definition.data_report["duplicates"] == 1
+    )
 
 
 @pytest.mark.parametrize("workers", ["0", "1"])

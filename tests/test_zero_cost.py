@@ -235,7 +235,7 @@ PAIR = ("synflow", "naswot")
 
 
 def _pool(study):
-    attrs = study.storage.get_study_system_attrs(study._study_id)
+    attrs = study._storage.get_study_system_attrs(study._study_id)
     return attrs["autosearch:pool-proxies"]
 
 

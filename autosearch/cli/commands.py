@@ -37,12 +37,12 @@ from autosearch.study import (
     default_storage,
     load_study,
 )
-from autosearch.study.workers._heartbeat import worker_id
-from autosearch.study.workers.executors import Executor
-from autosearch.study.workers.pool import start_worker
+from autosearch.study.study import join_as_worker
 from autosearch.studyfile import load_spec
 from autosearch.training.runtime import init_distributed, leave_distributed, world
 from autosearch.training.train import EpochResult, TrainConfig
+from autosearch.workers._heartbeat import worker_id
+from autosearch.workers.executors import Executor
 
 __all__ = ["cmd_run", "cmd_search", "cmd_supernet", "cmd_train", "cmd_worker"]
 
@@ -83,7 +83,7 @@ def _run_to_budget(
 ) -> int:
     """Run the study to ``total`` finished trials (workers and executor as ``args`` say),
     confirm the top ``confirm`` of a supernet's front; write the report, export the best."""
-    finished = study.count("complete", "failed")
+    finished = study.trials.count("complete", "failed")
     remaining = max(total - finished, 0)
     print(
         f"study {study.name}: {finished} of {total} trials done, running {remaining} "
@@ -99,12 +99,12 @@ def _run_to_budget(
             total=total,  # other workers of the study count: it is run to its total
         )
         interrupted = study.interrupted
-        if confirm and not interrupted and study.count("complete"):
+        if confirm and not interrupted and study.trials.count("complete"):
             interrupted = _confirm(study, confirm)
     except KeyboardInterrupt as exc:  # StopNow names SIGTERM where that stopped it
         interrupted = getattr(exc, "signal", "SIGINT")
     report = write_report(study, out / "report.html")
-    done = study.count("complete", "failed")
+    done = study.trials.count("complete", "failed")
     if interrupted:
         print(
             f"\ninterrupted ({interrupted}) after {done} of {total} trials; report so far: "
@@ -112,18 +112,19 @@ def _run_to_budget(
             "last checkpoint"
         )
         return 128 + signal.Signals[interrupted].value  # as a shell reports the signal
-    if not study.count("complete"):
+    if not study.trials.count("complete"):
         return _nothing_complete(study, done, report)
-    front = study.measure_front()  # also where nothing ran now: figures lost are measured again
+    # Also where nothing ran now: figures lost are measured again.
+    front = study.pareto(measured=True)
     best = study.best()
     print("\nPareto front (validation accuracy against FLOPs = 2 x MACs per image):")
     print(table(front))
     test = "" if best.test_accuracy is None else f", test {best.test_accuracy:.4f}"
     print(f"\nbest: trial {best.trial}, {best.description}: val {best.accuracy:.4f}{test}")
     print(f"storage: {study.storage_url}\nreport:  {report}")
-    if study.table is None and export:
+    if study.definition.table is None and export:
         print(f"export:  {study.export(best, out / 'best')}/")
-    elif study.table is None:
+    elif study.definition.table is None:
         print(
             f"export:  not written (--no-export); `autosearch export --study {study.name} "
             f"--storage {study.storage_url}` writes it"
@@ -173,12 +174,13 @@ def _confirm(study: Study, k: int) -> str | None:
     """Train the top ``k`` subnets of the supernet's front (fewer where it is smaller) and
     show them; what interrupted it, if anything."""
     from autosearch.cli.confirm import confirmations_table
-    from autosearch.study.supernet.confirm import candidates
+    from autosearch.weight_sharing.confirm import candidates
 
-    k = min(k, len(candidates(study.records(), study.objectives)))
-    done = study.confirm(k)
+    assert study.supernet is not None  # asked of weight-sharing studies only
+    k = min(k, len(candidates(study.records(), study.definition.objectives)))
+    done = study.supernet.confirm(k)
     wanted = {r.confirms for r in done}
-    rows = [c for c in study.confirmations() if c.trial in wanted]
+    rows = [c for c in study.supernet.confirmations() if c.trial in wanted]
     print(
         f"\nconfirmed by training from scratch (validation accuracy):\n{confirmations_table(rows)}"
     )
@@ -243,7 +245,7 @@ def _supernet_first(study: Study, *, retrain: bool = False, as_json: bool = Fals
     if study.supernet is None:
         return 0
     try:
-        info = study.train_supernet(retrain=retrain)
+        info = study.supernet.train(retrain=retrain)
     except Interrupted as exc:
         signal_name = str(exc) or "SIGTERM"
         if world()[0] == 0:
@@ -401,15 +403,15 @@ def _trainer(args: argparse.Namespace, config: TrainConfig, seed: int) -> Any:
     if args.population and args.schedule:
         raise ConfigError("--population and --schedule: give one (a schedule replays one member)")
     if args.population:
-        from autosearch.study.population.full import population_trainer
-        from autosearch.study.population.rules import PopulationBasedTraining
+        from autosearch.population.full import population_trainer
+        from autosearch.population.rules import PopulationBasedTraining
 
         population = PopulationBasedTraining.of_learning_rate(
             args.population, args.population_interval, config.lr, seed=seed
         )
         return population_trainer(population)
     if args.schedule:
-        from autosearch.study.population.full import read_schedule, schedule_trainer
+        from autosearch.population.full import read_schedule, schedule_trainer
 
         return schedule_trainer(read_schedule(args.schedule, config.epochs))
     return None
@@ -439,10 +441,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     code = _supernet_first(study)  # trained once, by whichever worker comes first
     if code:
         return code
-    # Its controller on a random stream of its own.
-    start_worker(
-        study.trials, study.replay, study.worker_attrs, seed=study.seed, worker=worker_id()
-    )
+    join_as_worker(study, worker_id())  # its controller on a random stream of its own
     print(f"worker joined study {study.name} ({study.storage_url}); {args.n_trials} trials")
     try:
         records = study.optimize(

@@ -1,6 +1,6 @@
 """``autosearch confirm``: train the top ``k`` subnets of a supernet study's front from
 scratch (or, with ``--ranker``, ``k`` chosen one after another by the ranker), as trials of
-the study (autosearch.study.supernet.confirm), and compare each subnet's inherited
+the study (autosearch.weight_sharing.confirm), and compare each subnet's inherited
 accuracy with its confirmed one. Several of these commands on one study share
 the subnets (each is trained once); a cut run resumes where it stopped."""
 
@@ -11,10 +11,11 @@ import json
 from collections.abc import Sequence
 
 from autosearch.errors import StudyError
-from autosearch.study import default_storage, load_study
-from autosearch.study.population.rules import PopulationBasedTraining
-from autosearch.study.supernet.confirm import Confirmation
+from autosearch.population.rules import PopulationBasedTraining
+from autosearch.study import Study, default_storage, load_study
+from autosearch.study.study import WeightSharing
 from autosearch.studyfile import load_spec
+from autosearch.weight_sharing.confirm import Confirmation
 
 __all__ = ["cmd_confirm", "confirmations_table"]
 
@@ -59,11 +60,15 @@ def cmd_confirm(args: argparse.Namespace) -> int:
     population = None
     if args.population:  # the learning rate adapted within 1/10 to 10 times the study's
         population = PopulationBasedTraining.of_learning_rate(
-            args.population, args.population_interval, study.train_config.lr, seed=study.seed
+            args.population,
+            args.population_interval,
+            study.definition.train.lr,
+            seed=study.definition.seed,
         )
-    done = study.confirm(args.k, ranker=args.ranker or None, population=population)
+    supernet = _supernet(study)
+    done = supernet.confirm(args.k, ranker=args.ranker or None, population=population)
     wanted = {r.confirms for r in done}
-    rows = [c for c in study.confirmations() if c.trial in wanted]
+    rows = [c for c in supernet.confirmations() if c.trial in wanted]
     if args.json:
         print(json.dumps({"study": study.name, "confirmations": [c.to_json() for c in rows]}))
     else:
@@ -77,3 +82,12 @@ def cmd_confirm(args: argparse.Namespace) -> int:
         print(f"interrupted by {study.interrupted}; `autosearch confirm` again resumes it")
         return 130
     return 0
+
+
+def _supernet(study: Study) -> WeightSharing:
+    if study.supernet is None:
+        raise StudyError(
+            f"study {study.name!r} has no supernet: confirm trains a weight-sharing study's "
+            "front (create the study with supernet=...)"
+        )
+    return study.supernet

@@ -1,6 +1,6 @@
 """``autosearch population``: train a study's architecture (its best, or a trial's) as a
 population, its learning rate adapted while it trains, as one trial of the study
-(autosearch.study.population.study). Several of these commands on one study train the
+(autosearch.population.trial). Several of these commands on one study train the
 same population together; a cut run resumes where it stopped."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import argparse
 import json
 from typing import Any
 
+from autosearch.population.rules import PopulationBasedTraining
 from autosearch.study import default_storage, load_study
-from autosearch.study.population.rules import PopulationBasedTraining
 from autosearch.studyfile import load_spec
 
 __all__ = ["cmd_population"]
@@ -23,13 +23,13 @@ def cmd_population(args: argparse.Namespace) -> int:
     study = load_study(spec.name, storage=url)
     arch = study.record(args.trial).arch if args.trial is not None else study.best().arch
     population = PopulationBasedTraining.of_learning_rate(
-        args.size, args.interval, study.train_config.lr, seed=study.seed
+        args.size, args.interval, study.definition.train.lr, seed=study.definition.seed
     )
     record = study.train_population(population, arch)
     if record is None:
         print(f"interrupted by {study.interrupted}; `autosearch population` again resumes it")
         return 130
-    facts = study.optuna_trial(record.trial).user_attrs["result"].get("population") or {}
+    facts = study.trials.get(record.trial).user_attrs["result"].get("population") or {}
     summary: dict[str, Any] = {
         "study": study.name,
         "trial": record.trial,

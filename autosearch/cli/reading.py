@@ -15,8 +15,8 @@ from autosearch.report import write_report
 from autosearch.scoring.metrics import metric
 from autosearch.study import Record, Study, default_storage, load_study
 from autosearch.study.overlays import figures, is_estimated
-from autosearch.study.tracking import Tracking
 from autosearch.studyfile import load_spec
+from autosearch.tracking import Tracking
 
 __all__ = ["cmd_export", "cmd_report", "cmd_rerun", "cmd_status", "open_stored", "table"]
 
@@ -75,20 +75,22 @@ def cmd_status(args: argparse.Namespace) -> int:
             "storage": study.storage_url,
             "space": study.space.name,
             "controller": study.controller.name,
-            "objectives": list(study.objectives),
+            "objectives": list(study.definition.objectives),
             "trials": counts,
             "pareto": front,
-            "unreadable": study.unreadable,
-            "confirmations": [c.to_json() for c in study.confirmations()],
+            "unreadable": study.trials.unreadable,
+            "confirmations": [
+                c.to_json() for c in (study.supernet.confirmations() if study.supernet else [])
+            ],
         }
         print(json.dumps(status, indent=2))
         return 0
     print(
         f"study {study.name} ({study.storage_url}): space {study.space.name}, controller "
-        f"{study.controller.name}, objectives {', '.join(study.objectives)}"
+        f"{study.controller.name}, objectives {', '.join(study.definition.objectives)}"
     )
     print(", ".join(f"{n} {s}" for s, n in counts.items()))
-    for reason in study.unreadable.values():
+    for reason in study.trials.unreadable.values():
         print(f"left out, unreadable: {reason}")
     if counts["complete"]:
         points = study.pareto()
@@ -100,9 +102,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         if estimated:
             print(
                 f"{estimated} point(s) of the front show estimates, not measurements: "
-                "`autosearch run` on the study file (or study.measure_front()) measures them"
+                "`autosearch run` on the study file (or study.pareto(measured=True)) measures them"
             )
-    confirmed = study.confirmations()
+    confirmed = study.supernet.confirmations() if study.supernet else []
     if confirmed:
         print(
             "\nSubnets of the supernet confirmed by training (validation accuracy):\n"
@@ -124,7 +126,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.register is not None and not args.mlflow:
         raise ConfigError("--register NAME registers an MLflow model: add --mlflow")
     if args.register is not None:  # before the export's work
-        from autosearch.study.tracking.mlflow_model import check_model_name
+        from autosearch.tracking.mlflow_model import check_model_name
 
         check_model_name(args.register)
     if args.mlflow:  # a bad URI, or MLflow not installed, said before exporting

@@ -52,7 +52,7 @@ class Compression:
         estimate: Estimate each candidate's ``int8`` accuracy with simulated (fake)
             quantization of its float weights (autosearch.compress._fake_quant), and
             lower to a real int8 program only the points on the study's front (measured
-            when the search ends, or by ``study.measure_front()``), ``best()`` and
+            when the search ends, or by ``study.pareto(measured=True)``), ``best()`` and
             exports. False: every candidate's int8 program is lowered and measured.
             (Studies with latency among their objectives lower every candidate: an
             int8 program's latency is not predicted.)

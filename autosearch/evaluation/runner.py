@@ -32,7 +32,6 @@ from autosearch.compress import Derived, VariantSpec, derive
 from autosearch.data import Dataset
 from autosearch.errors import AutosearchError, PlatformError
 from autosearch.evaluation.proxies import ProxyConfig, candidate_proxies
-from autosearch.evaluation.supernet import no_autotuning
 from autosearch.evaluation.trial import (
     TRAIN_STATE,
     Interrupted,
@@ -49,6 +48,7 @@ from autosearch.scoring.latency import latency_table
 from autosearch.space import SearchSpace
 from autosearch.training.runtime import any_rank, broadcast_object, world
 from autosearch.training.train import EpochResult, evaluate, train
+from autosearch.weight_sharing.supernet import no_autotuning
 
 __all__ = [
     "TRAIN_STATE",

@@ -19,12 +19,12 @@ from autosearch.compress import Compression, VariantSpec
 from autosearch.controller import Outcome
 from autosearch.data import Dataset
 from autosearch.evaluation.proxies import ProxyConfig
-from autosearch.evaluation.supernet import SubnetEvaluator
 from autosearch.evaluation.tabular import Table
 from autosearch.scoring import Reward
 from autosearch.space import SearchSpace
 from autosearch.training.early_stopping import SuccessiveHalving
 from autosearch.training.train import EpochResult, TrainConfig, TrainResult
+from autosearch.weight_sharing.supernet import SubnetEvaluator
 
 __all__ = [
     "TRAIN_STATE",
@@ -72,7 +72,7 @@ class TrialPlan:
             and each variant's result once derived; what it already holds (an attempt
             resumed) is not done again.
         trainer: Trains the candidate another way than one run, in ``work`` (a
-            population: autosearch.study.population, where a confirmation asks).
+            population: autosearch.population, where a confirmation asks).
     """
 
     space: SearchSpace

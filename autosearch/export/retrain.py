@@ -132,7 +132,7 @@ def train_export(
     """Train the export in ``folder`` from scratch on ``data``; see the module docstring.
     ``trained_on``: the data spec the export's trial used, named when ``data`` does not
     fit. ``trainer``: how, where not by one plain run (a population, a replayed
-    schedule: :mod:`autosearch.study.population`). Returns the metrics written to
+    schedule: :mod:`autosearch.population`). Returns the metrics written to
     ``metrics.json``."""
     exported = load_export(folder)
     _check_fits(exported, data, folder, trained_on)

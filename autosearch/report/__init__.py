@@ -55,14 +55,14 @@ def _table(records: list[Record]) -> str:
 
 
 def _unreadable(study: Study) -> str:
-    if not study.unreadable:
+    if not study.trials.unreadable:
         return ""
-    items = "".join(f"<li>{html.escape(why)}</li>" for why in study.unreadable.values())
+    items = "".join(f"<li>{html.escape(why)}</li>" for why in study.trials.unreadable.values())
     return f"<h2>Stored trials left out (unreadable)</h2><ul>{items}</ul>"
 
 
 def _cleaning(study: Study) -> str:
-    report = study.data_report
+    report = study.definition.data_report
     if not report:
         return ""
     lines = CleaningReport(**{k: v for k, v in report.items() if k != "imbalance"}).lines()
@@ -84,7 +84,7 @@ def _figures(study: Study, points: list[Record]) -> str:
             ("Search history", plots.history(study)),
             ("Hypervolume", plots.hypervolume(study)),
         ]
-    if study.curves():
+    if study.trials.curves():
         figures.append(("Learning curves", plots.learning_curves(study)))
     try:
         figures.append(("Gene importance", plots.importance(study)))
@@ -111,7 +111,7 @@ def _costs(study: Study, records: list[Record]) -> str:
 
 def _confirmations(study: Study) -> str:
     """A supernet study's confirmed subnets: inherited against trained accuracy."""
-    rows = study.confirmations()
+    rows = study.supernet.confirmations() if study.supernet else []
     if not rows:
         return ""
     cells = "".join(
@@ -138,7 +138,7 @@ def _populations(study: Study, done: list[Record]) -> str:
     for r in sorted(done, key=lambda r: r.trial):
         if "population_size" not in r.metrics:
             continue
-        stored = study.optuna_trial(r.trial).user_attrs.get("result", {}).get("population", {})
+        stored = study.trials.get(r.trial).user_attrs.get("result", {}).get("population", {})
         if not stored.get("members"):  # stored before members were kept
             continue
         setting = next(iter(stored["members"][0]["settings"]))
@@ -202,9 +202,9 @@ def write_report(study: Study, path: str | Path) -> Path:
 <h1>autosearch study {html.escape(study.name)}</h1>
 <p>Space <b>{html.escape(study.space.name)}</b>,
 controller <b>{html.escape(study.controller.name)}</b>,
-objectives {html.escape(", ".join(study.objectives))}, reward
-<code>{html.escape(study.reward_name)}</code>, variants
-{html.escape(", ".join(v.name for v in study.variants))};
+objectives {html.escape(", ".join(study.definition.objectives))}, reward
+<code>{html.escape(str(study.definition.reward))}</code>, variants
+{html.escape(", ".join(v.name for v in study.definition.variants))};
 {len(done)} complete trials ({len(points)} measured points with their variants),
 {len(failed)} failures, {len(records)} trials in all. Figures marked estimated (open
 markers in the plots) are the search's shortcuts: int8 accuracy by fake quantization,

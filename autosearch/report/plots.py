@@ -298,7 +298,7 @@ def hypervolume(study: Study, *, x: str = "flops") -> go.Figure:
 def learning_curves(study: Study, *, limit: int = 50) -> go.Figure:
     """Validation accuracy after each epoch, one line per trial (the ``limit`` most
     accurate trials; the rest are left out to keep the plot readable)."""
-    curves = study.curves()
+    curves = study.trials.curves()
     described = {r.trial: r for r in study.records(variants=False)}
     ranked = sorted(curves, key=lambda t: -max(curves[t].values()))[:limit]
     # Coloured by rank of best accuracy (light: best), so no two trials share a colour
@@ -372,7 +372,7 @@ def importance(study: Study) -> go.Figure:
         )
     # The readable complete trials, valued by accuracy, in a study of their own.
     scored = optuna.create_study(direction="maximize")
-    for trial in study.optuna_trials():
+    for trial in study.trials.all():
         if trial.number in accuracy:
             scored.add_trial(
                 optuna.trial.create_trial(

@@ -24,6 +24,8 @@ from optuna.trial import FrozenTrial, TrialState
 from autosearch.architecture import Architecture
 from autosearch.errors import StudyError
 from autosearch.space import SearchSpace
+from autosearch.storage._rdb import TAKEOVER_LOCK_WAIT, TrialLocked
+from autosearch.storage._urls import end_trial, trial_number
 from autosearch.study import records
 from autosearch.study.records import (
     FAIL_REASON,
@@ -35,9 +37,7 @@ from autosearch.study.records import (
     claim_key,
     trial_kind,
 )
-from autosearch.study.storage._rdb import TAKEOVER_LOCK_WAIT, TrialLocked
-from autosearch.study.storage._urls import end_trial, trial_number
-from autosearch.study.workers._heartbeat import WORKER, Watch, beating, first_stamp
+from autosearch.workers._heartbeat import WORKER, Watch, beating, first_stamp
 
 __all__ = ["BudgetReached", "Claim", "Claims"]
 
@@ -67,7 +67,7 @@ class BudgetReached(StudyError):
 class Claims:
     """Claims on one study's trials, for one worker: of its search trials, or of the
     trials of another ``kind`` (records.trial_kind: ``confirm``, the confirmation trials
-    of autosearch.study.supernet.confirm; ``population:KEY``, an architecture trained as
+    of autosearch.weight_sharing.confirm; ``population:KEY``, an architecture trained as
     a population), which hold ``KIND:ID`` rather than the architecture's id, and resume
     only their kind."""
 

@@ -31,7 +31,6 @@ from autosearch.errors import (
     StudyError,
 )
 from autosearch.evaluation.proxies import ProxyConfig
-from autosearch.evaluation.supernet import ElasticSpaceLike, SupernetConfig
 from autosearch.evaluation.tabular import Table
 from autosearch.registry import controllers, spaces
 from autosearch.scoring import Reward, objective, parse_reward, resolve_reward
@@ -40,6 +39,7 @@ from autosearch.scoring.pareto import Direction
 from autosearch.space import SearchSpace
 from autosearch.training.early_stopping import SuccessiveHalving, from_dict
 from autosearch.training.train import TrainConfig
+from autosearch.weight_sharing.supernet import ElasticSpaceLike, SupernetConfig
 
 __all__ = [
     "Component",

@@ -29,9 +29,9 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
 from autosearch.errors import StudyError
-from autosearch.study.storage._rdb import TAKEOVER_LOCK_WAIT, TrialLocked
-from autosearch.study.storage._urls import end_trial, trial_number
-from autosearch.study.workers._heartbeat import WORKER, Watch, first_stamp, worker_id
+from autosearch.storage._rdb import TAKEOVER_LOCK_WAIT, TrialLocked
+from autosearch.storage._urls import end_trial, trial_number
+from autosearch.workers._heartbeat import WORKER, Watch, first_stamp, worker_id
 
 __all__ = ["COMPANION", "Done", "Held", "JobClaim", "Jobs", "companion_name", "is_companion"]
 

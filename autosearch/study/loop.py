@@ -38,25 +38,24 @@ from autosearch.evaluation.runner import (
     run_trial,
 )
 from autosearch.evaluation.trial import TrialPlan
+from autosearch.storage._urls import connection_lost, database, root_cause
+from autosearch.storage.artifacts import Artifacts
 from autosearch.study import records
-from autosearch.study._provenance import provenance
 from autosearch.study.claims import BudgetReached, Claim, Claims
 from autosearch.study.dataset import StudyData
 from autosearch.study.definition import trial_seed
 from autosearch.study.overlays import check_latency_model
 from autosearch.study.plans import Planner
-from autosearch.study.records import FINISHED, Record
+from autosearch.study.records import FINISHED, Record, provenance
 from autosearch.study.replay import ControllerReplay
 from autosearch.study.results import on_front
-from autosearch.study.storage._urls import connection_lost, database, root_cause
-from autosearch.study.storage.artifacts import Artifacts
-from autosearch.study.tracking.tracker import Tracker
 from autosearch.study.trials import StoredTrials
-from autosearch.study.workers._failpoints import failpoint
-from autosearch.study.workers._heartbeat import worker_id
-from autosearch.study.workers.interrupts import Interrupts
+from autosearch.tracking.tracker import Tracker
 from autosearch.training.runtime import broadcast_object, world
 from autosearch.training.train import EpochResult
+from autosearch.workers._failpoints import failpoint
+from autosearch.workers._heartbeat import worker_id
+from autosearch.workers.interrupts import Interrupts
 
 __all__ = [
     "DROPPED",
@@ -99,7 +98,7 @@ def platform_error(exc: BaseException, storage: str) -> PlatformError:
 
 class AllClaimed(SpaceExhausted):
     """Every architecture this loop was given to run is held by a trial (a loop over a
-    fixed list: autosearch.study.supernet.confirm)."""
+    fixed list: autosearch.weight_sharing.confirm)."""
 
 
 RecordCallback = Callable[[Record], None]
@@ -114,7 +113,7 @@ class SearchParts:
     trials, the claims and the controller's replay, where attempts keep their work, how
     an architecture is evaluated, the data, the distillation teacher, the heartbeat
     interval, the attributes this worker adds to each trial, and what shows its trials
-    live (MLflow, TensorBoard: autosearch.study.tracking)."""
+    live (MLflow, TensorBoard: autosearch.tracking)."""
 
     name: str
     where: str
@@ -130,7 +129,7 @@ class SearchParts:
     heartbeat_interval: float
     worker_attrs: Mapping[str, Any] = field(default_factory=dict)
     tracker: Tracker | None = None
-    uid: str = ""  # the study's creation id (autosearch.study.storage.stored.study_uid)
+    uid: str = ""  # the study's creation id (autosearch.study.stored.study_uid)
 
 
 class SearchLoop:

@@ -27,8 +27,8 @@ from autosearch.study.overlays import ESTIMATES, PREFIX, is_estimated, overlay, 
 from autosearch.study.rebuild import Rebuilder
 from autosearch.study.records import Record
 from autosearch.study.results import front
-from autosearch.study.workers._heartbeat import beating
 from autosearch.training.train import evaluate
+from autosearch.workers._heartbeat import beating
 
 __all__ = ["FrontMeasurer"]
 

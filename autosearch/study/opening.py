@@ -15,20 +15,20 @@ from autosearch.controller import Controller
 from autosearch.data import Dataset, load_data, spec_of
 from autosearch.errors import ConfigError, PlatformError
 from autosearch.evaluation.proxies import ProxyConfig
-from autosearch.evaluation.supernet import SupernetConfig
 from autosearch.evaluation.tabular import Table
 from autosearch.space import SearchSpace
+from autosearch.storage._urls import close_storage, default_storage, open_storage
+from autosearch.storage.artifacts import location_of, stored_location
 from autosearch.study.definition import StudyDefinition, resolve_components
 from autosearch.study.jobs import COMPANION, is_companion
-from autosearch.study.storage._urls import close_storage, default_storage, open_storage
-from autosearch.study.storage.artifacts import location_of, stored_location
-from autosearch.study.storage.stored import store_definition
-from autosearch.study.study import Study
-from autosearch.study.tracking.spec import Tracking
-from autosearch.study.workers._failpoints import check_armed
-from autosearch.study.workers._heartbeat import heartbeat_settings
+from autosearch.study.stored import store_definition
+from autosearch.study.study import Study, open_study
+from autosearch.tracking.spec import Tracking
 from autosearch.training.early_stopping import SuccessiveHalving
 from autosearch.training.train import TrainConfig
+from autosearch.weight_sharing.supernet import SupernetConfig
+from autosearch.workers._failpoints import check_armed
+from autosearch.workers._heartbeat import heartbeat_settings
 
 __all__ = ["check_study_name", "create_study", "default_storage", "load_study"]
 
@@ -180,4 +180,4 @@ def load_study(
     A study created from ``(images, labels)`` arrays needs the same arrays again.
     ``read_only``: to read results; opening creates and changes nothing in storage.
     """
-    return Study.open(name, storage=storage, data=data, read_only=read_only)
+    return open_study(name, storage=storage, data=data, read_only=read_only)

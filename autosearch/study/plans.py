@@ -12,12 +12,12 @@ from optuna.trial import FrozenTrial
 
 from autosearch.architecture import Architecture
 from autosearch.compress import Compression
-from autosearch.evaluation.supernet import SubnetEvaluator
 from autosearch.evaluation.trial import TrialPlan
 from autosearch.space import SearchSpace
+from autosearch.storage.artifacts import Artifacts
 from autosearch.study.definition import StudyDefinition, trial_seed
 from autosearch.study.records import trial_kind
-from autosearch.study.storage.artifacts import Artifacts
+from autosearch.weight_sharing.supernet import SubnetEvaluator
 
 __all__ = ["Planner"]
 
@@ -53,7 +53,7 @@ class Planner:
     ) -> TrialPlan:
         """How ``arch`` is evaluated as trial ``number`` (with its own seed unless
         ``seed`` is given). ``confirm``: trained from scratch with the study's training
-        config, as a supernet study confirms a subnet (autosearch.study.supernet.confirm)."""
+        config, as a supernet study confirms a subnet (autosearch.weight_sharing.confirm)."""
         d = self.definition
         trained = confirm or not (d.table or d.supernet)
         return TrialPlan(

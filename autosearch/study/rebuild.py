@@ -23,19 +23,18 @@ import torch.nn as nn
 from autosearch._version import __version__
 from autosearch.errors import ConfigError, ExportError, PlatformError, StudyError
 from autosearch.evaluation.runner import TrialPlan, derive_variant, train_candidate
-from autosearch.evaluation.supernet import SubnetEvaluator
 from autosearch.export import write_export
+from autosearch.population.full import schedule_trainer
 from autosearch.space import SearchSpace
+from autosearch.storage.artifacts import Artifacts
 from autosearch.study import records
-from autosearch.study._provenance import provenance
 from autosearch.study.dataset import StudyData
 from autosearch.study.definition import StudyDefinition
 from autosearch.study.plans import Planner
-from autosearch.study.population.full import schedule_trainer
-from autosearch.study.records import Record
-from autosearch.study.storage.artifacts import Artifacts
+from autosearch.study.records import Record, provenance
 from autosearch.study.trials import StoredTrials
 from autosearch.training.train import evaluate, train
+from autosearch.weight_sharing.supernet import SubnetEvaluator
 
 __all__ = ["Rebuilder"]
 

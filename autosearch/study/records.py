@@ -13,12 +13,18 @@ Studies stored before this layout (metrics as separate attributes) are read too.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import importlib.metadata
+import platform
+import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
+from autosearch._version import __version__
 from autosearch.architecture import Architecture
 from autosearch.controller import Outcome
 from autosearch.distributions import distributions
@@ -48,6 +54,7 @@ __all__ = [
     "new_trial",
     "objective_values",
     "outcome",
+    "provenance",
     "result_facts",
     "superseded",
     "trial_kind",
@@ -67,9 +74,9 @@ RESUME = "resume"  # on a superseded trial: its architecture still needs trainin
 RESUMES = "resumes"  # on a trial: the number of the superseded trial it continues
 VALUES_FROM = "values_from"  # on a complete trial: the variant its objective values are
 # On a confirmation trial: the number of the supernet trial whose subnet it trains from
-# scratch (autosearch.study.supernet.confirm). Left out of the controller's history.
+# scratch (autosearch.weight_sharing.confirm). Left out of the controller's history.
 CONFIRMS = "confirms"
-# On a trial that trains its architecture as a population (autosearch.study.population.study):
+# On a trial that trains its architecture as a population (autosearch.population.trial):
 # the population's key. Left out of the controller's history too.
 POPULATION_KEY = "population_key"
 POPULATION = "population"  # on a trial trained as a population: the population's definition
@@ -370,3 +377,49 @@ def _floats(metrics: Mapping[str, Any]) -> dict[str, float]:
     bounds (autosearch.scoring.metrics: accuracy in [0, 1], costs finite and >= 0), else the
     ValueError that makes the trial unreadable."""
     return {str(k): METRICS[k].parse(v) if k in METRICS else float(v) for k, v in metrics.items()}
+
+
+# What a trial's result depends on besides its architecture and seed: package versions
+# and the code version, stored with the trial (compared by ``autosearch rerun``).
+_PACKAGES = ("torch", "numpy", "optuna", "torchao", "torch-pruning", "scikit-learn")
+
+
+def _installed(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _code_version() -> str:
+    """The git commit of the source tree autosearch runs from (``+dirty`` when it has
+    uncommitted changes), else the package version."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
+        )
+        if commit.returncode != 0:
+            return __version__
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return __version__
+    return commit.stdout.strip() + ("+dirty" if dirty else "")
+
+
+@functools.lru_cache(maxsize=1)
+def provenance() -> dict[str, Any]:
+    """Versions of Python, autosearch (with its code version) and the packages results
+    depend on."""
+    return {
+        "python": platform.python_version(),
+        "autosearch": __version__,
+        "code": _code_version(),
+        "packages": {name: _installed(name) for name in _PACKAGES},
+    }

@@ -1,6 +1,14 @@
-"""The study facade: create or open a study, run it, read its results, export one. The
-storage is the single source of truth; the package docstring maps each concern
-(definition, records, claims, replay, loop, workers, artifacts) to its file."""
+"""The study facade: run a stored study, read its results, export one.
+
+:class:`Study` keeps a small surface: what a study is (its name, storage, definition,
+space and controller), running it (``optimize``), its results (``trials``, ``records``,
+``best``, ``pareto``), and what a user does with one (``export``, ``load_model``,
+``rerun``). A feature is reached through its own object: the supernet of a
+weight-sharing study (:attr:`Study.supernet`, a :class:`WeightSharing`), the stored
+trials (:attr:`Study.trials`), live tracking (``track``, ``log_model``). The parts the
+facade composes each read only what they are given, never the facade; the storage is
+the single source of truth.
+"""
 
 from __future__ import annotations
 
@@ -8,65 +16,81 @@ import logging
 from collections.abc import Callable, Iterable
 from functools import cached_property, partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import optuna
 import torch.nn as nn
 from optuna.storages import BaseStorage
 
 from autosearch.architecture import Architecture
 from autosearch.controller import Controller
 from autosearch.data import Dataset
-from autosearch.errors import StudyError
+from autosearch.errors import ConfigError, StudyError
 from autosearch.evaluation.ranker import RankerConfig
-from autosearch.evaluation.supernet import SubnetEvaluator
-from autosearch.evaluation.trial import TrialPlan
+from autosearch.population.rules import PopulationBasedTraining
+from autosearch.population.trial import train_as_population
 from autosearch.space import SearchSpace
+from autosearch.storage.artifacts import Artifacts, opened_location
 from autosearch.study import progress, results
-from autosearch.study._typed import DefinitionView, TrackingView, TrialsView
 from autosearch.study.claims import Claims
 from autosearch.study.dataset import StudyData
 from autosearch.study.definition import StudyDefinition
 from autosearch.study.jobs import Jobs
+from autosearch.study.leftovers import sweep
 from autosearch.study.loop import EpochCallback, RecordCallback, SearchLoop, SearchParts, check_run
 from autosearch.study.measure import FrontMeasurer
 from autosearch.study.overlays import is_estimated
 from autosearch.study.plans import Planner
-from autosearch.study.population.rules import PopulationBasedTraining
-from autosearch.study.population.study import train_as_population
 from autosearch.study.rebuild import Rebuilder
 from autosearch.study.records import Record
 from autosearch.study.replay import ControllerReplay
-from autosearch.study.storage.artifacts import Artifacts, opened_location
-from autosearch.study.storage.stored import open_stored, study_uid
-from autosearch.study.storage.sweep import sweep
-from autosearch.study.supernet.confirm import (
+from autosearch.study.stored import open_stored, study_uid
+from autosearch.study.trials import StoredTrials
+from autosearch.tracking import spec as tracking_spec
+from autosearch.tracking.spec import Tracking
+from autosearch.tracking.tracker import Tracker
+from autosearch.training.runtime import broadcast_object, world
+from autosearch.weight_sharing.confirm import (
     Confirmation,
     Confirmer,
     Estimate,
     confirmations,
     ranker_config,
 )
-from autosearch.study.supernet.job import SupernetJob
-from autosearch.study.trials import StoredTrials
-from autosearch.study.workers import pool
-from autosearch.study.workers._failpoints import check_armed
-from autosearch.study.workers._heartbeat import heartbeat_settings
-from autosearch.study.workers.executors import Executor, ProcessExecutor, resolve_executor
-from autosearch.training.runtime import broadcast_object, world
+from autosearch.weight_sharing.job import SupernetJob
+from autosearch.weight_sharing.supernet import SubnetEvaluator, SupernetConfig
+from autosearch.workers import pool
+from autosearch.workers._failpoints import check_armed
+from autosearch.workers._heartbeat import heartbeat_settings
+from autosearch.workers.executors import Executor, ProcessExecutor, resolve_executor
 
-__all__ = ["Study", "TrialCallback"]
+if TYPE_CHECKING:
+    from autosearch.tracking.mlflow_model import LoggedModel
+
+__all__ = ["Study", "TrialCallback", "WeightSharing", "join_as_worker", "open_study"]
 
 logger = logging.getLogger(__name__)
 
 TrialCallback = Callable[["Study", Record], None]  # called as each trial finishes
 
 
-class Study(DefinitionView, TrialsView, TrackingView):
+class Study:
     """A running or stored architecture search. Make one with create_study / load_study.
 
-    The facade over the study's parts, each of which reads only what it is given: the
-    stored trials (:attr:`trials`), the claims, the controller's replay, the artifacts,
-    the data, how trials are planned, the supernet's job, and the rebuild of a trial."""
+    Attributes:
+        name: The study's name in its storage.
+        storage_url: Where it is stored.
+        definition: What it searches, how it trains and scores (the stored, frozen
+            :class:`~autosearch.study.definition.StudyDefinition`: ``objectives``,
+            ``reward``, ``variants``, ``train``, ``seed``, ``table``, ...).
+        space: Its search space.
+        controller: Its controller, in step with the stored results.
+        trials: Its stored trials, read (Optuna's trials, records, curves, counts).
+        supernet: Its supernet (:class:`WeightSharing`), where it searches by weight
+            sharing; None where every candidate trains.
+        interrupted: The signal that stopped the last run (``"SIGTERM"``: it returned
+            early), if any.
+    """
 
     def __init__(
         self,
@@ -78,102 +102,85 @@ class Study(DefinitionView, TrialsView, TrackingView):
         controller: Controller,
         data: Dataset | None,
         data_source: tuple[Any, Any] | None = None,
+        read_only: bool = False,
     ) -> None:
-        self.name, self.storage_url, self.storage = name, url, storage
+        self.name = name
+        self.storage_url = url
         self.definition = definition
         self.space: SearchSpace = controller.space
         self.controller = controller
-        self.data_source = data_source  # (images, labels) a study from arrays was given
-        self.worker_attrs: dict[str, Any] = {}  # added to every trial this process starts
-        # The signal that stopped the last optimize() (SIGTERM: it returned early), if any.
         self.interrupted: str | None = None
-        self.read_only = False  # opened to read (load_study(read_only=True)): runs nothing
+        self._storage = storage
+        self._read_only = read_only  # opened to read (load_study(read_only=True)): runs nothing
+        self._data_source = data_source  # (images, labels) a study from arrays was given
+        self._worker_attrs: dict[str, Any] = {}  # added to every trial this process starts
         self._study_id = storage.get_study_id_from_name(name)
-        self.heartbeat_interval, self.heartbeat_grace = heartbeat_settings()
+        self._heartbeat = heartbeat_settings()  # (interval, grace) in seconds
         check_armed()  # a misspelt failpoint refused now, not at its first pass
-        uid = study_uid(storage, self._study_id)
-        self.artifacts = Artifacts.at(opened_location(definition.artifacts, url, name), uid)
-        self.inputs = StudyData.of(definition, name=name, source=data_source, loaded=data)
-        self.trials = StoredTrials(storage, self._study_id, name=name, objectives=self.objectives)
-        self.claims = Claims(storage, self._study_id, self.space, grace=self.heartbeat_grace)
-        self.replay = ControllerReplay(controller, storage, self._study_id, self.objectives)
-        self.replay.use_scorer(definition, space=self.space, data=lambda: self.inputs.dataset)
-        self.replay.restore()
-        self._uid = uid
-        self.tracker = self._tracker()
-        self.supernet_job = self._supernet_job(uid)
-        supernet = (lambda: self.supernet_evaluator) if self.supernet_job else None
-        parts: dict[str, Any] = {"space": self.space, "artifacts": self.artifacts}
-        self.planner = Planner(definition=definition, evaluator=supernet, **parts)
-        self.rebuilder = Rebuilder(
-            name=name, trials=self.trials, planner=self.planner, data=self.inputs, supernet=supernet
+        self._uid = study_uid(storage, self._study_id)
+        self._artifacts = Artifacts.at(opened_location(definition.artifacts, url, name), self._uid)
+        self._inputs = StudyData.of(definition, name=name, source=data_source, loaded=data)
+        objectives = definition.objectives
+        self.trials = StoredTrials(storage, self._study_id, name=name, objectives=objectives)
+        self._claims = Claims(storage, self._study_id, self.space, grace=self._heartbeat[1])
+        self._replay = ControllerReplay(controller, storage, self._study_id, objectives)
+        self._replay.use_scorer(definition, space=self.space, data=lambda: self._inputs.dataset)
+        self._replay.restore()
+        self._tracker = self._make_tracker()
+        job = self._supernet_job()
+        self.supernet = supernet = WeightSharing(self, job) if job is not None else None
+        evaluator = (lambda: supernet.evaluator) if supernet is not None else None
+        self._planner = Planner(
+            definition=definition, evaluator=evaluator, space=self.space, artifacts=self._artifacts
         )
-        self.measurer = FrontMeasurer(
-            rebuilder=self.rebuilder,
+        self._rebuilder = Rebuilder(
+            name=name, trials=self.trials, planner=self._planner, data=self._inputs,
+            supernet=evaluator,
+        )  # fmt: skip
+        self._measurer = FrontMeasurer(
+            rebuilder=self._rebuilder,
             storage=storage,
             study_id=self._study_id,
-            objectives=self.objectives,
-            jobs=Jobs(storage, name, grace=self.heartbeat_grace),
-            interval=self.heartbeat_interval,
+            objectives=objectives,
+            jobs=Jobs(storage, name, grace=self._heartbeat[1]),
+            interval=self._heartbeat[0],
         )
 
-    def _supernet_job(self, uid: str) -> SupernetJob | None:
+    def _supernet_job(self) -> SupernetJob | None:
         if self.definition.supernet is None:
             return None
         job = SupernetJob(
             study=self.name,
-            storage=self.storage,
+            storage=self._storage,
             study_id=self._study_id,
-            uid=uid,
+            uid=self._uid,
             definition=self.definition,
             space=self.space,
-            artifacts=self.artifacts,
-            heartbeat=(self.heartbeat_interval, self.heartbeat_grace),
+            artifacts=self._artifacts,
+            heartbeat=self._heartbeat,
         )
-        job.on_epoch = self.tracker.supernet_epoch if self.tracker.on else None
+        job.on_epoch = self._tracker.supernet_epoch if self._tracker.on else None
         return job
 
-    @classmethod
-    def open(
-        cls,
-        name: str,
-        *,
-        storage: str,
-        data: tuple[Any, Any] | None = None,
-        read_only: bool = False,
-    ) -> Study:
-        """Open a stored study (autosearch.load_study, which documents it)."""
-        backend, definition, dataset = open_stored(name, storage, data, read_only=read_only)
-        study = cls(
-            name=name,
-            url=storage,
-            storage=backend,
-            definition=definition,
-            controller=definition.build(where=f"study {name!r} in {storage}"),
-            data=dataset,
-            data_source=data,
-        )
-        study.read_only = read_only
-        return study
-
-    @property
-    def artifacts_dir(self) -> Path:
-        return self.artifacts.folder
-
-    # Data ---------------------------------------------------------------------------------
+    # What it holds ------------------------------------------------------------------------
     @property
     def data(self) -> Dataset:
-        return self.inputs.dataset
+        """The study's data (loaded when first asked for)."""
+        return self._inputs.dataset
 
     @property
-    def training_data(self) -> Dataset | None:
-        """What trials train on (None: a table study looks results up instead)."""
-        return self.inputs.training
+    def optuna_study(self) -> optuna.Study:
+        """The underlying Optuna study (same storage), for Optuna's own tools."""
+        return optuna.load_study(study_name=self.name, storage=self._storage)
 
-    @property
-    def data_hash(self) -> str | None:
-        """Content hash of the data every trial trains on (None for table studies)."""
-        return self.inputs.hash
+    def records(self, *, variants: bool = True) -> list[Record]:
+        """Every trial of the study as Records, in trial order: the base record, then
+        one per variant (``variants=False``: base records only)."""
+        return self.trials.records(variants=variants)
+
+    def record(self, trial: int, variant: str = "base") -> Record:
+        """The record of trial number ``trial`` and ``variant``."""
+        return self.trials.record(trial, variant)
 
     def best(
         self,
@@ -187,8 +194,9 @@ class Study(DefinitionView, TrialsView, TrackingView):
         (``variants=True``: any variant's record; ``variant="int8"``: that variant's
         records only); ties go to fewer FLOPs. The test split plays no part in this
         choice. A choice whose figures are estimates is measured first (and the choice
-        made again, on the measured figures). Confirmed subnets (:meth:`confirm`) come
-        first: a supernet study's inherited figures only where none fits."""
+        made again, on the measured figures). Confirmed subnets
+        (:meth:`WeightSharing.confirm`) come first: a supernet study's inherited
+        figures only where none fits."""
         for _ in range(20):
             chosen = results.best(
                 self.records(variants=variants or variant is not None),
@@ -198,117 +206,22 @@ class Study(DefinitionView, TrialsView, TrackingView):
                 study=self.name,
                 prefer=lambda r: r.confirms is not None,
             )
-            if self.read_only or not is_estimated(chosen):
+            if self._read_only or not is_estimated(chosen):
                 return chosen
-            self.measurer.measure([chosen])
+            self._measurer.measure([chosen])
         return chosen
 
-    def measure_front(self) -> list[Record]:
-        """The front (:meth:`pareto`), its estimated points measured for real first:
-        int8 programs lowered, latency timed (autosearch.study.measure). ``optimize``
-        does it when its trials are done."""
-        return self.measurer.front()
+    def pareto(self, *, measured: bool = False) -> list[Record]:
+        """The complete (architecture, variant) records that no other complete record
+        dominates on the study's objectives, ordered by the second objective.
+        ``measured``: its estimated points measured for real first (int8 programs
+        lowered, latency timed: autosearch.study.measure), as ``optimize`` does when its
+        trials are done."""
+        if measured:
+            return self._measurer.front()
+        return results.front(self.records(), self.trials.objectives)
 
-    # Searching ----------------------------------------------------------------------------
-    def plan(self, arch: Architecture, *, number: int = 0, seed: int | None = None) -> TrialPlan:
-        """How this study evaluates ``arch`` (as trial ``number``; with its own seed
-        unless ``seed`` is given)."""
-        return self.planner.plan(arch, number=number, seed=seed)
-
-    # Weight sharing -------------------------------------------------------------------------
-    def train_supernet(
-        self, *, retrain: bool = False, show_progress_bar: bool | None = None
-    ) -> dict[str, Any]:
-        """Train the study's supernet, unless it is trained: a job of the study that one
-        worker does (others wait for it; a dead one is taken over), stored in its
-        storage (weights as an artifact, with their content hash), resumed from its last
-        epoch after a kill, with an epoch bar on a terminal. Under torchrun every rank
-        trains (DDP) and rank 0 stores. Returns the job's stored state (epochs, seconds,
-        history, digest; {} on the other ranks).
-
-        ``retrain``: train it again if its stored weights are missing or damaged
-        (without it, that is a PlatformError that says so).
-        """
-        with self.tracker.supernet():
-            state = self._job().train(
-                self.data, retrain=retrain, show_progress_bar=show_progress_bar
-            )
-        return state.to_json() if state is not None else {}
-
-    @cached_property
-    def supernet_evaluator(self) -> SubnetEvaluator:
-        """What the study's trials are scored with: its trained supernet (StudyError
-        while it is not trained; PlatformError when its weights are lost or changed)."""
-        return self._job().evaluator(self.data)
-
-    def save_supernet(self, path: str | Path) -> Path:
-        """Write the trained supernet's weights (to a file, or ``supernet.safetensors``
-        in a folder), for another study of the same supernet (another budget:
-        ``SupernetConfig(weights=path)``) to use without training."""
-        return self._job().export_weights(self.data, path)  # type: ignore[no-any-return]
-
-    def confirm(
-        self,
-        k: int,
-        *,
-        ranker: RankerConfig | bool | None = None,
-        population: PopulationBasedTraining | None = None,
-        callbacks: Iterable[TrialCallback] = (),
-    ) -> list[Record]:
-        """Train the ``k`` most accurate subnets of the supernet's front from scratch, as
-        trials of the study (autosearch.study.supernet.confirm): each once across workers,
-        resumed after a kill or Ctrl-C (SIGTERM returns, :attr:`interrupted` set). Their
-        records; :meth:`confirmations` compares inherited and confirmed accuracy, and
-        :meth:`best` prefers confirmed subnets. ``ranker`` (True: the study's seed): ``k``
-        in all, each chosen where the top is uncertain by a ranker fitted on those
-        confirmed before it (:meth:`ranking`), continued alike by a resumed study or
-        another worker. ``population``: each trained as that population (its winner)."""
-        self._job()  # a study without a supernet has nothing to confirm
-        self._check_run(1, 1, [], here=True, max_failures_in_a_row=1)
-        confirmer = Confirmer(self._search_parts())
-        done = confirmer.confirm(
-            k,
-            ranker=ranker_config(ranker, seed=self.seed),
-            population=population,
-            callbacks=[partial(c, self) for c in callbacks],
-        )
-        self.interrupted = confirmer.signal
-        if confirmer.signal == "SIGINT":
-            raise KeyboardInterrupt
-        return done
-
-    def train_population(
-        self, population: PopulationBasedTraining, arch: Architecture | None = None
-    ) -> Record | None:
-        """Train ``arch`` (default: the best so far) as ``population``, its training
-        settings adapted while it trains, as one trial of the study
-        (autosearch.study.population.study): once across workers (others asking train
-        members beside it), resumed after a kill. Its record; None if SIGTERM cut it."""
-        self._check_run(1, 1, [], here=True, max_failures_in_a_row=1)
-        chosen = arch if arch is not None else self.best().arch
-        record, self.interrupted = train_as_population(self._search_parts(), chosen, population)
-        if self.interrupted == "SIGINT":
-            raise KeyboardInterrupt
-        return record
-
-    def ranking(self, ranker: RankerConfig | bool = True) -> list[Estimate]:
-        """Every subnet scored on the supernet, best estimate first, as the ranker of a
-        ranked :meth:`confirm` sees it now: fitted on the confirmed subnets (before
-        two are, the mean rank of the estimates: supernet accuracy, zero-cost proxies,
-        FLOPs, parameters)."""
-        self._job()
-        config = ranker_config(ranker, seed=self.seed) or RankerConfig(seed=self.seed)
-        return Confirmer(self._search_parts()).estimates(config)
-
-    def confirmations(self) -> list[Confirmation]:
-        """Each confirmed subnet's inherited against confirmed validation accuracy."""
-        return confirmations(self.records(variants=False), self.trials.all())
-
-    def _job(self) -> SupernetJob:
-        if self.supernet_job is None:
-            raise StudyError(f"study {self.name!r} has no supernet (create it with supernet=...)")
-        return self.supernet_job
-
+    # Running ------------------------------------------------------------------------------
     def optimize(
         self,
         n_trials: int,
@@ -340,7 +253,7 @@ class Study(DefinitionView, TrialsView, TrackingView):
         (a second Ctrl-C at once); SIGTERM does the same but returns, :attr:`interrupted`
         ``"SIGTERM"``. ``executor`` places the workers: ``"process"`` (this machine),
         ``"ray"`` or a ``RayExecutor``, ``"slurm"`` or a ``SlurmExecutor``
-        (autosearch.study.workers.executors), which run even one worker there."""
+        (autosearch.workers.executors), which run even one worker there."""
         told = [partial(callback, self) for callback in callbacks]
         epoch_callbacks = list(epoch_callbacks)
         self.interrupted = None
@@ -348,32 +261,117 @@ class Study(DefinitionView, TrialsView, TrackingView):
         here = n_workers == 1 and isinstance(resolve_executor(executor), ProcessExecutor)
         rank, size = self._check_run(n_trials, n_workers, epoch_callbacks, here=here, **limits)
         if size > 1 and rank != 0:
-            return pool.follow(self.planner, self.inputs)  # under torchrun, rank 0 searches
-        epochs = self.train_config.epochs if here and self.table is None else None
+            return pool.follow(self._planner, self._inputs)  # under torchrun, rank 0 searches
+        table = self.definition.table
+        epochs = self.definition.train.epochs if here and table is None else None
         with progress.bars(n_trials, epochs, show=show_progress_bar) as (trial_bar, epoch_bar):
             if not here:  # one worker of Ray or Slurm runs there, not here
                 done = self._pool(n_trials, n_workers, told + trial_bar, executor, **limits)
             else:
                 bars = (told + trial_bar, epoch_callbacks + epoch_bar)
                 done = self._search(n_trials, *bars, size=size, **limits)
-        if self.interrupted is None and not self.read_only:  # also once no claim is left:
-            self.claims.tidy()  # dead workers' trials given up,
-            self.measurer.jobs.tidy()  # and their job claims,
+        if self.interrupted is None and not self._read_only:  # also once no claim is left:
+            self._claims.tidy()  # dead workers' trials given up,
+            self._measurer.jobs.tidy()  # and their job claims,
             self._sweep()  # and what no trial needs any more
         if done and self.interrupted is None:
-            self.measurer.front()  # what the front shows is measured, not estimated
+            self._measurer.front()  # what the front shows is measured, not estimated
             fresh = {(r.trial, r.variant): r for r in self.records()}
-            ended = not pool.in_pool(self.worker_attrs)  # the search's own process
-            self.tracker.search_ended(done, fresh, self.pareto, ended=ended)
+            ended = not pool.in_pool(self._worker_attrs)  # the search's own process
+            self._tracker.search_ended(done, fresh, self.pareto, ended=ended)
             done = [fresh.get((r.trial, r.variant), r) for r in done]
         return done
 
+    def train_population(
+        self, population: PopulationBasedTraining, arch: Architecture | None = None
+    ) -> Record | None:
+        """Train ``arch`` (default: the best so far) as ``population``, its training
+        settings adapted while it trains, as one trial of the study
+        (autosearch.population.trial): once across workers (others asking train
+        members beside it), resumed after a kill. Its record; None if SIGTERM cut it."""
+        self._check_run(1, 1, [], here=True, max_failures_in_a_row=1)
+        chosen = arch if arch is not None else self.best().arch
+        record, self.interrupted = train_as_population(self._search_parts(), chosen, population)
+        if self.interrupted == "SIGINT":
+            raise KeyboardInterrupt
+        return record
+
+    # What a user does with a result --------------------------------------------------------
+    def export(self, record: Record, out_dir: str | Path, *, finetune_epochs: int = 0) -> Path:
+        """Write an export folder of ``record`` (``model.py``, weights, ONNX checked in
+        onnxruntime, ``arch.json``, a README); a variant is derived again from its
+        trial's weights; a supernet-evaluated subnet, with its inherited weights,
+        fine-tuned for ``finetune_epochs`` first if asked: see
+        autosearch.study.rebuild.Rebuilder.export. Estimated figures are measured first."""
+        record = self._measurer.measured(record, store=not self._read_only)
+        return self._rebuilder.export(record, out_dir, finetune_epochs=finetune_epochs)
+
+    def load_model(self, record: Record) -> nn.Module:
+        """The trained network of a complete base record, in eval mode."""
+        return self._rebuilder.load_model(record)
+
+    def rerun(self, trial: int) -> dict[str, Any]:
+        """Train trial ``trial``'s architecture again, from scratch, with its stored seed
+        and the study's data and training config (nothing is stored), and compare: see
+        autosearch.study.rebuild.Rebuilder.rerun. A supernet's subnet is evaluated again
+        on the supernet."""
+        return self._rebuilder.rerun(trial)
+
+    # Shown live ---------------------------------------------------------------------------
+    @property
+    def tracking(self) -> Tracking:
+        """Where the study is shown live (MLflow, TensorBoard), as stored with it."""
+        return self._tracker.tracking
+
+    def track(
+        self, *, mlflow: str | bool | None = None, tensorboard: str | Path | bool | None = None
+    ) -> Tracking:
+        """Show the study live in MLflow (a tracking URI; True: MLflow's default) and/or
+        TensorBoard (a folder), from every process that runs its trials from now on
+        (stored with the study; a process already running keeps what it read). None
+        keeps a setting, False switches it off. See autosearch.tracking."""
+        tracking = self.tracking.changed(mlflow=mlflow, tensorboard=tensorboard)
+        tracking.check_apart(self.storage_url)
+        if tracking != self.tracking:
+            tracking_spec.store(self._storage, self._study_id, tracking)
+            self._tracker.close()
+            self._tracker = self._make_tracker(tracking)
+            if self.supernet is not None:
+                on_epoch = self._tracker.supernet_epoch if tracking.on else None
+                self.supernet._job.on_epoch = on_epoch
+        return tracking
+
+    def log_model(
+        self, folder: str | Path, *, mlflow: str | bool = True, register: str | None = None
+    ) -> LoggedModel:
+        """Log an export folder (written by ``export``) as an MLflow model, in the run
+        of its trial where the study was tracked when it ran: ``mlflow`` a tracking URI,
+        or True for where the study is tracked (else MLflow's default); registered as
+        ``register`` in MLflow's model registry if given. See
+        autosearch.tracking.mlflow_model."""
+        from autosearch.tracking.mlflow_model import log_export
+
+        uri: str | None
+        if mlflow is True and self.tracking.mlflow:
+            uri = self.tracking.mlflow
+        else:
+            uri = Tracking.of(mlflow=mlflow).mlflow
+        if uri is None:
+            raise ConfigError("log_model(mlflow=False): give a tracking URI, or True")
+        Tracking(mlflow=uri).check_apart(self.storage_url)
+        return log_export(folder, uri=uri, study=self.name, uid=self._uid, register=register)
+
+    # The parts ----------------------------------------------------------------------------
+    def _make_tracker(self, tracking: Tracking | None = None) -> Tracker:
+        tracking = tracking or tracking_spec.stored(self._storage, self._study_id)
+        return Tracker(tracking, study=self.name, uid=self._uid, definition=self.definition)
+
     def _sweep(self) -> None:
         """Remove the weights no trial refers to and the checkpoints of finished
-        architectures (autosearch.study.storage.sweep), where no trial is unfinished."""
-        state = self.supernet_job.stored() if self.supernet_job is not None else None
+        architectures (autosearch.study.leftovers), where no trial is unfinished."""
+        state = self.supernet._job.stored() if self.supernet is not None else None
         kept = [state.weights] if state is not None else []
-        sweep(self.artifacts, self.trials.all(), self.measurer.jobs.all_claims(), kept=kept)
+        sweep(self._artifacts, self.trials.all(), self._measurer.jobs.all_claims(), kept=kept)
 
     def _search(
         self,
@@ -411,7 +409,7 @@ class Study(DefinitionView, TrialsView, TrackingView):
         total: int | None = None,
     ) -> tuple[int, int]:
         """Refuse a run that cannot go, before any trial: (rank, world size)."""
-        if self.read_only and n_trials:
+        if self._read_only and n_trials:
             raise StudyError(
                 f"study {self.name!r} was opened read-only; open it with "
                 "autosearch.load_study(name, storage=...) to run trials"
@@ -419,13 +417,14 @@ class Study(DefinitionView, TrialsView, TrackingView):
         rank, size = world()
         limits: dict[str, Any] = {"ranks": size, "total": total, "here": here}
         check_run(n_trials, n_workers, max_failures_in_a_row, epoch_callbacks, **limits)
-        _ = self.training_data  # data that cannot be loaded stops the study here, not in a trial
-        if self.table is not None and n_trials:
-            self.table.rows()  # so does a table that cannot be read: not every trial failing
+        _ = self._inputs.training  # data that cannot be loaded stops the study here
+        table = self.definition.table
+        if table is not None and n_trials:
+            table.rows()  # so does a table that cannot be read: not every trial failing
         if self.supernet is not None and n_trials:
-            _ = self.supernet_evaluator  # an untrained supernet stops the study here
-        elif self.table is None and n_trials:
-            self.artifacts.check_reachable()  # where weights go, before any worker starts
+            _ = self.supernet.evaluator  # an untrained supernet stops the study here
+        elif table is None and n_trials:
+            self._artifacts.check_reachable()  # where weights go, before any worker starts
         return rank, size
 
     def _pool(
@@ -436,48 +435,150 @@ class Study(DefinitionView, TrialsView, TrackingView):
         executor: str | Executor,
         **limits: Any,
     ) -> list[Record]:
+        need = partial(pool.trial_need, self.space, self.definition.train, self._inputs.training)
         return pool.run_pool(
             self.trials,
-            self.replay,
+            self._replay,
             storage_url=self.storage_url,
-            data_source=self.data_source,
+            data_source=self._data_source,
             n_trials=n_trials,
             n_workers=n_workers,
             worker_main=_worker_main,
             callbacks=callbacks,
             executor=executor,
-            need=partial(pool.trial_need, self.space, self.train_config, self.training_data),
+            need=need,
             **limits,
         )
 
     def _search_parts(self) -> SearchParts:
+        definition = self.definition
         return SearchParts(
-            name=self.name, where=self.storage_url, objectives=self.objectives, seed=self.seed,
-            trials=self.trials, claims=self.claims, replay=self.replay, artifacts=self.artifacts,
-            planner=self.planner, data=self.inputs, teacher=self.rebuilder.teacher,
-            heartbeat_interval=self.heartbeat_interval, worker_attrs=self.worker_attrs,
-            tracker=self.tracker, uid=self._uid,
+            name=self.name, where=self.storage_url, objectives=definition.objectives,
+            seed=definition.seed, trials=self.trials, claims=self._claims,
+            replay=self._replay, artifacts=self._artifacts, planner=self._planner,
+            data=self._inputs, teacher=self._rebuilder.teacher,
+            heartbeat_interval=self._heartbeat[0], worker_attrs=self._worker_attrs,
+            tracker=self._tracker, uid=self._uid,
         )  # fmt: skip
 
-    def rerun(self, trial: int) -> dict[str, Any]:
-        """Train trial ``trial``'s architecture again, from scratch, with its stored seed
-        and the study's data and training config (nothing is stored), and compare: see
-        autosearch.study.rebuild.Rebuilder.rerun. A supernet's subnet is evaluated again
-        on the supernet."""
-        return self.rebuilder.rerun(trial)
 
-    def export(self, record: Record, out_dir: str | Path, *, finetune_epochs: int = 0) -> Path:
-        """Write an export folder of ``record`` (``model.py``, weights, ONNX checked in
-        onnxruntime, ``arch.json``, a README); a variant is derived again from its
-        trial's weights; a supernet-evaluated subnet, with its inherited weights,
-        fine-tuned for ``finetune_epochs`` first if asked: see
-        autosearch.study.rebuild.Rebuilder.export. Estimated figures are measured first."""
-        record = self.measurer.measured(record, store=not self.read_only)
-        return self.rebuilder.export(record, out_dir, finetune_epochs=finetune_epochs)
+class WeightSharing:
+    """A weight-sharing study's supernet (:attr:`Study.supernet`): trained once, as a job
+    of the study that one worker does; every trial scored on it; its front confirmed by
+    training, where a ranker may choose what to train (autosearch.weight_sharing)."""
 
-    def load_model(self, record: Record) -> nn.Module:
-        """The trained network of a complete base record, in eval mode."""
-        return self.rebuilder.load_model(record)
+    def __init__(self, study: Study, job: SupernetJob) -> None:
+        self._study, self._job = study, job
+
+    @property
+    def config(self) -> SupernetConfig:
+        """How the supernet is trained and its subnets evaluated."""
+        config = self._study.definition.supernet
+        assert config is not None  # a study with a supernet job has its config
+        return config
+
+    def train(
+        self, *, retrain: bool = False, show_progress_bar: bool | None = None
+    ) -> dict[str, Any]:
+        """Train the study's supernet, unless it is trained: a job of the study that one
+        worker does (others wait for it; a dead one is taken over), stored in its
+        storage (weights as an artifact, with their content hash), resumed from its last
+        epoch after a kill, with an epoch bar on a terminal. Under torchrun every rank
+        trains (DDP) and rank 0 stores. Returns the job's stored state (epochs, seconds,
+        history, digest; {} on the other ranks).
+
+        ``retrain``: train it again if its stored weights are missing or damaged
+        (without it, that is a PlatformError that says so).
+        """
+        study = self._study
+        with study._tracker.supernet():
+            state = self._job.train(
+                study.data, retrain=retrain, show_progress_bar=show_progress_bar
+            )
+        return state.to_json() if state is not None else {}
+
+    @cached_property
+    def evaluator(self) -> SubnetEvaluator:
+        """What the study's trials are scored with: its trained supernet (StudyError
+        while it is not trained; PlatformError when its weights are lost or changed)."""
+        return self._job.evaluator(self._study.data)
+
+    def save(self, path: str | Path) -> Path:
+        """Write the trained supernet's weights (to a file, or ``supernet.safetensors``
+        in a folder), for another study of the same supernet (another budget:
+        ``SupernetConfig(weights=path)``) to use without training."""
+        return self._job.export_weights(self._study.data, path)  # type: ignore[no-any-return]
+
+    def confirm(
+        self,
+        k: int,
+        *,
+        ranker: RankerConfig | bool | None = None,
+        population: PopulationBasedTraining | None = None,
+        callbacks: Iterable[TrialCallback] = (),
+    ) -> list[Record]:
+        """Train the ``k`` most accurate subnets of the supernet's front from scratch, as
+        trials of the study (autosearch.weight_sharing.confirm): each once across
+        workers, resumed after a kill or Ctrl-C (SIGTERM returns, the study's
+        ``interrupted`` set). Their records; :meth:`confirmations` compares inherited and
+        confirmed accuracy, and ``Study.best`` prefers confirmed subnets. ``ranker``
+        (True: the study's seed): ``k`` in all, each chosen where the top is uncertain
+        by a ranker fitted on those confirmed before it (:meth:`ranking`), continued
+        alike by a resumed study or another worker. ``population``: each trained as
+        that population (its winner)."""
+        study = self._study
+        study._check_run(1, 1, [], here=True, max_failures_in_a_row=1)
+        confirmer = Confirmer(study._search_parts())
+        done = confirmer.confirm(
+            k,
+            ranker=ranker_config(ranker, seed=study.definition.seed),
+            population=population,
+            callbacks=[partial(c, study) for c in callbacks],
+        )
+        study.interrupted = confirmer.signal
+        if confirmer.signal == "SIGINT":
+            raise KeyboardInterrupt
+        return done
+
+    def ranking(self, ranker: RankerConfig | bool = True) -> list[Estimate]:
+        """Every subnet scored on the supernet, best estimate first, as the ranker of a
+        ranked :meth:`confirm` sees it now: fitted on the confirmed subnets (before
+        two are, the mean rank of the estimates: supernet accuracy, zero-cost proxies,
+        FLOPs, parameters)."""
+        seed = self._study.definition.seed
+        config = ranker_config(ranker, seed=seed) or RankerConfig(seed=seed)
+        return Confirmer(self._study._search_parts()).estimates(config)
+
+    def confirmations(self) -> list[Confirmation]:
+        """Each confirmed subnet's inherited against confirmed validation accuracy."""
+        study = self._study
+        return confirmations(study.records(variants=False), study.trials.all())
+
+
+def open_study(
+    name: str, *, storage: str, data: tuple[Any, Any] | None = None, read_only: bool = False
+) -> Study:
+    """Open a stored study (autosearch.load_study, which documents it)."""
+    backend, definition, dataset = open_stored(name, storage, data, read_only=read_only)
+    return Study(
+        name=name,
+        url=storage,
+        storage=backend,
+        definition=definition,
+        controller=definition.build(where=f"study {name!r} in {storage}"),
+        data=dataset,
+        data_source=data,
+        read_only=read_only,
+    )
+
+
+def join_as_worker(study: Study, worker: str) -> None:
+    """Make this process one of the study's several workers: its controller on a random
+    stream of its own, its trials marked with the worker (``autosearch worker``)."""
+    pool.start_worker(
+        study.trials, study._replay, study._worker_attrs, seed=study.definition.seed,
+        worker=worker,
+    )  # fmt: skip
 
 
 def _worker_main(
@@ -493,14 +594,14 @@ def _worker_main(
     total: int | None = None,
 ) -> list[int]:
     """One process of ``optimize(n_workers=K)``: the numbers of the trials it finished."""
-    study = Study.open(name, storage=storage, data=data)
+    study = open_study(name, storage=storage, data=data)
     # The pool's parent logs each finished trial; a worker logging it too would say it twice.
     logging.getLogger(progress.__name__).setLevel(logging.WARNING)
     owed = pool.start_worker(
         study.trials,
-        study.replay,
-        study.worker_attrs,
-        seed=study.seed,
+        study._replay,
+        study._worker_attrs,
+        seed=study.definition.seed,
         worker=str(worker),
         run=run,
         share=n_trials,

@@ -16,7 +16,7 @@ spreads a study's workers over the GPUs evenly and refuses, before any worker st
 more than fit.
 
 The same rule gives a Ray worker its ``num_gpus`` fraction (``1 / per_gpu``:
-autosearch.study.workers.executors.RayExecutor with ``num_gpus="auto"``), and ``per_gpu=`` on
+autosearch.workers.executors.RayExecutor with ``num_gpus="auto"``), and ``per_gpu=`` on
 either executor overrides it.
 """
 

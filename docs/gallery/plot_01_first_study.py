@@ -58,9 +58,9 @@ for record in study.pareto():
     print(record.trial, record.description, f"{record.metrics['accuracy']:.3f}")
 
 # %%
-# :func:`autosearch.plots.pareto` draws it (hover a point for its architecture; the
+# :func:`autosearch.report.plots.pareto` draws it (hover a point for its architecture; the
 # line joins the front).
-autosearch.plots.pareto(study)
+autosearch.report.plots.pareto(study)
 
 # %%
 # Choose and export

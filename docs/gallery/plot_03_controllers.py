@@ -68,4 +68,4 @@ for name, controller in controllers.items():
 # %%
 # The best result so far, evaluation by evaluation (one seed each: a comparison worth
 # trusting needs many, as ``benchmarks/controllers.py`` runs them).
-autosearch.plots.compare(studies)
+autosearch.report.plots.compare(studies)

@@ -52,7 +52,7 @@ for r in study.records():
 # %%
 # The front over every (architecture, variant) point; each variant is joined to its
 # parent, and open markers are figures still estimated.
-autosearch.plots.pareto(study)
+autosearch.report.plots.pareto(study)
 
 # %%
 # Rewards

@@ -41,7 +41,7 @@ study = autosearch.create_study(
 # The sandwich rule: each step trains the largest subnet on the labels, and the
 # smallest and two random ones on its predictions. The weights are stored with the
 # study (with a content hash every trial records).
-supernet = study.train_supernet()
+supernet = study.supernet.train()
 print(
     "supernet:",
     supernet["status"],
@@ -57,7 +57,7 @@ print(
 # Each trial is now a subnet evaluated on the supernet, an ordinary trial otherwise.
 records = study.optimize(40, show_progress_bar=False)
 print(len(records), "subnets evaluated")
-autosearch.plots.pareto(study)
+autosearch.report.plots.pareto(study)
 
 # %%
 # Confirm by training
@@ -65,8 +65,8 @@ autosearch.plots.pareto(study)
 # A supernet's ranking is approximate (the measured results say how approximate), so
 # before trusting its favourite, train the front's most accurate subnets from scratch,
 # as ordinary trials of the study. ``best()`` then prefers confirmed results.
-confirmed = study.confirm(2)
-for c in study.confirmations():
+confirmed = study.supernet.confirm(2)
+for c in study.supernet.confirmations():
     print(
         f"trial {c.trial}: {c.description:30s} "
         f"inherited {c.inherited:.3f}, trained {c.confirmed:.3f}"

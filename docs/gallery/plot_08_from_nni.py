@@ -54,4 +54,4 @@ for r in study.records():
 # ``NasExperiment(...).run()`` → :meth:`autosearch.Study.optimize`;
 # ``exp.export_top_models()`` → :meth:`autosearch.Study.best` and
 # :meth:`autosearch.Study.export`. The guide page :doc:`/guide/nni` has the whole table.
-autosearch.plots.pareto(study)
+autosearch.report.plots.pareto(study)
