@@ -47,6 +47,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 # Which torch build the set-up installs here, and on a fresh machine (pip's
 # configuration ignored); installs nothing.

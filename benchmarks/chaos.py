@@ -40,8 +40,6 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))  # _chaos_checks
-sys.path.insert(0, str(ROOT))  # first: benchmarks/controllers.py is not the package
 
 from _chaos_checks import check, studies  # noqa: E402
 

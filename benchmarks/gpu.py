@@ -56,14 +56,11 @@ import tempfile
 import time
 from pathlib import Path
 
-# This folder holds controllers.py (the controller benchmark), which would shadow the
-# `controllers` package for any script run from here: take the folder off the path.
-HERE = Path(__file__).resolve().parent
-sys.path = [p for p in sys.path if Path(p or ".").resolve() != HERE]
-
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+HERE = Path(__file__).resolve().parent
 
 BATCH = 256
 
@@ -293,7 +290,6 @@ def bench_warmup(data) -> dict:
 
 _WORKER = r"""
 import sys, time, json, pathlib, torch
-sys.path.insert(0, {root!r})
 from autosearch.data import load_data
 from autosearch.training.train import TrainConfig, train
 from search_spaces import ResNetSpace
@@ -335,7 +331,6 @@ def bench_workers(data_spec: str, total: int) -> dict:
     (autosearch.workers._mps, as ProcessExecutor does)."""
     from autosearch.workers import _mps
 
-    root = str(HERE.parent)
     out: dict = {}
 
     def measure(n: int, env: dict[str, str], label: str) -> float:
@@ -345,9 +340,7 @@ def bench_workers(data_spec: str, total: int) -> dict:
         with tempfile.TemporaryDirectory() as tmp:
             go = Path(tmp) / "go"
             script = Path(tmp) / "w.py"
-            script.write_text(
-                _WORKER.format(root=root, data=data_spec, go=str(go), trials=max(1, total // n))
-            )
+            script.write_text(_WORKER.format(data=data_spec, go=str(go), trials=max(1, total // n)))
             procs = [
                 subprocess.Popen(
                     [sys.executable, str(script)],

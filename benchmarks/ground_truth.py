@@ -39,10 +39,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-# This folder holds controllers.py (the controller benchmark), which would shadow the
-# `controllers` package for any script run from here: take the folder off the path.
-sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-
 import numpy as np
 import torch
 from scipy import stats

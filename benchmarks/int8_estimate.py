@@ -28,8 +28,6 @@ import sys
 import time
 from pathlib import Path
 
-sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-
 import numpy as np
 import torch
 

@@ -10,7 +10,7 @@ then checked against direct measurements of ``--check`` random cells, and the ch
 printed (JSON): Spearman rank correlation and mean absolute percentage error.
 
     python benchmarks/nb201_latency.py runs/nb201_synthetic.csv runs/nb201_latency.csv
-    python benchmarks/controllers.py --table runs/nb201_latency.csv \\
+    python benchmarks/search_quality.py --table runs/nb201_latency.csv \\
         --metric latency=lat_ms --cost latency --seeds 0
 """
 

@@ -30,8 +30,6 @@ import torch
 from scipy import stats
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))  # nb201_supernet (its data and table)
-sys.path.insert(0, str(ROOT))
 
 from nb201_supernet import TABLE, sampled  # noqa: E402
 

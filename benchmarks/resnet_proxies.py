@@ -44,10 +44,6 @@ import torch
 from scipy import stats
 
 HERE = Path(__file__).resolve().parent
-# This folder holds controllers.py (the controller benchmark), which would shadow the
-# `controllers` package: take the folder off the path, load its modules by file.
-sys.path = [p for p in sys.path if Path(p or ".").resolve() != HERE]
-sys.path.insert(0, str(HERE.parent))
 
 from autosearch.evaluation.proxies import PROXIES, ProxyConfig  # noqa: E402
 from autosearch.evaluation.ranker import Ranker, RankerConfig  # noqa: E402

@@ -35,15 +35,10 @@ import argparse
 import dataclasses
 import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
-
-# This folder holds controllers.py (a benchmark), which would shadow the `controllers`
-# package for any script run from here: take the folder off the path.
-sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 import numpy as np
 import torch
@@ -54,6 +49,7 @@ from autosearch import Compression, SupernetConfig, TrainConfig
 from autosearch.compress import derive
 from autosearch.scoring.cost import latency as time_latency
 from autosearch.scoring.latency import LatencyTable, host_device
+from autosearch.scoring.pareto import hypervolume
 from autosearch.training.train import evaluate
 from controllers import RegularizedEvolution
 from search_spaces import MobileNetSpace, ResNetSpace
@@ -244,18 +240,6 @@ def readme(args: argparse.Namespace, root: Path) -> dict[str, Any]:
 
 
 # 4. The front -----------------------------------------------------------------------------------
-def _hypervolume(points: np.ndarray, reference: tuple[float, float]) -> float:
-    """2-D hypervolume of (accuracy ↑, FLOPs ↓) points against ``reference``."""
-    ref_acc, ref_flops = reference
-    kept = sorted((f, a) for a, f in points if a > ref_acc and f < ref_flops)
-    volume, best = 0.0, ref_acc
-    for i, (flops, acc) in enumerate(kept):
-        best = max(best, acc)
-        right = kept[i + 1][0] if i + 1 < len(kept) else ref_flops
-        volume += (right - flops) * (best - ref_acc)
-    return volume
-
-
 def front(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     estimated = readme_study(root, "front-estimated")
     estimated.optimize(args.front_trials, show_progress_bar=False)
@@ -278,7 +262,7 @@ def front(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         ]
     )
     reference = (float(every[:, 0].min()), float(every[:, 1].max()))
-    volumes = {k: _hypervolume(v, reference) for k, v in fronts.items()}
+    volumes = {k: hypervolume(v, reference, ["maximize", "minimize"]) for k, v in fronts.items()}
     unmeasured = [
         r
         for r in estimated.pareto()

@@ -29,10 +29,6 @@ import tempfile
 import time
 from pathlib import Path
 
-# This folder holds controllers.py (the controller benchmark), which would shadow the
-# `controllers` package for any script run from here: take the folder off the path.
-sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-
 import torch
 
 from autosearch import TrainConfig

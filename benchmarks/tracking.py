@@ -30,8 +30,6 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-
 import autosearch
 from autosearch.evaluation.runner import TrialPlan, TrialResult, VariantResult
 from autosearch.study import loop

@@ -28,10 +28,6 @@ import tempfile
 import time
 from pathlib import Path
 
-# This folder holds controllers.py (the controller benchmark), which would shadow the
-# `controllers` package for any script run from here: take the folder off the path.
-sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-
 import torch
 import torch.nn.functional as F
 
@@ -149,8 +145,7 @@ def bench_pipeline(data, repeats: int) -> dict[str, float]:
 
 _DDP = """
 import sys, time, torch
-sys.path.insert(0, {here!r})
-from trainer import _model
+from trainer import _model  # this folder is on PYTHONPATH
 from autosearch import TrainConfig
 from autosearch.data import load_data
 from autosearch.training.runtime import init_distributed, resolve
@@ -169,11 +164,12 @@ def bench_ddp(data_spec: str) -> dict[str, float]:
     here = str(Path(__file__).resolve().parent)
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / "ddp.py"
-        script.write_text(_DDP.format(here=here, data=data_spec))
+        script.write_text(_DDP.format(data=data_spec))
         torchrun = str(Path(sys.executable).with_name("torchrun"))
         runs = {}
         for procs in (1, 2):
-            env = {**os.environ, "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // procs))}
+            threads = str(max(1, (os.cpu_count() or 1) // procs))
+            env = {**os.environ, "OMP_NUM_THREADS": threads, "PYTHONPATH": here}
             out = subprocess.run(
                 [torchrun, "--standalone", f"--nproc-per-node={procs}", str(script)],
                 env=env,

@@ -24,14 +24,10 @@ import contextlib
 import hashlib
 import json
 import logging
-import sys
 import tempfile
 import time
 import warnings
 from collections.abc import Iterator
-from pathlib import Path
-
-sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 import optuna
 import torch

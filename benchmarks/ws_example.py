@@ -22,16 +22,11 @@ import importlib
 import json
 import os
 import platform
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-# This folder holds controllers.py (a benchmark), which would shadow the `controllers`
-# package for any script run from here: take the folder off the path.
-sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 import torch
 

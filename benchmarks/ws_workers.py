@@ -27,7 +27,7 @@ from autosearch.study.measure import FrontMeasurer
 MAX_FLOPS = 2e6  # the guide's budget: study.best(max_flops=2e6)
 
 # The guide's study as ws_example.py makes it (loaded from its file: this folder is not a
-# package, and holds a controllers.py that would shadow the `controllers` package).
+# package).
 _spec = importlib.util.spec_from_file_location(
     "ws_example", Path(__file__).with_name("ws_example.py")
 )

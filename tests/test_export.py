@@ -375,10 +375,10 @@ def test_the_onnx_exporters_registry_is_built_once_and_the_file_is_torchs(tmp_pa
     """torch.onnx.export builds its ATen-to-ONNX registry at every call (a third of a
     small export); autosearch's export builds it once a process, and writes the bytes
     torch.onnx.export writes."""
+    from autosearch.export._onnx_registry import _REGISTRIES
     from torch.onnx._internal.exporter._registration import ONNXRegistry
 
     from autosearch.export import _dynamic_batch, _onnx_export, _quiet
-    from autosearch.export._onnx_registry import _REGISTRIES
 
     torch.manual_seed(0)
     net = torch.nn.Sequential(

@@ -8,11 +8,11 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import grimp
 import pytest
-import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("autosearch", "search_spaces", "controllers")
@@ -153,3 +153,16 @@ def test_no_gross_outliers_among_files_and_functions():
 @pytest.mark.parametrize("package", ["autosearch", "search_spaces", "controllers"])
 def test_each_package_says_it_is_typed(package):
     assert (ROOT / package / "py.typed").is_file()
+
+
+def test_no_benchmark_edits_the_import_path():
+    """Nothing in benchmarks/ shadows a package (the controller benchmark is
+    search_quality.py), so no script mends sys.path before its imports."""
+    edits = [
+        f"{path.name}:{number}"
+        for path in sorted((ROOT / "benchmarks").glob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if "sys.path" in line
+    ]
+    assert not edits, edits
+    assert not (ROOT / "benchmarks" / "controllers.py").exists()

@@ -39,7 +39,7 @@ def test_unknown_plugin_names_suggest_close_matches():
 
 
 def test_registry_refuses_a_second_class_under_a_taken_name():
-    registry: Registry[type] = Registry("thing")
+    registry: Registry[type] = Registry("thing", group="autosearch.test-things")
 
     @registry.register("a")
     class A:

@@ -137,7 +137,7 @@ def test_a_resumed_warm_up_continues_the_same_sequence(stop, seed, first):
 
 
 def test_the_controller_benchmark_runs_each_controller_with_the_warm_up_too(tmp_path):
-    """`benchmarks/controllers.py --warmup` on the published NAS-Bench-201 table, with
+    """`benchmarks/search_quality.py --warmup` on the published NAS-Bench-201 table, with
     proxy files as nb201_proxies.py writes them (here a stand-in proxy that is the
     published accuracy itself): the warm-up's first proposal is the pool's best."""
     import csv
@@ -158,7 +158,7 @@ def test_the_controller_benchmark_runs_each_controller_with_the_warm_up_too(tmp_
            "scored_columns": ["cell", "published", "synflow"], "scored": scored}  # fmt: skip
     (tmp_path / "proxies.json").write_text(json.dumps({"seeds": [run]}))
     out = subprocess.run(
-        [sys.executable, str(root / "benchmarks" / "controllers.py"), "--table", str(table),
+        [sys.executable, str(root / "benchmarks" / "search_quality.py"), "--table", str(table),
          "--warmup", str(tmp_path / "proxies.json"), "--warmup-pool", "30",
          "--warmup-first", "3", "--warmup-proxies", "synflow", "--seeds", "2",
          "--mo-seeds", "0", "--controllers", "random", "--budgets", "1,5"],

@@ -206,9 +206,9 @@ def _lower(converted: torch.fx.GraphModule, example: torch.Tensor) -> torch.fx.G
     torchao's is strict): the converted module is a graph already, and the program is the
     same but for the order its attributes are read in, in 2.2 s instead of 3.5 (four
     ResNets of the weight-sharing example's space on a 2-core Zen 3)."""
-    from torch._export.utils import _is_cia_op
-    from torch._inductor.constant_folding import constant_fold
-    from torch._inductor.fx_passes.freezing_patterns import freezing_passes
+    from autosearch._compat import export_lowering
+
+    _is_cia_op, constant_fold, freezing_passes = export_lowering()
 
     table = torch.export.default_decompositions()
     for op in list(table):

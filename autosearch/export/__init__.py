@@ -39,11 +39,11 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from autosearch._compat import onnx_registry_built_once as registry_built_once
 from autosearch._files import save_tensors
 from autosearch.architecture import Architecture
 from autosearch.compress import Derived, parse_variant
 from autosearch.errors import ExportError
-from autosearch.export._onnx_registry import registry_built_once
 from autosearch.scoring.cost import CONVENTIONS
 from autosearch.scoring.metrics import metric
 from autosearch.space import NetworkSpec

@@ -17,16 +17,17 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
-from plotly.colors import sample_colorscale
 
 from autosearch.compress import parse_variant
 from autosearch.errors import ConfigError
 from autosearch.report.population import population
 from autosearch.scoring import objective, pareto_mask
 from autosearch.scoring.metrics import metric
+from autosearch.scoring.pareto import hypervolume as front_hypervolume
 from autosearch.study import Record, Study
 from autosearch.study.overlays import figures
 
@@ -204,62 +205,50 @@ def _finished(study: Study) -> list[Record]:
     ]
 
 
-def _best_so_far(records: list[Record]) -> list[float]:
-    best, out = -math.inf, []
-    for r in records:
-        best = max(best, r.metrics["accuracy"])
-        out.append(best)
-    return out
+def _accuracy_study(study: Study, records: list[Record], *, name: str = "") -> Any:
+    """An in-memory Optuna study of ``records``' trials valued by validation accuracy
+    (maximised), with their genes and learning curves: what Optuna's own figures
+    (``optuna.visualization``) draw from. A stored study's values are its best point's
+    objectives, and its trials include attempts given up: these are the records'."""
+    import optuna
+
+    stored = {t.number: t for t in study.trials.all()}
+    scored = optuna.create_study(direction="maximize", study_name=name or study.name)
+    for record in records:
+        trial = stored[record.trial]
+        scored.add_trial(
+            optuna.trial.create_trial(
+                params=trial.params,
+                distributions=trial.distributions,
+                value=record.metrics["accuracy"],
+                intermediate_values=dict(trial.intermediate_values),
+                user_attrs={"description": record.description},
+            )
+        )
+    return scored
 
 
 def history(study: Study) -> go.Figure:
-    """Each trial's validation accuracy (early-stopped ones hollow) and the best so far."""
-    records = _finished(study)
-    fig = go.Figure()
-    fig.add_trace(
-        go.Scatter(
-            x=[r.trial for r in records],
-            y=[r.metrics["accuracy"] for r in records],
-            mode="markers",
-            name="trial",
-            marker={
-                "color": "#9aa5b1",
-                "size": 8,
-                "symbol": ["circle-open" if r.state == "stopped" else "circle" for r in records],
-            },
-            text=[_hover(r) for r in records],
-            hovertemplate="%{text}<extra></extra>",
-        )
-    )
-    fig.add_trace(
-        go.Scatter(
-            x=[r.trial for r in records],
-            y=_best_so_far(records),
-            mode="lines",
-            name="best so far",
-            line={"shape": "hv", "color": "#d1495b"},
-        )
+    """Each trial's validation accuracy and the best so far (Optuna's optimization
+    history of the trials that trained)."""
+    from optuna.visualization import plot_optimization_history
+
+    fig = plot_optimization_history(
+        _accuracy_study(study, _finished(study)), target_name="validation accuracy"
     )
     fig.update_layout(
-        title=f"{_text(study.name)}: validation accuracy by trial",
-        xaxis={"title": "trial"},
-        yaxis=_axis("accuracy"),
-        template="plotly_white",
+        title=f"{_text(study.name)}: validation accuracy by trial", template="plotly_white"
     )
     return fig
 
 
 def hypervolume_of(points: Sequence[tuple[float, float]], reference_cost: float) -> float:
     """Area dominated by (accuracy, cost) points, maximising accuracy from 0 and
-    minimising log10(cost) up to log10(``reference_cost``)."""
-    area, best = 0.0, 0.0
-    edge = math.log10(reference_cost)
-    # Sweep from the cheapest: each point adds the strip up to the next cheaper level.
-    for accuracy, cost in sorted(points, key=lambda p: p[1]):
-        if accuracy > best and cost < reference_cost:
-            area += (accuracy - best) * (edge - math.log10(cost))
-            best = accuracy
-    return area
+    minimising log10(cost) up to log10(``reference_cost``)
+    (autosearch.scoring.pareto.hypervolume)."""
+    logged = [(accuracy, math.log10(cost)) for accuracy, cost in points if cost > 0]
+    reference = (0.0, math.log10(reference_cost))
+    return front_hypervolume(logged, reference, ["maximize", "minimize"]) if logged else 0.0
 
 
 def hypervolume(study: Study, *, x: str = "flops") -> go.Figure:
@@ -296,34 +285,17 @@ def hypervolume(study: Study, *, x: str = "flops") -> go.Figure:
 
 
 def learning_curves(study: Study, *, limit: int = 50) -> go.Figure:
-    """Validation accuracy after each epoch, one line per trial (the ``limit`` most
-    accurate trials; the rest are left out to keep the plot readable)."""
+    """Validation accuracy after each epoch, one line per trial (Optuna's intermediate
+    values; the ``limit`` most accurate trials, the rest left out to keep it readable)."""
+    from optuna.visualization import plot_intermediate_values
+
     curves = study.trials.curves()
-    described = {r.trial: r for r in study.records(variants=False)}
     ranked = sorted(curves, key=lambda t: -max(curves[t].values()))[:limit]
-    # Coloured by rank of best accuracy (light: best), so no two trials share a colour
-    # however many are drawn and the good curves stand out.
-    shade = {t: 0.9 * (1 - i / max(len(ranked) - 1, 1)) for i, t in enumerate(ranked)}
-    fig = go.Figure()
-    for trial in sorted(ranked):
-        epochs = curves[trial]
-        record = described.get(trial)
-        fig.add_trace(
-            go.Scatter(
-                x=list(epochs),
-                y=list(epochs.values()),
-                mode="lines+markers",
-                name=f"trial {trial}",
-                line={"color": sample_colorscale("Viridis", shade[trial])[0]},
-                hovertemplate=(
-                    f"trial {trial}: {_text(record.description) if record else ''}"
-                    "<br>epoch %{x}: %{y:.4f}<extra></extra>"
-                ),
-            )
-        )
+    chosen = set(ranked)
+    records = [r for r in _finished(study) if r.trial in chosen]
+    fig = plot_intermediate_values(_accuracy_study(study, records))
     fig.update_layout(
-        title=f"{_text(study.name)}: learning curves ({len(ranked)} of {len(curves)} trials;"
-        " lighter: more accurate)",
+        title=f"{_text(study.name)}: learning curves ({len(records)} of {len(curves)} trials)",
         xaxis={"title": "epoch"},
         yaxis=_axis("accuracy"),
         template="plotly_white",
@@ -333,25 +305,16 @@ def learning_curves(study: Study, *, limit: int = 50) -> go.Figure:
 
 def compare(studies: Sequence[Study]) -> go.Figure:
     """Best validation accuracy so far against trials, one line per study, labelled by
-    study and controller: how fast each search finds good networks."""
-    fig = go.Figure()
-    for i, one in enumerate(studies):
-        records = _finished(one)
-        fig.add_trace(
-            go.Scatter(
-                x=list(range(1, len(records) + 1)),
-                y=_best_so_far(records),
-                mode="lines",
-                line={"shape": "hv", "color": _PALETTE[i % len(_PALETTE)]},
-                name=f"{_text(one.name)} ({_text(one.controller.name)})",
-            )
-        )
-    fig.update_layout(
-        title="best validation accuracy so far",
-        xaxis={"title": "trials finished"},
-        yaxis={"title": f"best {metric('accuracy').title}"},
-        template="plotly_white",
-    )
+    study and controller: how fast each search finds good networks (Optuna's
+    optimization history of several studies)."""
+    from optuna.visualization import plot_optimization_history
+
+    scored = [
+        _accuracy_study(one, _finished(one), name=f"{one.name} ({one.controller.name})")
+        for one in studies
+    ]
+    fig = plot_optimization_history(scored, target_name="validation accuracy")
+    fig.update_layout(title="best validation accuracy so far", template="plotly_white")
     return fig
 
 
@@ -359,45 +322,26 @@ def importance(study: Study) -> go.Figure:
     """How much each gene explains validation accuracy (Optuna's fANOVA over the
     trials that finished; needs at least two)."""
     import optuna
+    from optuna.visualization import plot_param_importances
 
-    accuracy = {
-        r.trial: r.metrics["accuracy"]
+    complete = [
+        r
         for r in study.records(variants=False)
         if r.state == "complete" and "accuracy" in r.metrics
-    }
-    if len(accuracy) < 2:
+    ]
+    if len(complete) < 2:
         raise ValueError(
             f"parameter importance needs at least 2 complete trials; {study.name!r} has "
-            f"{len(accuracy)}"
+            f"{len(complete)}"
         )
-    # The readable complete trials, valued by accuracy, in a study of their own.
-    scored = optuna.create_study(direction="maximize")
-    for trial in study.trials.all():
-        if trial.number in accuracy:
-            scored.add_trial(
-                optuna.trial.create_trial(
-                    params=trial.params,
-                    distributions=trial.distributions,
-                    value=accuracy[trial.number],
-                )
-            )
-    scores = optuna.importance.get_param_importances(
-        scored, evaluator=optuna.importance.FanovaImportanceEvaluator(seed=0)
-    )
-    names = list(scores)[::-1]
-    fig = go.Figure(
-        go.Bar(
-            x=[scores[n] for n in names],
-            y=[_text(n) for n in names],  # gene names come from storage: shown as text
-            orientation="h",
-            marker_color="#30638e",
-        )
+    fig = plot_param_importances(
+        _accuracy_study(study, complete),
+        evaluator=optuna.importance.FanovaImportanceEvaluator(seed=0),
+        target_name="validation accuracy",
     )
     fig.update_layout(
         title=f"{_text(study.name)}: gene importance for validation accuracy (fANOVA)",
-        xaxis={"title": "share of accuracy variance explained"},
         template="plotly_white",
-        height=max(300, 28 * len(names) + 120),
     )
     return fig
 

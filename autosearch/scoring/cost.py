@@ -30,7 +30,6 @@ import json
 import math
 import os
 import statistics
-import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -52,6 +51,7 @@ __all__ = [
     "measure",
     "safetensors_size",
     "saved_bytes",
+    "seconds_per_call",
     "sparse_macs",
 ]
 
@@ -238,12 +238,13 @@ def latency(
         device = next(model.parameters(), torch.empty(0)).device
     device = torch.device(device)
     x = torch.randn(batch, *input_shape, device=device)
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     was_training = model.training
     model.eval()  # in training mode the random inputs would move batch-norm statistics
     try:
         with cpu_threads(threads if device.type == "cpu" else torch.get_num_threads()):
-            samples = _time(model, x, sync, warmup, repeats, min_seconds)
+            samples = seconds_per_call(
+                lambda: model(x), warmup=warmup, repeats=repeats, min_seconds=min_seconds
+            )
     finally:
         model.train(was_training)
     return statistics.median(samples) * 1e3 / batch
@@ -266,29 +267,19 @@ def sample_seconds() -> float:
     return value
 
 
-def _time(
-    model: nn.Module,
-    x: torch.Tensor,
-    sync: Callable[[], None],
-    warmup: int,
-    repeats: int,
-    min_seconds: float,
+def seconds_per_call(
+    run: Callable[[], object], *, warmup: int = 2, repeats: int = 5, min_seconds: float = 0.002
 ) -> list[float]:
-    """Seconds per call: ``repeats`` samples, each long enough to time reliably."""
-    start = time.perf_counter()
-    for _ in range(warmup):
-        model(x)
-    sync()
-    per_call = (time.perf_counter() - start) / max(warmup, 1)
-    calls = max(1, int(min_seconds / max(per_call, 1e-6)))
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(calls):
-            model(x)
-        sync()
-        samples.append((time.perf_counter() - start) / calls)
-    return samples
+    """Seconds per call of ``run``: after ``warmup`` calls, ``repeats`` samples, each
+    timing enough calls to last ``min_seconds``. Timed by ``torch.utils.benchmark``'s
+    Timer, which synchronizes an accelerator around each sample; at this thread's
+    number of torch threads (the Timer's default would be one)."""
+    from torch.utils.benchmark import Timer
+
+    timer = Timer(stmt="run()", globals={"run": run}, num_threads=torch.get_num_threads())
+    first = timer.timeit(max(warmup, 1)).mean  # the warm-up, which sizes the samples
+    calls = max(1, int(min_seconds / max(first, 1e-7)))
+    return [timer.timeit(calls).mean for _ in range(repeats)]
 
 
 @dataclass(kw_only=True)

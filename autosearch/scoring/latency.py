@@ -51,12 +51,11 @@ from typing import Any
 
 import torch
 import torch.nn as nn
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 
+from autosearch._compat import TorchDispatchMode, tree_flatten
 from autosearch._files import NotReadable, read_json
 from autosearch.errors import AutosearchError
-from autosearch.scoring.cost import check_threads, cpu_threads
+from autosearch.scoring.cost import check_threads, cpu_threads, seconds_per_call
 
 __all__ = [
     "FORMAT",
@@ -235,19 +234,8 @@ def parts(
 
 # Timing ---------------------------------------------------------------------------------
 def _time_ms(run: Callable[[], object], *, min_seconds: float = 0.002, repeats: int = 5) -> float:
-    """Median milliseconds per call: ``repeats`` samples after a warm-up, each timing
-    enough calls to last ``min_seconds``."""
-    start = time.perf_counter()
-    run()
-    run()
-    per_call = (time.perf_counter() - start) / 2
-    calls = max(1, int(min_seconds / max(per_call, 1e-7)))
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(calls):
-            run()
-        samples.append((time.perf_counter() - start) / calls)
+    """Median milliseconds per call (:func:`autosearch.scoring.cost.seconds_per_call`)."""
+    samples = seconds_per_call(run, warmup=2, repeats=repeats, min_seconds=min_seconds)
     return statistics.median(samples) * 1e3
 
 

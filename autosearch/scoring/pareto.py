@@ -12,6 +12,7 @@ from autosearch.errors import ConfigError
 __all__ = [
     "Direction",
     "crowding_distance",
+    "hypervolume",
     "hypervolume_gains",
     "nondominated_ranks",
     "pareto_mask",
@@ -78,6 +79,34 @@ def crowding_distance(values: np.ndarray) -> np.ndarray:
     return distance
 
 
+def hypervolume(
+    values: np.ndarray | Sequence[Sequence[float]],
+    reference: Sequence[float] | np.ndarray,
+    directions: Sequence[Direction] | None = None,
+) -> float:
+    """The hypervolume of points (n × objectives): the region they dominate up to
+    ``reference``. Every objective minimised, unless ``directions`` say otherwise (a
+    maximised objective is bounded below by its reference value). Two objectives are
+    computed exactly by a sweep; more by Optuna's exact algorithm."""
+    k = len(reference)
+    directions = directions or ["minimize"] * k
+    costs = _as_costs(np.asarray(values, dtype=np.float64).reshape(-1, k), directions)
+    bound = _as_costs(np.asarray(reference, dtype=np.float64)[None, :], directions)[0]
+    inside = costs[(costs < bound).all(axis=1)]
+    if not len(inside):
+        return 0.0
+    if k != 2:
+        from autosearch._compat import exact_hypervolume
+
+        return exact_hypervolume(inside, bound)
+    # Sweep from the smallest first objective: each point adds the strip below the best
+    # second objective so far, up to the next point (the region is a staircase).
+    order = np.argsort(inside[:, 0], kind="stable")
+    xs = np.append(inside[order, 0], bound[0])
+    best = np.minimum.accumulate(inside[order, 1])
+    return float(((xs[1:] - xs[:-1]) * (bound[1] - best)).sum())
+
+
 def hypervolume_gains(
     front: np.ndarray, candidates: np.ndarray, reference: np.ndarray
 ) -> np.ndarray:
@@ -92,18 +121,9 @@ def hypervolume_gains(
     candidates = np.asarray(candidates, dtype=np.float64)
     reference = np.asarray(reference, dtype=np.float64)
     if len(reference) != 2:
-        from optuna._hypervolume import compute_hypervolume  # exact, any dimension
-
-        inside = front[(front < reference).all(axis=1)]
-        base = compute_hypervolume(inside, reference) if len(inside) else 0.0
-        return np.array(
-            [
-                compute_hypervolume(np.vstack([inside, c[None]]), reference) - base
-                if (c < reference).all()
-                else 0.0
-                for c in candidates
-            ]
-        )
+        base = hypervolume(front, reference)
+        return np.array([hypervolume(np.vstack([front, c[None]]), reference) - base
+                         for c in candidates])  # fmt: skip
     # The front's dominated region is a staircase: for x between the k-th and (k+1)-th
     # smallest first objective, it reaches down to the k smallest points' best second
     # objective. A candidate (a, b) adds, over each step, width × how far below it sits.

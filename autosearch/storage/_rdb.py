@@ -38,16 +38,17 @@ from optuna.distributions import (
     distribution_to_json,
     json_to_distribution,
 )
-from optuna.storages._rdb import models
-from optuna.storages._rdb.storage import _create_scoped_session
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 
+from autosearch._compat import rdb_models, scoped_session
 from autosearch.workers._failpoints import failpoint
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
+
+models = rdb_models()  # Optuna's RDB tables (private: autosearch/_compat.py)
 
 __all__ = ["TAKEOVER_LOCK_WAIT", "RDBStorage", "TrialLocked", "idle_transaction_limit"]
 
@@ -122,7 +123,7 @@ class RDBStorage(optuna.storages.RDBStorage):
             optuna.exceptions.DuplicatedStudyError: a study of that name exists.
         """
         try:
-            with _create_scoped_session(self.scoped_session) as session:
+            with scoped_session(self.scoped_session) as session:
                 study = models.StudyModel(
                     study_name=name,
                     directions=[
@@ -166,7 +167,7 @@ class RDBStorage(optuna.storages.RDBStorage):
         """
         for attempt in range(_DELETE_TRIES):
             try:
-                with _create_scoped_session(self.scoped_session) as session:
+                with scoped_session(self.scoped_session) as session:
                     session.delete(models.StudyModel.find_or_raise_by_id(study_id, session))
                 break
             except IntegrityError:
@@ -182,7 +183,7 @@ class RDBStorage(optuna.storages.RDBStorage):
 
     def _get_prepared_new_trial(
         self, study_id: int, template_trial: FrozenTrial | None, session: Session
-    ) -> models.TrialModel:
+    ) -> Any:  # optuna's TrialModel
         template = template_trial
         if template is None or template.values is not None or template.intermediate_values:
             return super()._get_prepared_new_trial(study_id, template, session)
@@ -276,7 +277,7 @@ class RDBStorage(optuna.storages.RDBStorage):
         values: Sequence[float] | None,
         lock_wait: float | None,
     ) -> None:
-        with _create_scoped_session(self.scoped_session) as session:
+        with scoped_session(self.scoped_session) as session:
             if lock_wait is not None and session.get_bind().dialect.name == "postgresql":
                 # A worker paused inside its own end of this trial holds the row: wait a
                 # bounded time for it, never for as long as it stays paused.

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from optuna.trial import FrozenTrial
 
+from autosearch._compat import ARTIFACT_ATTR_PREFIX
 from autosearch.storage.artifacts import Artifacts
 from autosearch.study import records
 from autosearch.study.records import RESUME, claim_key, superseded
@@ -97,7 +98,5 @@ def _job_weights(claim: FrozenTrial) -> str | None:
 
 def _uploads(trial: FrozenTrial) -> list[str]:
     """The artifacts uploaded for ``trial`` (Optuna's ``artifacts:ID`` attributes)."""
-    return [k.removeprefix(_UPLOADED) for k in trial.system_attrs if k.startswith(_UPLOADED)]
-
-
-_UPLOADED = "artifacts:"  # optuna.artifacts' attribute prefix for an uploaded artifact
+    prefix = ARTIFACT_ATTR_PREFIX
+    return [k.removeprefix(prefix) for k in trial.system_attrs if k.startswith(prefix)]

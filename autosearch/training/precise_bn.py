@@ -8,23 +8,25 @@ Johnson, "Rethinking 'Batch' in BatchNorm", 2021, section 3.1; pycls' ``precise_
 Recomputed over a few batches of training images with the weights fixed, the
 statistics are the network's own, and its accuracy is what it has learnt so far.
 
-A population's rounds rank members this way: measured on a small ResNet of the ResNet
-space with Fashion-MNIST, halfway through a cosine schedule, members with the highest
-learning rates scored 0.22–0.33 as trained and 0.71–0.73 with their statistics
-recomputed; the two that ended best of their seed's 8 ranked 7th and 8th as trained,
-3rd and 1st recomputed (``benchmarks/RESULTS.md``, population-based training).
+A population's rounds rank members this way (``benchmarks/RESULTS.md``,
+population-based training, measures what it changes); a supernet's subnets are
+evaluated this way (autosearch.weight_sharing.supernet: their statistics come from the
+batches they are calibrated on). The recomputation itself is PyTorch's
+(``torch.optim.swa_utils.update_bn``).
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterable, Iterator
 
 import torch
 import torch.nn as nn
+from torch.optim.swa_utils import update_bn
 
 from autosearch.data import Dataset, FileSplit, Split
 
-__all__ = ["precise_bn"]
+__all__ = ["precise_bn", "recompute_statistics"]
 
 _NORMS = (nn.modules.batchnorm._BatchNorm,)
 
@@ -43,17 +45,23 @@ def precise_bn(
     if not any(isinstance(m, _NORMS) for m in model.modules()):
         return model
     scored = copy.deepcopy(model)
-    for norm in scored.modules():
-        if isinstance(norm, _NORMS) and norm.track_running_stats:
-            norm.reset_running_stats()
-            norm.momentum = None  # a cumulative average: every batch weighs the same
-    scored.train()
     device = next(scored.parameters(), torch.empty(0)).device
-    seen = 0
-    for x, _ in split.batches(batch_size):
-        x = x[: images - seen]
-        scored(data.normalize(x.to(device, non_blocking=True)))
-        seen += len(x)
-        if seen >= images:
-            break
+
+    def first_images() -> Iterator[torch.Tensor]:
+        seen = 0
+        for x, _ in split.batches(batch_size):
+            x = x[: images - seen]
+            yield data.normalize(x.to(device, non_blocking=True))
+            seen += len(x)
+            if seen >= images:
+                return
+
+    recompute_statistics(scored, first_images())
     return scored.eval()
+
+
+def recompute_statistics(model: nn.Module, batches: Iterable[torch.Tensor]) -> None:
+    """Recompute ``model``'s batch-norm running statistics over ``batches`` (inputs as
+    the network takes them): each becomes the plain average over the batches (not an
+    exponential one), the weights untouched, the model's mode as it was."""
+    update_bn(batches, model)

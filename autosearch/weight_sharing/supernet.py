@@ -41,6 +41,7 @@ from autosearch.architecture import Architecture
 from autosearch.data import Dataset, Split
 from autosearch.errors import ConfigError, require
 from autosearch.space import SearchSpace
+from autosearch.training.precise_bn import recompute_statistics
 from autosearch.training.runtime import Runtime
 from autosearch.training.train import EpochResult, TrainConfig, TrainResult, evaluate, train
 
@@ -394,25 +395,9 @@ def calibration_images(
 
 @torch.no_grad()
 def recalibrate(model: nn.Module, images: torch.Tensor, *, batch_size: int = 256) -> None:
-    """Recompute ``model``'s batch-norm running statistics on ``images`` (normalised):
-    each layer's statistics become the mean over these images' batches; the weights are
-    not touched."""
-    norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
-    if not norms:
-        return
-    saved = [(m, m.momentum) for m in norms]
-    for m in norms:
-        m.reset_running_stats()
-        m.momentum = None  # a cumulative average over the batches
-    was_training = model.training
-    model.train()
-    try:
-        for batch in images.split(batch_size):
-            model(batch)
-    finally:
-        for m, momentum in saved:
-            m.momentum = momentum
-        model.train(was_training)
+    """Recompute a subnet's batch-norm running statistics on ``images`` (normalised), in
+    batches of ``batch_size`` (autosearch.training.precise_bn.recompute_statistics)."""
+    recompute_statistics(model, images.split(batch_size))
 
 
 class SubnetEvaluator:

@@ -45,7 +45,9 @@ def check_token(address: str | None) -> None:
         return
     refused = _refuses(address)
     if refused and _loopback(address) and "RAY_AUTH_MODE" not in os.environ:
-        from ray._private.authentication import authentication_token_setup as auth
+        from autosearch._compat import ray_token_setup
+
+        auth = ray_token_setup()
 
         if auth.maybe_enable_token_auth_if_token_available(warn_if_disabled=False):
             refused = _refuses(address)
@@ -55,10 +57,10 @@ def check_token(address: str | None) -> None:
 
 def _refuses(address: str) -> bool:
     try:
-        from ray._raylet import GcsClient  # type: ignore[attr-defined]
+        from autosearch._compat import ray_gcs_client
 
         with _quiet_stderr():  # Ray's C++ client logs the refusal there too
-            GcsClient(address=address)
+            ray_gcs_client(address)
     except Exception as exc:
         return token_refused(exc)
     return False

@@ -67,5 +67,5 @@ for name, controller in controllers.items():
 
 # %%
 # The best result so far, evaluation by evaluation (one seed each: a comparison worth
-# trusting needs many, as ``benchmarks/controllers.py`` runs them).
+# trusting needs many, as ``benchmarks/search_quality.py`` runs them).
 autosearch.report.plots.compare(studies)

@@ -15,7 +15,7 @@ table is enumerated), reference point ``--reference`` (default: 80 % accuracy an
 largest cost in the table).
 
     python benchmarks/make_nb201_table.py runs/nb201_synthetic.csv
-    python benchmarks/controllers.py [--table runs/nb201_synthetic.csv] [--seeds 50]
+    python benchmarks/search_quality.py [--table runs/nb201_synthetic.csv] [--seeds 50]
         [--mo-seeds 20] [--metric latency=lat_ms --cost latency] [--markdown out.md]
 
 A table of your own: ``--table FILE --key COLUMN --accuracy COLUMN`` (CSV or JSON, as
@@ -30,7 +30,7 @@ from the scored ones, its ``--warmup-first`` best by the mean rank of
 needed to reach the table's best cell (``evals_to_best``; null: not within the largest
 budget), and the proxies' cost of the pool (``warmup_proxy_seconds``, as measured).
 
-    python benchmarks/controllers.py --table ../shared/benchdata/nb201_cifar10_valid.csv \
+    python benchmarks/search_quality.py --table ../shared/benchdata/nb201_cifar10_valid.csv \
         --warmup benchmarks/nb201/proxies-pool.json --mo-seeds 0
 """
 
@@ -46,14 +46,11 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-# Run as a script, this file's folder comes first on sys.path, and this file's name
-# would shadow the `controllers` package: take the folder off the path.
-sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-
 import numpy as np
 import optuna
 
 from autosearch import Controller, Outcome, Table
+from autosearch.scoring.pareto import hypervolume as pareto_hypervolume
 from controllers import (
     NSGA2,
     TPE,
@@ -167,14 +164,8 @@ class Landscape:
 
 def hypervolume(points: Sequence[tuple[float, float]], reference: tuple[float, float]) -> float:
     """Area dominated by (accuracy ↑, cost ↓) points, bounded by ``reference``
-    (accuracy, cost): linear in both."""
-    ref_acc, ref_cost = reference
-    area, best = 0.0, ref_acc
-    for accuracy, cost in sorted(points, key=lambda p: (p[1], -p[0])):
-        if accuracy > best and cost < ref_cost:
-            area += (accuracy - best) * (ref_cost - cost)
-            best = accuracy
-    return area
+    (accuracy, cost): linear in both (autosearch.scoring.pareto.hypervolume)."""
+    return pareto_hypervolume(points, reference, ["maximize", "minimize"]) if points else 0.0
 
 
 def search(
