@@ -22,7 +22,7 @@ run: $(STAMP)
 
 # The project's bytecode, written once: the suite starts ~200 Python processes, and where
 # PYTHONDONTWRITEBYTECODE is set (as on this project's CI machines) each would compile
-# every autosearch module it imports again (0.3-0.4 s of each on a 2-core Zen 3).
+# every autosearch module it imports again.
 BYTECODE := $(PY) -m compileall -q autosearch search_spaces controllers benchmarks
 
 # Two test processes, a test file each at a time (pytest-xdist), one thread each.

@@ -9,7 +9,7 @@
 The space's genes are the NNI model space's mutables (``LayerChoice``, ``nni.choice``
 values, ``Repeat`` depths), found by ``ModelSpace.simplify()``; ``build`` returns the NNI
 model frozen at the architecture. NNI is an optional extra
-(``pip install 'autosearch[nni]'``), imported only when an NNI space is used.
+(``pip install 'autosearch-nas[nni]'``), imported only when an NNI space is used.
 
 A study stores the model space's registered name and its JSON keyword arguments. Opening
 a stored study looks the name up in a registry that code filled: NNI's own hub spaces,
@@ -40,7 +40,7 @@ from search_spaces import _nni_net
 
 __all__ = ["NNISpace", "from_nni", "nni_available", "register_nni_space"]
 
-_INSTALL = "NNI spaces need NNI 3: pip install 'autosearch[nni]' (nni and pytorch-lightning)"
+_INSTALL = "NNI spaces need NNI 3: pip install 'autosearch-nas[nni]' (nni and pytorch-lightning)"
 
 
 def nni_available() -> bool:

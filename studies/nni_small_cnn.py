@@ -2,7 +2,7 @@
 search_spaces/nni_examples.py (written with NNI's LayerChoice, nni.choice and Repeat) on
 the bundled digits, with regularized evolution.
 
-    pip install 'autosearch[nni]'
+    pip install 'autosearch-nas[nni]'
     autosearch run studies/nni_small_cnn.py
 """
 

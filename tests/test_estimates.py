@@ -439,7 +439,7 @@ def test_best_and_export_use_measured_figures(searched, tmp_path):
 
 @pytest.mark.slow
 def test_status_says_which_figures_are_estimates(searched):
-    from autosearch.cli.reading import table
+    from autosearch.cli._common import table
 
     text = table(searched["study"].records())
     assert "figures" in text.splitlines()[0]

@@ -42,7 +42,7 @@ def test_an_unknown_executor_says_which_exist(make_study):
 
 
 def test_a_slurm_job_array_runs_the_workers(tmp_path, tiny_space):
-    pytest.importorskip("submitit", reason="the Slurm executor is an extra: autosearch[slurm]")
+    pytest.importorskip("submitit", reason="the Slurm executor is an extra: autosearch-nas[slurm]")
     from controllers import RandomSearch
 
     study = autosearch.create_study(
@@ -89,7 +89,7 @@ def ray_cluster():
     own (RAY_TMPDIR; short: Ray's sockets live there), their processes tagged so that
     exactly they are stopped afterwards (never `ray stop`, which stops every Ray
     cluster of the machine, a user's too)."""
-    pytest.importorskip("ray", reason="the Ray executor is an extra: autosearch[ray]")
+    pytest.importorskip("ray", reason="the Ray executor is an extra: autosearch-nas[ray]")
     tag = _hermetic.new_tag()
     temp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
     env = {**os.environ, _hermetic.TAG: tag, "RAY_TMPDIR": temp}
@@ -130,7 +130,7 @@ def _wait_for(predicate, what: str, bound: float = 1800.0) -> None:
 def test_a_dead_ray_head_is_named_in_one_line(make_study, tmp_path):
     """A --ray-address where no head answers: refused at once (a closed port) or within
     the probe's few seconds, never after Ray's minutes of retries."""
-    pytest.importorskip("ray", reason="the Ray executor is an extra: autosearch[ray]")
+    pytest.importorskip("ray", reason="the Ray executor is an extra: autosearch-nas[ray]")
     import ray
 
     from autosearch.errors import PlatformError
@@ -273,7 +273,7 @@ def test_a_ray_head_that_asks_for_a_token_gets_this_machines_or_is_named_in_one_
     head on this machine gets this machine's token, and the study runs; a driver that
     has no token gets one line that says what to do, not Ray's traceback, and nothing
     stored runs."""
-    pytest.importorskip("ray", reason="the Ray executor is an extra: autosearch[ray]")
+    pytest.importorskip("ray", reason="the Ray executor is an extra: autosearch-nas[ray]")
     home, stranger = tmp_path / "home", tmp_path / "stranger"
     (home / ".ray").mkdir(parents=True)
     (home / ".ray" / "auth_token").write_text("a" * 64)

@@ -279,7 +279,7 @@ def test_a_pools_parent_reads_free_memory_without_holding_a_context():
     import sys
 
     probe = (
-        "import torch; from autosearch.workers.executors import _free_memory; "
+        "import torch; from autosearch.workers.local import _free_memory; "
         "free = _free_memory(); assert not torch.cuda.is_initialized(); "
         "assert len(free) == torch.cuda.device_count() and min(free) > 0; print('ok')"
     )

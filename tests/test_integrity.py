@@ -547,7 +547,7 @@ def test_a_stored_nni_factory_naming_any_callable_is_refused_in_one_line(
     """The reported case: a space {"name": "nni", "config": {"factory": "os:system",
     "kwargs": {"command": ...}}} ran the command on status, report, export, worker and
     load_study(read_only=True)."""
-    pytest.importorskip("nni", reason="the NNI adapter is an optional extra ('autosearch[nni]')")
+    pytest.importorskip("nni", reason="the NNI adapter is an extra ('autosearch-nas[nni]')")
     from search_spaces import from_nni
 
     study = make_study(
@@ -594,7 +594,7 @@ def test_registered_components_are_what_a_stored_study_may_name(make_study, tiny
 
 
 def test_an_nni_space_of_ones_own_is_registered_once_and_reopens(make_study):
-    pytest.importorskip("nni", reason="the NNI adapter is an optional extra ('autosearch[nni]')")
+    pytest.importorskip("nni", reason="the NNI adapter is an extra ('autosearch-nas[nni]')")
     from search_spaces import from_nni, nni_examples, register_nni_space
 
     name = register_nni_space(nni_examples.SmallCNN, name="my-small-cnn")

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-pytest.importorskip("nni", reason="NNI is an optional extra: pip install 'autosearch[nni]'")
+pytest.importorskip("nni", reason="NNI is an optional extra: pip install 'autosearch-nas[nni]'")
 
 import autosearch
 from autosearch.errors import ConfigError, InvalidArchitectureError
@@ -112,7 +112,7 @@ def test_without_nni_the_error_says_how_to_install(monkeypatch):
     for name in [m for m in sys.modules if m == "nni" or m.startswith("nni.")]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "nni", None)  # import nni now fails
-    with pytest.raises(ImportError, match=r"pip install 'autosearch\[nni\]'"):
+    with pytest.raises(ImportError, match=r"pip install 'autosearch-nas\[nni\]'"):
         from_nni("nni.nas.hub.pytorch:NasBench201")
 
 

@@ -13,7 +13,7 @@ import pytest
 import autosearch
 from autosearch import TrainConfig
 
-pytest.importorskip("boto3", reason="S3 artifacts are an extra: pip install 'autosearch[s3]'")
+pytest.importorskip("boto3", reason="S3 artifacts are an extra: pip install 'autosearch-nas[s3]'")
 moto_server = pytest.importorskip(
     "moto.server", reason="the S3 tests start moto's server: pip install 'moto[server]'"
 )

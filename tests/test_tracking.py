@@ -73,7 +73,7 @@ def test_settings_are_checked_and_local_paths_made_absolute(tmp_path, monkeypatc
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda n, *a: None if n == "mlflow" else real(n, *a)
     )
-    with pytest.raises(ConfigError, match=r"pip install 'autosearch\[mlflow\]'"):
+    with pytest.raises(ConfigError, match=r"pip install 'autosearch-nas\[mlflow\]'"):
         Tracking.of(mlflow="sqlite:///x.db")
 
 

@@ -1,5 +1,5 @@
 """One ``autosearch`` command: its options read (autosearch.cli.parser), the command run
-(autosearch.cli.commands), any error printed in one line."""
+(a module of autosearch.cli per verb), any error printed in one line."""
 
 from __future__ import annotations
 

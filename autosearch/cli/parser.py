@@ -8,7 +8,15 @@ import math
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from autosearch.cli import commands, reading
+from autosearch.cli.export import cmd_export
+from autosearch.cli.report import cmd_report
+from autosearch.cli.rerun import cmd_rerun
+from autosearch.cli.run import cmd_run
+from autosearch.cli.search import cmd_search
+from autosearch.cli.status import cmd_status
+from autosearch.cli.supernet import cmd_supernet
+from autosearch.cli.train import cmd_train
+from autosearch.cli.worker import cmd_worker
 from autosearch.errors import ConfigError, UnknownNameError
 from autosearch.evaluation.proxies import ProxyConfig
 from autosearch.registry import controllers, spaces
@@ -174,7 +182,7 @@ def _add_run(sub: Subparsers) -> None:
         default=1,
         help="train each trial with N DDP processes (torchrun; gloo on CPU)",
     )
-    run.set_defaults(func=commands.cmd_run)
+    run.set_defaults(func=cmd_run)
 
 
 def _add_latency(sub: Subparsers) -> None:
@@ -271,7 +279,7 @@ def _add_supernet(sub: Subparsers) -> None:
         help="train it again if its stored weights are missing or damaged",
     )
     supernet.add_argument("--json", action="store_true", help=JSON_HELP)
-    supernet.set_defaults(func=commands.cmd_supernet)
+    supernet.set_defaults(func=cmd_supernet)
 
 
 def _add_search(sub: Subparsers) -> None:
@@ -314,7 +322,7 @@ def _add_search(sub: Subparsers) -> None:
     add("--storage", help=STORAGE_HELP)
     add("--artifacts", help=ARTIFACTS_HELP)
     add("--out", help="folder for report.html and best/ (default runs/NAME)")
-    search.set_defaults(func=commands.cmd_search)
+    search.set_defaults(func=cmd_search)
 
 
 def _reading(
@@ -330,13 +338,13 @@ def _reading(
 
 
 def _add_reading(sub: Subparsers) -> None:
-    status = _reading(sub, "status", "trial counts and the Pareto front", reading.cmd_status)
+    status = _reading(sub, "status", "trial counts and the Pareto front", cmd_status)
     status.add_argument("--json", action="store_true", help=JSON_HELP)
-    report = _reading(sub, "report", "write the HTML report (works offline)", reading.cmd_report)
+    report = _reading(sub, "report", "write the HTML report (works offline)", cmd_report)
     report.add_argument("--out", help="HTML path (default runs/NAME/report.html)")
     report.add_argument("--json", action="store_true", help=JSON_HELP)
     export = _reading(
-        sub, "export", "export a trained architecture (model.py + weights)", reading.cmd_export
+        sub, "export", "export a trained architecture (model.py + weights)", cmd_export
     )
     which = export.add_mutually_exclusive_group()
     which.add_argument("--trial", type=_integer(0), help="trial number")
@@ -369,7 +377,7 @@ def _add_reading(sub: Subparsers) -> None:
         sub,
         "rerun",
         "retrain a trial with its seed; compare with the stored result",
-        reading.cmd_rerun,
+        cmd_rerun,
     )
     rerun.add_argument("--trial", type=_integer(0), required=True, help="trial number")
     rerun.add_argument("--json", action="store_true", help=JSON_HELP)
@@ -393,7 +401,7 @@ def _add_worker(sub: Subparsers) -> None:
         help="stop after this many failures in a row",
     )
     _add_tracking(worker)
-    worker.set_defaults(func=commands.cmd_worker)
+    worker.set_defaults(func=cmd_worker)
 
 
 def _add_train(sub: Subparsers) -> None:
@@ -435,4 +443,4 @@ def _add_train(sub: Subparsers) -> None:
     )
     add("--schedule", help="replay a population's schedule.json (the same network again)")
     add("--json", action="store_true", help="print the metrics as JSON")
-    full.set_defaults(func=commands.cmd_train)
+    full.set_defaults(func=cmd_train)

@@ -6,7 +6,7 @@ variants) is mirrored under ``prefix/checkpoints/ARCH_ID/TRIAL/`` as it is writt
 a worker on another machine, which never saw the first one's disk, resumes from it.
 Endpoint and credentials come from the usual AWS settings (``AWS_ENDPOINT_URL``,
 ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_DEFAULT_REGION``, profiles).
-Needs boto3: ``pip install 'autosearch[s3]'``.
+Needs boto3: ``pip install 'autosearch-nas[s3]'``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from autosearch.errors import ConfigError, PlatformError
 
 __all__ = ["S3Folder", "is_s3"]
 
-_INSTALL = "artifacts on S3 need boto3: pip install 'autosearch[s3]'"
+_INSTALL = "artifacts on S3 need boto3: pip install 'autosearch-nas[s3]'"
 
 
 def is_s3(location: str | None) -> bool:

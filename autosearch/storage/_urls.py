@@ -215,7 +215,7 @@ def _rdb(url: str, *, create: bool, attempts: int = 8, shown: str | None = None)
         except ImportError as exc:
             raise StorageError(
                 f"storage {shown or url!r} needs a database driver that is not installed "
-                f"({exc}); for PostgreSQL: pip install 'autosearch[postgres]'"
+                f"({exc}); for PostgreSQL: pip install 'autosearch-nas[postgres]'"
             ) from None
         except Exception as exc:  # SQLAlchemy raises many types; all mean "unusable"
             cause = root_cause(exc)

@@ -168,7 +168,8 @@ def _folder_hint(path: str) -> str:
 def _require(module: str, extra: str) -> None:
     if importlib.util.find_spec(module) is None:
         raise ConfigError(
-            f"tracking to {module} needs the {module} package: pip install 'autosearch[{extra}]'"
+            f"tracking to {module} needs the {module} package: "
+            f"pip install 'autosearch-nas[{extra}]'"
         )
 
 
