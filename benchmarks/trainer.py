@@ -216,7 +216,7 @@ def bench_early_stopping(data_spec: str) -> dict[str, float]:
 def bench_streamed(data, repeats: int, limit: int) -> dict[str, float]:
     from PIL import Image
 
-    from autosearch.data import _load_named
+    from autosearch.data.loading import load_named
 
     config = TrainConfig(epochs=1, batch_size=128, lr=0.05, crop_padding=1, device="cpu")
     with tempfile.TemporaryDirectory() as tmp:
@@ -232,7 +232,7 @@ def bench_streamed(data, repeats: int, limit: int) -> dict[str, float]:
         start = time.perf_counter()
         streamed = load_data(f"folder:{root}", stream=True)
         scan_s = time.perf_counter() - start
-        _load_named.cache_clear()
+        load_named.cache_clear()
         held = load_data(f"folder:{root}", stream=False)
         times: dict[str, list[float]] = {
             "memory": [],

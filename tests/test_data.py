@@ -16,16 +16,17 @@ import torch
 
 import autosearch
 from autosearch import DataError, UnknownNameError
-from autosearch.data import _load_named, load_data
+from autosearch.data import load_data
 from autosearch.data._readers import READERS
+from autosearch.data.loading import load_named
 
 
 @pytest.fixture(autouse=True)
 def _fresh(tmp_path, monkeypatch):
     monkeypatch.setenv("AUTOSEARCH_CACHE", str(tmp_path / "cache"))
-    _load_named.cache_clear()
+    load_named.cache_clear()
     yield
-    _load_named.cache_clear()
+    load_named.cache_clear()
 
 
 def _images(n: int, classes: int, shape=(1, 6, 6), seed=0):
@@ -141,7 +142,7 @@ def test_idx_files_are_read_and_cached(tmp_path):
     assert torch.equal(data.test.x[:, 0], torch.from_numpy(timages))  # official test kept
     cached = list((tmp_path / "cache").glob("*.safetensors"))
     assert len(cached) == 1
-    _load_named.cache_clear()
+    load_named.cache_clear()
     (tmp_path / "train-images-idx3-ubyte.gz").write_bytes(b"changed")  # new content: new key
     with pytest.raises(DataError, match="not an IDX file|cannot read"):
         load_data(f"fashion-mnist:{tmp_path}")
@@ -155,7 +156,7 @@ def test_corrupt_and_missing_idx_files_say_which(tmp_path):
     with pytest.raises(DataError, match="train-images-idx3-ubyte.gz is truncated or corrupt"):
         load_data(f"mnist:{tmp_path}")
     (tmp_path / "t10k-labels-idx1-ubyte.gz").unlink()
-    _load_named.cache_clear()
+    load_named.cache_clear()
     with pytest.raises(DataError, match="no t10k-labels-idx1-ubyte.gz|truncated"):
         load_data(f"mnist:{tmp_path}")
     with pytest.raises(DataError, match="does not exist"):
@@ -181,7 +182,7 @@ def test_cifar_batches_and_a_malicious_pickle(tmp_path):
             return (print, ("pwned",))
 
     (tmp_path / "test_batch").write_bytes(pickle.dumps({b"data": Evil()}))
-    _load_named.cache_clear()
+    load_named.cache_clear()
     with pytest.raises(DataError, match="refusing to load builtins.print"):
         load_data(f"cifar10:{tmp_path}")
 
@@ -233,7 +234,7 @@ def test_hostile_files_in_an_image_folder_are_listed_and_grey_ones_converted(
     from PIL import Image
 
     monkeypatch.setenv("AUTOSEARCH_CACHE", str(tmp_path / "cache"))
-    _load_named.cache_clear()
+    load_named.cache_clear()
     root = tmp_path / "images"
     rng = np.random.default_rng(0)
     for cls in ("cat", "dog"):
@@ -288,7 +289,7 @@ def test_a_streamed_folder_is_cleaned_and_split_like_one_in_memory(
     from autosearch.data import FileSplit, Split
 
     monkeypatch.setenv("AUTOSEARCH_CACHE", str(tmp_path / "cache"))
-    _load_named.cache_clear()
+    load_named.cache_clear()
     held = load_data(f"folder:{digits_folder}", stream=False)
     streamed = load_data(f"folder:{digits_folder}", stream=True)
     assert isinstance(held.train, Split) and isinstance(streamed.train, FileSplit)
@@ -307,7 +308,7 @@ def test_a_streamed_folder_is_cleaned_and_split_like_one_in_memory(
     assert "broken.png" in problems and "wrong shape (1, 9, 8)" in problems
     # The scan is cached: a second load lists the folder without decoding it.
     assert list((tmp_path / "cache").glob("scan-*.json"))
-    _load_named.cache_clear()
+    load_named.cache_clear()
     monkeypatch.setattr(
         "autosearch.data._stream.decode_image", lambda f: pytest.fail("decoded again")
     )
@@ -322,10 +323,10 @@ def test_folders_stream_only_past_the_memory_budget(digits_folder, tmp_path, mon
     monkeypatch.setenv("AUTOSEARCH_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("AUTOSEARCH_DATA_MEMORY", "1.5K")
     assert memory_budget() == 1536
-    _load_named.cache_clear()
+    load_named.cache_clear()
     assert load_data(f"folder:{digits_folder}").streamed  # 1.8 k images of 64 bytes
     monkeypatch.setenv("AUTOSEARCH_DATA_MEMORY", "1G")
-    _load_named.cache_clear()
+    load_named.cache_clear()
     assert not load_data(f"folder:{digits_folder}").streamed
     monkeypatch.setenv("AUTOSEARCH_DATA_MEMORY", "lots")
     with pytest.raises(DataError, match="AUTOSEARCH_DATA_MEMORY='lots' is not a size"):

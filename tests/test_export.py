@@ -143,7 +143,7 @@ def test_the_onnx_file_runs_in_onnxruntime_like_torch(exported, digits):
 
 
 def test_an_onnx_file_that_disagrees_with_torch_is_refused(digits, tmp_path, monkeypatch):
-    import autosearch.export as export
+    import autosearch.export.onnx as export
 
     net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 10))
     monkeypatch.setattr(export, "onnx_parity", lambda *a: 0.25)
@@ -375,10 +375,11 @@ def test_the_onnx_exporters_registry_is_built_once_and_the_file_is_torchs(tmp_pa
     """torch.onnx.export builds its ATen-to-ONNX registry at every call (a third of a
     small export); autosearch's export builds it once a process, and writes the bytes
     torch.onnx.export writes."""
-    from autosearch.export._onnx_registry import _REGISTRIES
     from torch.onnx._internal.exporter._registration import ONNXRegistry
 
-    from autosearch.export import _dynamic_batch, _onnx_export, _quiet
+    from autosearch._compat import _REGISTRIES
+    from autosearch.export.onnx import _onnx_export, _quiet
+    from autosearch.export.programs import dynamic_batch
 
     torch.manual_seed(0)
     net = torch.nn.Sequential(
@@ -390,7 +391,7 @@ def test_the_onnx_exporters_registry_is_built_once_and_the_file_is_torchs(tmp_pa
     with _quiet():
         torch.onnx.export(
             net, (example,), str(tmp_path / "torch.onnx"), input_names=["images"],
-            output_names=["logits"], dynamic_shapes=_dynamic_batch(), external_data=False,
+            output_names=["logits"], dynamic_shapes=dynamic_batch(), external_data=False,
             dynamo=True,
         )  # fmt: skip
         _onnx_export(net, example, tmp_path / "first.onnx")

@@ -159,10 +159,10 @@ def _folder(root: Path, split: str, per_class: int, seed: int) -> None:
 def test_a_folder_of_train_and_test_keeps_its_own_test_split(tmp_path, monkeypatch, stream):
     """CIFAR-10's JPEG layout: train/CLASS and test/CLASS. The test split is the test
     folder's images (it was drawn from the training images before), held or streamed."""
-    from autosearch.data import _load_named
+    from autosearch.data.loading import load_named
 
     monkeypatch.setenv("AUTOSEARCH_CACHE", str(tmp_path / "cache"))
-    _load_named.cache_clear()
+    load_named.cache_clear()
     _folder(tmp_path / "cifar", "train", 20, seed=0)
     _folder(tmp_path / "cifar", "test", 7, seed=1)
     data = load_data(f"folder:{tmp_path / 'cifar'}", seed=0, stream=stream)
@@ -176,10 +176,10 @@ def test_a_folder_of_train_and_test_keeps_its_own_test_split(tmp_path, monkeypat
 
 def test_a_train_and_test_folder_of_other_classes_is_refused(tmp_path, monkeypatch):
     from autosearch import DataError
-    from autosearch.data import _load_named
+    from autosearch.data.loading import load_named
 
     monkeypatch.setenv("AUTOSEARCH_CACHE", str(tmp_path / "cache"))
-    _load_named.cache_clear()
+    load_named.cache_clear()
     _folder(tmp_path / "cifar", "train", 5, seed=0)
     _folder(tmp_path / "cifar", "test", 5, seed=1)
     (tmp_path / "cifar" / "test" / "ship").rename(tmp_path / "cifar" / "test" / "boat")

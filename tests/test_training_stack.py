@@ -296,10 +296,11 @@ def test_batch_size_finder_takes_the_largest_batch_that_fits(digits):
 @pytest.fixture
 def streamed(digits_folder, tmp_path, monkeypatch):
     """The digits folder, streamed from its files."""
-    from autosearch.data import _load_named, load_data
+    from autosearch.data import load_data
+    from autosearch.data.loading import load_named
 
     monkeypatch.setenv("AUTOSEARCH_CACHE", str(tmp_path / "cache"))
-    _load_named.cache_clear()
+    load_named.cache_clear()
     return load_data(f"folder:{digits_folder}", stream=True)
 
 
@@ -439,11 +440,11 @@ def test_two_torchrun_processes_train_a_streamed_folder(streamed, two_ranks):
 def test_a_study_searches_a_folder_too_large_for_memory(
     digits_folder, tmp_path, monkeypatch, make_study
 ):
-    from autosearch.data import _load_named
+    from autosearch.data.loading import load_named
 
     monkeypatch.setenv("AUTOSEARCH_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("AUTOSEARCH_DATA_MEMORY", "1K")  # far less than the 115 kB decoded
-    _load_named.cache_clear()
+    load_named.cache_clear()
     study = make_study(
         data=f"folder:{digits_folder}",
         variants=("base", "int8"),
@@ -468,14 +469,14 @@ def test_a_file_deleted_during_streamed_training_fails_the_trial_in_one_line(
     """Issue 43, F3: the trial's reason was the DataLoader worker's whole traceback."""
     import shutil
 
-    from autosearch.data import _load_named
+    from autosearch.data.loading import load_named
 
     folder = tmp_path / "digits"
     shutil.copytree(digits_folder, folder)
     monkeypatch.setenv("AUTOSEARCH_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("AUTOSEARCH_DATA_MEMORY", "1K")
     monkeypatch.setenv("AUTOSEARCH_LOADER_WORKERS", workers)
-    _load_named.cache_clear()
+    load_named.cache_clear()
     study = make_study(data=f"folder:{folder}", train=TrainConfig(epochs=1, batch_size=32))
     assert study.data.streamed
     gone = study.data.train.files[0]

@@ -1,9 +1,11 @@
-"""The search-space protocol: named gene domains, validation, and a network builder.
+"""The search-space protocol: named gene domains, validation, a network builder, and
+the budget.
 
 A space writes :meth:`SearchSpace.domains`, :meth:`SearchSpace.network` and, where
 some genes only matter in some networks, :meth:`SearchSpace.canonicalize` and
-:meth:`SearchSpace.validate`. Sampling, mutation, encoding, description and
-building derive from those.
+:meth:`SearchSpace.validate`. Sampling and mutation (:mod:`autosearch.space.moves`),
+encodings (:mod:`autosearch.space.encodings`), description and building derive from
+those; the space keeps every draw within its budget.
 """
 
 from __future__ import annotations
@@ -31,115 +33,12 @@ from autosearch.errors import (
     suggest,
 )
 from autosearch.scoring.cost import Cost, measure
+from autosearch.space import encodings, moves
+from autosearch.space.domains import Domain
 
-__all__ = [
-    "SIZE_LIMITS",
-    "Categorical",
-    "Domain",
-    "IntRange",
-    "NetworkSpec",
-    "SearchSpace",
-    "check_sizes",
-]
+__all__ = ["NetworkSpec", "SearchSpace"]
 
-_MAX_MUTATION_TRIES = 100
-_MAX_BUDGET_TRIES = 200
-
-# The largest size of each kind a space accepts. A stored study is data: one holding
-# widths=[10**9] or max_stages=10**6 is refused in one line when it is read, not in an
-# allocation when a worker builds the network. Far above any network trained today.
-SIZE_LIMITS = {"channels": 8192, "blocks": 1024, "stages": 32, "stride": 8, "kernel": 31}
-
-
-def check_sizes(owner: str, kind: str, **sizes: Any) -> None:
-    """Refuse any of ``sizes`` (a number, or a sequence of them) that is not a whole
-    number from 1 to ``SIZE_LIMITS[kind]``, naming ``owner``'s field."""
-    limit = SIZE_LIMITS[kind]
-    for name, given in sizes.items():
-        values = given if isinstance(given, tuple | list) else (given,)
-        for value in values:
-            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit:
-                raise ConfigError(
-                    f"{owner} {name}: {value!r} is not a number of {kind} from 1 to {limit}"
-                )
-
-
-@dataclass(frozen=True)
-class Categorical:
-    """A gene whose value is one of ``choices`` (ints, floats, strings or bools)."""
-
-    choices: tuple[Gene, ...]
-    default: Gene | None = None
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "choices", tuple(self.choices))
-        if not self.choices:
-            raise ConfigError("a Categorical domain needs at least one choice")
-        if self.default is None:
-            object.__setattr__(self, "default", self.choices[0])
-        elif self.default not in self.choices:
-            raise ConfigError(f"default {self.default!r} is not one of {self.choices}")
-
-    def values(self) -> tuple[Gene, ...]:
-        return self.choices
-
-    def contains(self, value: Gene) -> bool:
-        # bool is an int in Python: keep True from matching a choice of 1.
-        return any(type(value) is type(c) and value == c for c in self.choices)
-
-    def sample(self, rng: np.random.Generator) -> Gene:
-        return self.choices[int(rng.integers(len(self.choices)))]
-
-    def encode(self, value: Gene) -> float:
-        """Position of ``value`` among the choices, scaled to [0, 1]."""
-        index = self.choices.index(value)
-        return index / max(len(self.choices) - 1, 1)
-
-    def describe(self) -> str:
-        return "{" + ", ".join(map(str, self.choices)) + "}"
-
-
-@dataclass(frozen=True)
-class IntRange:
-    """An integer gene in ``[low, high]`` (both included) on a grid of ``step``."""
-
-    low: int
-    high: int
-    step: int = 1
-    default: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.high < self.low or self.step < 1 or (self.high - self.low) % self.step:
-            raise ConfigError(
-                f"IntRange({self.low}, {self.high}, step={self.step}) is empty or off-grid"
-            )
-        if self.default is None:
-            object.__setattr__(self, "default", self.low)
-        elif not self.contains(self.default):
-            raise ConfigError(f"default {self.default!r} is not in {self.describe()}")
-
-    def values(self) -> tuple[int, ...]:
-        return tuple(range(self.low, self.high + 1, self.step))
-
-    def contains(self, value: Gene) -> bool:
-        return (
-            type(value) is int
-            and self.low <= value <= self.high
-            and (value - self.low) % self.step == 0
-        )
-
-    def sample(self, rng: np.random.Generator) -> int:
-        return self.low + self.step * int(rng.integers((self.high - self.low) // self.step + 1))
-
-    def encode(self, value: Gene) -> float:
-        return (int(value) - self.low) / max(self.high - self.low, 1)
-
-    def describe(self) -> str:
-        step = f" step {self.step}" if self.step != 1 else ""
-        return f"[{self.low}..{self.high}{step}]"
-
-
-Domain = Categorical | IntRange
+_BUDGET_TRIES = 200
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -309,9 +208,7 @@ class SearchSpace(abc.ABC):
         """A uniformly drawn gene assignment, canonicalized, within the budget
         (rejection sampling, a bounded number of draws)."""
         domains = self.domains()
-        return self._within_budget(
-            lambda: self.make({g: d.sample(rng) for g, d in domains.items()}), "sample"
-        )
+        return self._within_budget(lambda: self.make(moves.draw(domains, rng)), "sample")
 
     def mutate(self, arch: Architecture, rng: np.random.Generator) -> Architecture:
         """A valid architecture within the budget that builds a different network.
@@ -320,29 +217,17 @@ class SearchSpace(abc.ABC):
         the same network, so the draw repeats (a bounded number of times).
         """
         arch = self.canonicalize(arch)
-        domains = [(g, d) for g, d in self.domains().items() if len(d.values()) > 1]
-        if not domains:
-            raise InvalidArchitectureError(f"space {self.name!r} has one point: nothing to mutate")
-
-        def redraw() -> Architecture:
-            for _ in range(_MAX_MUTATION_TRIES):
-                gene, domain = domains[int(rng.integers(len(domains)))]
-                others = [v for v in domain.values() if v != arch[gene]]
-                child = self.make({**arch, gene: others[int(rng.integers(len(others)))]})
-                if child != arch:
-                    return child
-            raise InvalidArchitectureError(
-                f"no mutation of {self.describe(arch)} changed the network in "
-                f"{_MAX_MUTATION_TRIES} tries; the space may be too constrained"
-            )
-
-        return self._within_budget(redraw, f"mutation of {self.describe(arch)}")
+        domains = self.domains()
+        return self._within_budget(
+            lambda: moves.mutation(domains, arch, rng, self.make, self.describe),
+            f"mutation of {self.describe(arch)}",
+        )
 
     def _within_budget(self, draw: Callable[[], Architecture], what: str) -> Architecture:
         if self.max_flops is None and self.max_params is None:
             return draw()
         smallest: Cost | None = None
-        for _ in range(_MAX_BUDGET_TRIES):
+        for _ in range(_BUDGET_TRIES):
             arch = draw()
             cost = self.cost(arch)
             if self._fits(cost):
@@ -352,12 +237,12 @@ class SearchSpace(abc.ABC):
         assert smallest is not None
         raise BudgetError(
             f"no {what} of space {self.name!r} met the budget (max_flops={self.max_flops:.4g}, "
-            f"max_params={self.max_params}) in {_MAX_BUDGET_TRIES} draws; the smallest drawn had "
+            f"max_params={self.max_params}) in {_BUDGET_TRIES} draws; the smallest drawn had "
             f"{smallest.flops:.4g} FLOPs and {smallest.params} params at {self.budget_input}. "
             "Loosen the budget or narrow the space's depths and widths"
             if self.max_flops is not None
             else f"no {what} of space {self.name!r} met max_params={self.max_params} in "
-            f"{_MAX_BUDGET_TRIES} draws; the smallest drawn had {smallest.params} params. "
+            f"{_BUDGET_TRIES} draws; the smallest drawn had {smallest.params} params. "
             "Loosen the budget or narrow the space's depths and widths"
         )
 
@@ -437,31 +322,17 @@ class SearchSpace(abc.ABC):
     def encode(self, arch: Architecture) -> np.ndarray:
         """A fixed-length float vector in [0, 1], one entry per gene."""
         self.validate(arch)
-        return np.array([d.encode(arch[g]) for g, d in self.domains().items()], dtype=np.float64)
+        return encodings.ordinal(self.domains(), arch)
 
     def one_hot(self, arch: Architecture) -> np.ndarray:
         """One indicator per gene value (a categorical encoding for predictors: the
         values of a gene are not ordered, or not evenly)."""
-        parts = []
-        for gene, domain in self.domains().items():
-            values = domain.values()
-            row = np.zeros(len(values))
-            row[values.index(arch[gene])] = 1.0
-            parts.append(row)
-        return np.concatenate(parts)
+        return encodings.one_hot(self.domains(), arch)
 
     def neighbours(self, arch: Architecture) -> list[Architecture]:
         """Every distinct network one gene away from ``arch`` (canonical forms; the
         budget is not checked)."""
-        arch = self.canonicalize(arch)
-        found: dict[str, Architecture] = {}
-        for gene, domain in self.domains().items():
-            for value in domain.values():
-                if value != arch[gene]:
-                    child = self.make({**arch, gene: value})
-                    if child != arch:
-                        found.setdefault(child.arch_id, child)
-        return list(found.values())
+        return moves.neighbours(self.domains(), self.canonicalize(arch), self.make)
 
     def build(
         self, arch: Architecture, *, input_shape: Sequence[int], num_classes: int
@@ -473,7 +344,7 @@ class SearchSpace(abc.ABC):
 
     def size(self) -> int:
         """The number of gene assignments (an upper bound on distinct networks)."""
-        return int(np.prod([len(d.values()) for d in self.domains().values()], dtype=object))
+        return encodings.size(self.domains())
 
 
 def _jsonable(value: Any) -> Any:
