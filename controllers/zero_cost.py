@@ -146,7 +146,7 @@ class ZeroCostWarmup(Controller):
                 f"each of the {len(archs)} candidates for {missing or names}: name proxies "
                 "that the scorer computes, one value an architecture in the pool's order"
             )
-        from scipy import stats  # 0.6 s to import: not in every process that lists controllers
+        from scipy import stats  # slow to import: not in every process that lists controllers
 
         ranks = [
             stats.rankdata(np.nan_to_num(np.asarray(found[n], float), nan=-np.inf)) for n in names

@@ -225,9 +225,8 @@ class ElasticNetwork(nn.Module):
         """``arch``'s ordinary network (the wrapped space's) with the supernet's weights,
         on the supernet's device; every tensor of it is written from the supernet, which
         is checked. (Built on the CPU and moved: built on the meta device, to skip the
-        initial weights, it took longer — 8.9 ms against 3.3 for a small ResNet on a
-        CPU, torch's device context running every initialisation through Python; a
-        GPU's device context is such a context too.)"""
+        initial weights, it took longer: torch's device context runs every
+        initialisation through Python; a GPU's device context is such a context too.)"""
         kwargs = self._kwargs(arch)
         model = self.space.build(arch, input_shape=self.input_shape, num_classes=self.num_classes)
         device = next(self.net.parameters()).device

@@ -78,12 +78,11 @@ def pytest_unconfigure(config):
 
 # The order pytest-xdist deals the files out in (``make test``: a whole file to each of
 # two processes at a time). Its default, most tests first, deals the files of a few long
-# tests last: the chaos round (one test, 70 s) and the Ray cluster's seven (110 s) ran at
-# the end while the other process, out of files, idled 35-40 s (a 2-core Xeon of model
-# 167, 2026-12-02). Dealing every long file first is no better: it ran the files that
-# start processes side by side, and they thrashed the two cores (18:39 against 16:42 and
-# 17:53, a Xeon of model 207, 2026-11-28). So xdist's order, with those few files moved
-# to the front, each dealt beside a file of many short tests in the test process.
+# tests last: the chaos round (one long test) and the Ray cluster's seven ran at the end
+# while the other process, out of files, idled. Dealing every long file first is no
+# better: it ran the files that start processes side by side, and they thrashed the two
+# cores. So xdist's order, with those few files moved to the front, each dealt beside a
+# file of many short tests in the test process.
 _DEALT_EARLY = {"test_chaos.py": 0, "test_executors.py": 2, "test_report.py": 4}
 
 
@@ -120,10 +119,8 @@ def _settle() -> None:
     """What this test process holds now (the libraries and test modules it imported, the
     session's fixtures), frozen out of the collector's later scans (``gc.freeze``), after
     a collection of what is garbage already: every full collection of a test scanned
-    them all again. Measured on a 2-core Xeon (2026-12-02): five in-process files in one
-    process spent 20.3 s in the collector instead of 34.0; three files in one xdist
-    worker 12.0-12.6 s instead of 13.4-18.7. The collector runs as often as before, on
-    what the tests allocate."""
+    them all again (a large part of an in-process file's time in the collector). The
+    collector runs as often as before, on what the tests allocate."""
     import gc
 
     gc.collect()

@@ -789,7 +789,7 @@ def test_two_measurers_of_one_front_measure_each_point_once(searched, monkeypatc
 def test_a_point_another_measurer_holds_is_left_for_after_the_free_ones(searched, monkeypatch):
     """Two workers of a pool reach the front together: the second took the next point
     only once the first had measured the one it held, so one worker measured the whole
-    front while the other waited (13 of the guide example's 71 s on two workers). Now
+    front while the other waited (a sixth of the guide example's time). Now
     it measures the free points first and waits for the held one after."""
     import threading
 

@@ -24,8 +24,7 @@ from autosearch.workers._heartbeat import last_beat
 from controllers import RandomSearch
 
 # A trial stopped "one epoch in" must still be running when the signal lands: eleven
-# epochs left (4 s in a quiet worker on a 2-core Zen 3, more loaded), not three, between
-# seeing it and stopping it.
+# epochs left, not three, between seeing it and stopping it on a loaded machine.
 INTERRUPTED_TRAIN = TrainConfig(epochs=12, batch_size=32, lr=0.05)
 
 

@@ -90,8 +90,7 @@ def _epochs(study: autosearch.Study, number: int) -> int:
 
 
 # A trial stopped "n epochs in" must still be running when the signal lands: ten epochs
-# or more left (4 s in a quiet worker on a 2-core Zen 3, more loaded), not two, between
-# seeing it and stopping it.
+# or more left, not two, between seeing it and stopping it on a loaded machine.
 INTERRUPTED_TRAIN = TrainConfig(epochs=12, batch_size=32, lr=0.05)
 
 
@@ -655,7 +654,7 @@ if __name__ == "__main__":
 def test_pool_workers_start_with_torch_and_its_compiler_loaded(tmp_path):
     """A pool's fork server (the first of its process) loads torch, its compiler
     (imported by every optimizer's first step) and autosearch once, for every worker:
-    not 3-4 s of imports each on a slow CPU; each worker freezes what it was forked with
+    not seconds of imports each on a slow CPU; each worker freezes what it was forked with
     (no collection scans it again)."""
     (tmp_path / "preloaded.py").write_text(_PRELOADED)
     run = subprocess.run(

@@ -141,8 +141,8 @@ def test_budget_is_met_by_sampling_and_mutation_and_explained_when_impossible():
 
 
 def test_budget_checks_use_the_analytic_cost_models():
-    # Budget checks stay fast (benchmarks/spaces.py measures it: about 0.3 ms per
-    # architecture) because they never build a network: every built-in space has an
+    # Budget checks stay fast (benchmarks/spaces.py measures them) because they never
+    # build a network: every built-in space has an
     # analytic cost model for every architecture. Assert that, not a time.
     space = ResNetSpace()
     for i in range(20):

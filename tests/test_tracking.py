@@ -427,8 +427,8 @@ def mlflow_server(tmp_path):
          "--port", str(port), "--workers", "1",
          "--backend-store-uri", f"sqlite:///{tmp_path}/server.db",
          "--artifacts-destination", str(tmp_path / "server-artifacts")],
-        # Without MLflow's job runner (its GenAI jobs' huey consumers: six more processes,
-        # 26 s of CPU on a 2-core Xeon), which nothing here uses.
+        # Without MLflow's job runner (its GenAI jobs' huey consumers: six more busy
+        # processes), which nothing here uses.
         env={**os.environ, _hermetic.TAG: tag, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
         stdout=subprocess.DEVNULL,
         stderr=open(tmp_path / "server.log", "w"),

@@ -114,7 +114,7 @@ def torchrun(nproc: int, argv: list[str]) -> int:
     """The same command line again, as ``nproc`` processes under torchrun (which sets
     LOCAL_RANK, so the processes do not relaunch). torchrun's launcher runs in this
     process, as the ``torchrun`` command would in its own: the ranks start without a
-    third interpreter importing torch first (about 2 s on a 2-core CPU). Where a rank fails:
+    third interpreter importing torch first. Where a rank fails:
     the first failed rank's status (a refusal's 2, as one process would
     give); 128 + the signal's number when this process is signalled (the ranks are
     stopped first)."""

@@ -318,8 +318,7 @@ def _copy(root: nn.Module) -> nn.Module:
     object of its class with its own parameters and buffers (copies, on their device),
     its own child modules and its own containers (hooks, names), other attributes as
     they are (an estimate changes none of them). Shared modules and tensors stay shared
-    within the copy. About five times faster than ``deepcopy`` (15 against 3 ms a subnet
-    of the weight-sharing guide's example, under cProfile), which walks every attribute
+    within the copy. Several times faster than ``deepcopy``, which walks every attribute
     of every module."""
     memo: dict[int, Any] = {}
 

@@ -204,8 +204,7 @@ def _lower(converted: torch.fx.GraphModule, example: torch.Tensor) -> torch.fx.G
     so that one lowered program serves batch 1, 32 and evaluation batches, and the
     converted graph exported again without torch's compiler tracing it (``strict=False``;
     torchao's is strict): the converted module is a graph already, and the program is the
-    same but for the order its attributes are read in, in 2.2 s instead of 3.5 (four
-    ResNets of the weight-sharing example's space on a 2-core Zen 3)."""
+    same but for the order its attributes are read in, in less time."""
     from autosearch._compat import export_lowering
 
     _is_cia_op, constant_fold, freezing_passes = export_lowering()
@@ -286,7 +285,7 @@ def _only_patterns_it_can_hold(*, qat: bool):
 
     ``prepare_qat_pt2e`` and ``convert_pt2e`` look for QAT's conv-BatchNorm patterns of
     four conv functions (1-d, 2-d, transposed), each pattern exported as a graph to match
-    (about 100 exports, 0.2 s each): 15 to 20 s a variant, whatever the network. A
+    (about 100 exports): most of a small variant's time, whatever the network. A
     pattern whose conv the graph does not call cannot match, so its search is skipped;
     and a graph prepared for post-training quantization holds no QAT pattern at all
     (PTQ's prepare folds each BatchNorm into its conv, or leaves it apart where the conv

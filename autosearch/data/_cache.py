@@ -92,8 +92,8 @@ def cached_split(
     """``draw()``'s stratified split of ``labels`` (kept and drawn indices), kept on disk
     by a hash of what decides it: the labels, the fraction, the seed and the version of
     scikit-learn that draws it. A process that finds it there does not import
-    scikit-learn (1.3 s on a 2-core Zen 5, more on slower CPUs: every worker and
-    command that loads a dataset paid it). An entry that does not read back as a split
+    scikit-learn (slow to import: every worker and command that loads a dataset paid
+    it). An entry that does not read back as a split
     of these labels is drawn again and rewritten."""
     try:
         version = importlib.metadata.version("scikit-learn")

@@ -55,8 +55,8 @@ class Raw:
 
 def _digits(path: str | None) -> Raw:
     """scikit-learn's bundled digits, read from the file it ships as its ``load_digits``
-    reads it, without importing scikit-learn (1.3 s of imports on a 2-core Zen 5, in
-    every process that loads digits; the split is kept on disk: data/_cache.py)."""
+    reads it, without importing scikit-learn (slow to import, in every process that
+    loads digits; the split is kept on disk: data/_cache.py)."""
     pixels, labels = _digits_file()
     # Pixel values are 0..16; spread them over the uint8 range.
     images = np.clip(np.rint(pixels * (255.0 / 16.0)), 0, 255).astype(np.uint8)

@@ -3,12 +3,12 @@
 Optuna writes a new trial from a template a row at a time: for each param and attribute
 it reads the trial again to check that it is still running, and for each param it reads
 the study's first stored value of that name to check that the distributions agree. A
-trial of six genes and eight attributes costs about thirty statements (23 ms on the
-2-core CPU, and as many round trips to a PostgreSQL server): a weight-sharing search
-spends more on it than on some subnets' evaluation. A new trial is running and nobody
-else's, so here its rows are inserted together, and a param name's first distribution,
-which never changes once stored, is read once per process. Ending a trial (its result
-attributes, state and values) is one transaction, not one each.
+trial of six genes and eight attributes costs about thirty statements (as many round
+trips to a PostgreSQL server): a weight-sharing search spends more on it than on some
+subnets' evaluation. A new trial is running and nobody else's, so here its rows are
+inserted together, and a param name's first distribution, which never changes once
+stored, is read once per process. Ending a trial (its result attributes, state and
+values) is one transaction, not one each.
 
 The rows written are Optuna's own (tests/test_storage_rows.py compares them with what
 Optuna's path writes); a template this path does not cover (with values or intermediate
@@ -17,8 +17,8 @@ creation delegates to inside its locked transaction, is replaced; the lock on th
 row that keeps trial numbers unique is Optuna's.
 
 Opening a storage, Optuna checks that the database's schema revision is the head of its
-own migration scripts, which it finds by loading every script from disk, each time: 56
-ms of every open on a 2-core Zen 3, a third of reading a study's status. The head is
+own migration scripts, which it finds by loading every script from disk, each time: a
+large part of reading a study's status. The head is
 the installed Optuna's and cannot change in a process: read once, then compared with
 the database's revision on every open; where they differ, Optuna's own check says why.
 """

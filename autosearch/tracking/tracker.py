@@ -29,9 +29,9 @@ __all__ = ["Tracker", "variant_metrics"]
 logger = logging.getLogger(__name__)
 
 CLOSE_TIMEOUT = 30.0  # seconds a process waits, at the end of a run, for a slow tracker
-# Seconds MLflow's first call may take: importing MLflow and making a new store's tables
-# (every worker of a study at once, one at a time under the store's lock) took over 30 s
-# on a 2-core machine kept busy by other processes.
+# Seconds MLflow's first call may take: importing MLflow and making a new store's tables,
+# every worker of a study at once, one at a time under the store's lock, on a machine
+# kept busy by other processes (the closing timeout above was not enough there).
 MLFLOW_SETUP = 180.0
 # A trial's epochs reach MLflow at most this often: the first at once, those that end
 # sooner after it together with the next (each call costs a store transaction).

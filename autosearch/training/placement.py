@@ -60,8 +60,8 @@ WORKSPACE_BYTES = 512 * 2**20
 # cuDNN's algorithm workspaces and the evaluation's batches take the rest.
 HEADROOM = 0.8
 # More trials a GPU than this gained nothing where it was measured (benchmarks/gpu.py's
-# workers section: 1.20x with 8 processes, 1.19x with 2 on an H200): the GPU's time is
-# shared, not multiplied, and each process costs a context.
+# workers section, benchmarks/RESULTS.md): the GPU's time is shared, not multiplied, and
+# each process costs a context.
 MAX_PER_GPU = 8
 _PARTS = ("weights", "activations", "data", "workspace", "context")
 # Optimizer state per parameter: SGD's momentum, AdamW's two moments.

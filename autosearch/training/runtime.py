@@ -75,9 +75,9 @@ def resolve(*, device: str = "auto", precision: str = "auto") -> Runtime:
         # TF32 matmuls and convolutions: ~fp32 accuracy at tensor-core speed (Ampere on).
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
-        # cuDNN's autotuner: measured on an H200 (benchmarks/gpu.py), a new
-        # architecture's first epoch took 1.41-1.56x a steady one without it, 1.03-1.13x
-        # with it (a trial's batch shapes are few: the full batch, the last, evaluation).
+        # cuDNN's autotuner: a new architecture's first epoch comes closer to a steady
+        # one with it (benchmarks/gpu.py measures both; a trial's batch shapes are few:
+        # the full batch, the last, evaluation).
         # AUTOSEARCH_CUDNN_BENCHMARK=0 turns it off.
         torch.backends.cudnn.benchmark = os.environ.get("AUTOSEARCH_CUDNN_BENCHMARK", "1") != "0"
     rank, world_size = world()

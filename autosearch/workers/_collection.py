@@ -3,8 +3,8 @@
 
 What such a process loads (torch, its compiler, optuna, autosearch: about 340,000
 objects on torch 2.13) lives as long as the process, yet the collector ran over and
-over while it loaded (each full collection scanning everything loaded so far: about
-0.5 s of each command's start on a 2-core Zen 4) and every full collection of a trial
+over while it loaded (each full collection scanning everything loaded so far: a part
+of each command's start, benchmarks/collection.py) and every full collection of a trial
 scanned it all again. Loaded with the collector paused, then frozen (``gc.freeze``: left
 out of every later collection), it costs nothing more; what trials allocate is collected
 as before. A user's own process (a notebook, a script) is left as it is: whether to
@@ -43,8 +43,8 @@ def skip_final_collection() -> None:
     """At this process's exit, no garbage collection of everything it still holds.
 
     Python's shutdown collects every object the process holds: after a study, the
-    graphs and caches of torch's compiler and exporter, 1.3 s on a 2-core Zen 5 (more on
-    slower CPUs) of every CLI command, worker and torchrun rank. Frozen objects
+    graphs and caches of torch's compiler and exporter: seconds of every CLI command,
+    worker and torchrun rank on a small CPU. Frozen objects
     (``gc.freeze``) are left to the operating system instead; what is still open is
     closed as before, by the exit handlers (registered earlier, so run after this one)
     and by reference counting."""

@@ -154,8 +154,8 @@ class _Retried:
 
 
 # What a pool's fork server loads once for all of its workers, beyond torch: the
-# worker's code, and torch's compiler, which every optimizer's first step imports
-# (torch._dynamo: 1.4 to 1.8 s of each process on a 2-core Zen 3).
+# worker's code, and torch's compiler (torch._dynamo), which every optimizer's first
+# step imports: a large part of a process's start.
 _POOL_PRELOAD = ("torch._dynamo", "autosearch.workers.pool")
 
 _orphaned = threading.Event()  # set in a worker whose pool's process has died
