@@ -29,6 +29,13 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 PAGE = HERE / "RESULTS.md"
+README = HERE.parent / "README.md"
+# The README's results: five questions' one-line answers, between these two lines.
+README_START, README_END = (
+    "<!-- results: written by benchmarks/report.py -->",
+    "<!-- end of results -->",
+)
+README_QUESTIONS = ("nb201-search", "zero-cost", "equal-compute", "pbt", "chaos")
 FIGURES = HERE / "figures"
 NB201_OPTIMUM = "91.61"  # the best cell of NAS-Bench-201's cifar10-valid table (200 epochs)
 
@@ -1546,6 +1553,29 @@ def page(sections: Sequence[Section]) -> str:
     return f"{INTRO}\n{headline}\n\n{body}".rstrip() + "\n"
 
 
+def readme(sections: Sequence[Section]) -> str:
+    """The README with its results block written again (the rest as it is)."""
+    text = README.read_text()
+    if README_START not in text or README_END not in text:
+        raise SystemExit(
+            f"README.md has no results block: put {README_START} and {README_END} in it"
+        )
+    by_slug = {s.slug: s for s in sections}
+    table = md_table(
+        ["question", "answer"],
+        [
+            [
+                f"[{by_slug[k].question}](benchmarks/RESULTS.md#{by_slug[k].anchor})",
+                by_slug[k].headline,
+            ]
+            for k in README_QUESTIONS
+        ],
+    )
+    head, rest = text.split(README_START, 1)
+    _, tail = rest.split(README_END, 1)
+    return f"{head}{README_START}\n{table}\n{README_END}{tail}"
+
+
 def draw(name: str) -> bytes:
     """One figure as SVG bytes, the same bytes on every run with the same matplotlib."""
     import matplotlib
@@ -1563,7 +1593,7 @@ def draw(name: str) -> bytes:
 
 def generate() -> dict[Path, bytes]:
     sections = [question() for question in QUESTIONS]
-    files = {PAGE: page(sections).encode()}
+    files = {PAGE: page(sections).encode(), README: readme(sections).encode()}
     for s in sections:
         if s.figure:
             files[FIGURES / s.figure] = draw(s.figure)
@@ -1597,8 +1627,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for path, data in files.items():
         path.write_bytes(data)
     print(
-        f"wrote {PAGE.relative_to(HERE.parent)} ({len(files[PAGE].decode().splitlines())} lines) "
-        f"and {len(files) - 1} figures"
+        f"wrote {PAGE.relative_to(HERE.parent)} ({len(files[PAGE].decode().splitlines())} "
+        f"lines), {sum(p.suffix == '.svg' for p in files)} figures and README.md's results"
     )
     return 0
 

@@ -5,7 +5,7 @@ The first study and its Pareto front
 A study searches a space of networks with a controller, trains every candidate it
 proposes on your data, and keeps each result in an Optuna storage. Here: random search
 over small ResNets on scikit-learn's bundled 8×8 digits, four candidates of two
-epochs each (a real study trains longer; see :doc:`/guide/getting-started`).
+epochs each (a real study trains longer; see :doc:`/get-started`).
 """
 
 # %%
