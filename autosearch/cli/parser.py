@@ -66,6 +66,12 @@ def _integer(least: int) -> Callable[[str], int]:
     return parse
 
 
+TIMEOUT_HELP = (
+    "a time budget: no trial starts after SECONDS (one running then finishes); the trial "
+    "count holds too"
+)
+
+
 def _positive(text: str) -> float:
     try:
         value = float(text)
@@ -142,6 +148,7 @@ def _add_run(sub: Subparsers) -> None:
     run.add_argument(
         "--n-trials", type=_integer(0), help="total trials (default: the file's n_trials)"
     )
+    run.add_argument("--timeout", type=_positive, metavar="SECONDS", help=TIMEOUT_HELP)
     run.add_argument(
         "--storage", help="storage URL (default: the file's, or sqlite:///runs/NAME/study.db)"
     )
@@ -388,6 +395,7 @@ def _add_worker(sub: Subparsers) -> None:
     worker.add_argument("--study", required=True, help="study name")
     worker.add_argument("--storage", required=True, help="storage URL the study lives in")
     worker.add_argument("--n-trials", type=_integer(0), default=10, help="trials this worker runs")
+    worker.add_argument("--timeout", type=_positive, metavar="SECONDS", help=TIMEOUT_HELP)
     worker.add_argument(
         "--total",
         type=_integer(0),

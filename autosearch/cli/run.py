@@ -39,9 +39,11 @@ def run_to_budget(
     args: argparse.Namespace | None = None,
     confirm: int = 0,
     export: bool = True,
+    timeout: float | None = None,
 ) -> int:
     """Run the study to ``total`` finished trials (workers and executor as ``args`` say),
-    confirm the top ``confirm`` of a supernet's front; write the report, export the best."""
+    or until ``timeout`` seconds are spent; confirm the top ``confirm`` of a supernet's
+    front; write the report, export the best."""
     finished = study.trials.count("complete", "failed")
     remaining = max(total - finished, 0)
     print(
@@ -56,6 +58,7 @@ def run_to_budget(
             n_workers=min(workers, remaining) if remaining else 1,
             executor=executor_of(args),
             total=total,  # other workers of the study count: it is run to its total
+            timeout=timeout,
         )
         interrupted = study.interrupted
         if confirm and not interrupted and study.trials.count("complete"):
@@ -152,7 +155,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         if not init_distributed(spec.train.device):
             study = spec.create(storage=url, artifacts=args.artifacts, **tracking_options(args))
             return supernet_first(study) or run_to_budget(
-                study, total, out, args=args, confirm=spec.confirm, export=args.export
+                study,
+                total,
+                out,
+                args=args,
+                confirm=spec.confirm,
+                export=args.export,
+                timeout=args.timeout,
             )
         # Under torchrun: rank 0 creates (or opens) the study before the others open it.
         rank, _ = world()
@@ -166,6 +175,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                 if not code:
                     study.optimize(0)  # follow rank 0 to the end
                 return code
-            return supernet_first(study) or run_to_budget(study, total, out, export=args.export)
+            return supernet_first(study) or run_to_budget(
+                study, total, out, export=args.export, timeout=args.timeout
+            )
         finally:
             leave_distributed()

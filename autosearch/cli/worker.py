@@ -25,7 +25,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
     print(f"worker joined study {study.name} ({study.storage_url}); {args.n_trials} trials")
     try:
         records = study.optimize(
-            args.n_trials, max_failures_in_a_row=args.max_failures, total=args.total
+            args.n_trials,
+            timeout=args.timeout,
+            max_failures_in_a_row=args.max_failures,
+            total=args.total,
         )
     except KeyboardInterrupt as exc:  # StopNow names SIGTERM where that stopped it
         study.interrupted = getattr(exc, "signal", "SIGINT")

@@ -10,6 +10,8 @@ it, since that points at the setup rather than at the architectures.
 from __future__ import annotations
 
 import logging
+import math
+import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -60,18 +62,22 @@ from autosearch.workers.interrupts import Interrupts
 __all__ = [
     "DROPPED",
     "PLATFORM_FAILURES",
+    "UNBOUNDED",
     "AllClaimed",
     "EpochCallback",
     "RecordCallback",
     "SearchLoop",
     "SearchParts",
     "check_run",
+    "check_timeout",
+    "deadline",
     "platform_error",
 ]
 
 logger = logging.getLogger(__name__)
 
 _MAX_DUPLICATE_ASKS = 100
+UNBOUNDED = 2**62  # the trials of a run that only a time budget ends
 _MAX_DROPPED = 10
 DROPPED = "dropped"  # run_one's answer for a trial another worker took over
 
@@ -143,11 +149,15 @@ class SearchLoop:
         epoch_callbacks: list[EpochCallback],
         max_failures_in_a_row: int,
         total: int | None = None,
+        deadline: float | None = None,
     ) -> None:
         self.parts = parts
         self.callbacks, self.epoch_callbacks = callbacks, epoch_callbacks
         self.max_failures = max_failures_in_a_row
         self.total = total  # the study's trials to run to, across workers (None: no cap)
+        # The time budget's end (time.time()): no trial is claimed after it; one that
+        # runs then finishes.
+        self.deadline = deadline
         self.interrupts = Interrupts()
 
     def run(self, n_trials: int) -> list[Record]:
@@ -163,6 +173,9 @@ class SearchLoop:
     def _run(self, n_trials: int, done: list[Record]) -> list[Record]:
         failures = dropped = 0
         while len(done) < n_trials and not self.interrupted:
+            if self.deadline is not None and time.time() >= self.deadline:
+                logger.info("study %r: the time budget is spent; no new trial", self.parts.name)
+                break
             try:
                 record = self.run_one()
             except (AllClaimed, BudgetReached):
@@ -488,6 +501,24 @@ def _summary(record: Record) -> str:
     return f"{record.description}, val {accuracy:.4f}" if accuracy is not None else ""
 
 
+def check_timeout(timeout: float | None) -> None:
+    """A time budget is None or a positive, finite number of seconds."""
+    if timeout is None:
+        return
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not math.isfinite(timeout)
+        or timeout <= 0
+    ):
+        raise ConfigError(f"timeout must be None or a number of seconds > 0, got {timeout!r}")
+
+
+def deadline(timeout: float | None) -> float | None:
+    """The end of a time budget of ``timeout`` seconds from now (time.time()), or None."""
+    return None if timeout is None else time.time() + float(timeout)
+
+
 def check_run(
     n_trials: int,
     n_workers: int,
@@ -497,9 +528,11 @@ def check_run(
     ranks: int,
     total: int | None = None,
     here: bool | None = None,
+    timeout: float | None = None,
 ) -> None:
     """Refuse ``optimize`` settings that cannot run, before anything runs (``here``:
     whether the trials run in this process; by default, with one worker)."""
+    check_timeout(timeout)
     if total is not None and (isinstance(total, bool) or not isinstance(total, int) or total < 0):
         raise ConfigError(f"total must be None or an integer >= 0, got {total!r}")
     for name, value, least in (

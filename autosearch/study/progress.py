@@ -33,18 +33,19 @@ def _log_line(record: Record) -> None:
 
 @contextmanager
 def bars(
-    total: int, epochs: int | None, *, show: bool | None
+    total: int, epochs: int | None, *, show: bool | None, bounded: bool = True
 ) -> Iterator[tuple[list[RecordCallback], list[EpochCallback]]]:
     """Trial and epoch callbacks that draw the bars: none when ``show`` is False, or is
     None and standard error is not a terminal; no epoch bar when ``epochs`` is None
-    (trials trained in other processes)."""
+    (trials trained in other processes); a trial bar without an end where the count is
+    not ``bounded`` (a time budget alone)."""
     if not total:
         yield [], []
         return
     if not (sys.stderr.isatty() if show is None else show):
         yield [_log_line], []
         return
-    trials = tqdm(total=total, unit="trial", position=0)
+    trials = tqdm(total=total if bounded else None, unit="trial", position=0)
     current = tqdm(total=epochs, unit="epoch", position=1, leave=False, disable=epochs is None)
 
     def trial_done(record: Record) -> None:

@@ -13,6 +13,7 @@ the single source of truth.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable
 from functools import cached_property, partial
 from pathlib import Path
@@ -37,7 +38,16 @@ from autosearch.study.dataset import StudyData
 from autosearch.study.definition import StudyDefinition
 from autosearch.study.jobs import Jobs
 from autosearch.study.leftovers import sweep
-from autosearch.study.loop import EpochCallback, RecordCallback, SearchLoop, SearchParts, check_run
+from autosearch.study.loop import (
+    UNBOUNDED,
+    EpochCallback,
+    RecordCallback,
+    SearchLoop,
+    SearchParts,
+    check_run,
+    check_timeout,
+    deadline,
+)
 from autosearch.study.measure import FrontMeasurer
 from autosearch.study.overlays import is_estimated
 from autosearch.study.plans import Planner
@@ -224,8 +234,9 @@ class Study:
     # Running ------------------------------------------------------------------------------
     def optimize(
         self,
-        n_trials: int,
+        n_trials: int | None = None,
         *,
+        timeout: float | None = None,
         callbacks: Iterable[TrialCallback] = (),
         max_failures_in_a_row: int = 10,
         epoch_callbacks: Iterable[EpochCallback] = (),
@@ -236,6 +247,9 @@ class Study:
     ) -> list[Record]:
         """Evaluate ``n_trials`` new architectures; return their records.
 
+        ``timeout``: a time budget in seconds: no trial starts after it (one running then
+        finishes, and every worker of a pool keeps the same end); with ``n_trials`` too,
+        whichever comes first ends the run; alone, trials run until it is spent.
         ``total``: stop sooner, once the study holds ``total`` search trials (finished or
         running), counting every worker's (``autosearch run`` runs a study file's so).
         ``callbacks`` are called with each finished trial's study and record;
@@ -254,17 +268,26 @@ class Study:
         ``"SIGTERM"``. ``executor`` places the workers: ``"process"`` (this machine),
         ``"ray"`` or a ``RayExecutor``, ``"slurm"`` or a ``SlurmExecutor``
         (autosearch.workers.executors), which run even one worker there."""
+        check_timeout(timeout)
+        bounded = n_trials is not None
+        if n_trials is None:
+            if timeout is None:
+                raise ConfigError("give optimize n_trials, a timeout in seconds, or both")
+            n_trials = UNBOUNDED  # the time budget ends the run
+        end = deadline(timeout)
         told = [partial(callback, self) for callback in callbacks]
         epoch_callbacks = list(epoch_callbacks)
         self.interrupted = None
         limits: dict[str, Any] = {"max_failures_in_a_row": max_failures_in_a_row, "total": total}
         here = n_workers == 1 and isinstance(resolve_executor(executor), ProcessExecutor)
         rank, size = self._check_run(n_trials, n_workers, epoch_callbacks, here=here, **limits)
+        limits["deadline"] = end
         if size > 1 and rank != 0:
             return pool.follow(self._planner, self._inputs)  # under torchrun, rank 0 searches
         table = self.definition.table
         epochs = self.definition.train.epochs if here and table is None else None
-        with progress.bars(n_trials, epochs, show=show_progress_bar) as (trial_bar, epoch_bar):
+        shown = progress.bars(n_trials, epochs, show=show_progress_bar, bounded=bounded)
+        with shown as (trial_bar, epoch_bar):
             if not here:  # one worker of Ray or Slurm runs there, not here
                 done = self._pool(n_trials, n_workers, told + trial_bar, executor, **limits)
             else:
@@ -592,8 +615,12 @@ def _worker_main(
     trials_before: int | None = None,
     max_failures_in_a_row: int,
     total: int | None = None,
+    deadline: float | None = None,
 ) -> list[int]:
-    """One process of ``optimize(n_workers=K)``: the numbers of the trials it finished."""
+    """One process of ``optimize(n_workers=K)``: the numbers of the trials it finished.
+    ``deadline``: the pool's time budget's end (time.time()), the same for every worker."""
+    if deadline is not None and deadline <= time.time():
+        return []  # the budget was spent before this worker started
     study = open_study(name, storage=storage, data=data)
     # The pool's parent logs each finished trial; a worker logging it too would say it twice.
     logging.getLogger(progress.__name__).setLevel(logging.WARNING)
@@ -608,4 +635,6 @@ def _worker_main(
         trials_before=trials_before,
     )
     options: dict[str, Any] = {"max_failures_in_a_row": max_failures_in_a_row, "total": total}
+    if deadline is not None:
+        options["timeout"] = max(deadline - time.time(), 1e-9)
     return [r.trial for r in study.optimize(owed or 0, show_progress_bar=False, **options)]

@@ -65,6 +65,7 @@ def run_pool(
     max_failures_in_a_row: int,
     executor: str | Executor = "process",
     total: int | None = None,
+    deadline: float | None = None,
     need: Callable[[], Need] | None = None,
 ) -> list[Record]:
     """Run ``n_trials`` of the study of ``trials`` (at ``storage_url``) in ``n_workers``
@@ -73,8 +74,9 @@ def run_pool(
     catches this process's controller up with them at the end.
 
     ``worker_main(name=, storage=, data=, n_trials=, worker=, run=, trials_before=,
-    max_failures_in_a_row=, total=)`` is each worker's entry point (it opens the study, calls
-    :func:`start_worker` and runs its trials); ``threads`` and ``gpu`` are set here. A
+    max_failures_in_a_row=, total=, deadline=)`` is each worker's entry point (it opens
+    the study, calls :func:`start_worker` and runs its trials); ``threads`` and ``gpu``
+    are set here. A
     worker the engine starts again (its node died) runs only what its share lacks.
     ``need``: what one trial holds on a GPU, asked for where workers share GPUs
     (autosearch.training.placement; default: a CUDA context only)."""
@@ -101,6 +103,7 @@ def run_pool(
             "data": data_source,
             "max_failures_in_a_row": max_failures_in_a_row,
             "total": total,
+            "deadline": deadline,  # a time budget's end, the same for every worker
         }
         for i, share in enumerate(shares)
         if share
