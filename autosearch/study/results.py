@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-from autosearch.errors import StudyError
+from autosearch.errors import ConfigError, StudyError
 from autosearch.scoring import objective, pareto_mask
 from autosearch.study.records import Record
 
-__all__ = ["best", "front", "on_front"]
+__all__ = ["best", "front", "on_front", "table"]
+
+# The columns that say which point a row is, before its genes and figures.
+_ROW_COLUMNS = ("trial", "variant", "state", "kind", "confirms", "arch_id", "description")
 
 
 def front(points: Sequence[Record], objectives: Sequence[str]) -> list[Record]:
@@ -90,3 +94,52 @@ def on_front(done: Sequence[Record], metrics: Mapping[str, float]) -> bool:
     ]
     points = np.array([(metrics["accuracy"], metrics["flops"]), *others])
     return bool(pareto_mask(points, ["maximize", "minimize"])[0])
+
+
+def table(records: Sequence[Record], *, multi_index: bool = False) -> Any:
+    """The records as a pandas DataFrame, one row per (trial, variant): which point it is
+    (``trial``, ``variant``, ``state``, ``kind``, ``confirms``, ``arch_id``,
+    ``description``), a ``params_GENE`` column per gene and a ``metrics_NAME`` column per
+    figure (as Optuna's ``trials_dataframe`` names ``params_*`` and ``user_attrs_*``; with
+    ``multi_index``, the pairs ``("params", GENE)`` and ``("metrics", NAME)``), and the
+    ``reason`` of a failure. A gene or figure a row does not have is NaN (None for genes
+    that are names)."""
+    try:
+        import pandas as pd
+    except ImportError:
+        raise ConfigError(
+            "records as a table need pandas: pip install pandas (or use study.records())"
+        ) from None
+    genes = sorted({g for r in records for g in r.arch})
+    figures = sorted({m for r in records for m in r.metrics}, key=_figure_order)
+    rows = []
+    for r in records:
+        row: dict[Any, Any] = {
+            "trial": r.trial,
+            "variant": r.variant,
+            "state": r.state,
+            "kind": r.kind,
+            "confirms": r.confirms,
+            "arch_id": r.arch.arch_id,
+            "description": r.description,
+        }
+        row.update({("params", g): r.arch.get(g) for g in genes})
+        row.update({("metrics", m): r.metrics.get(m, math.nan) for m in figures})
+        row["reason"] = r.reason
+        rows.append(row)
+    columns: list[Any] = [*_ROW_COLUMNS, *(("params", g) for g in genes)]
+    columns += [*(("metrics", m) for m in figures), "reason"]
+    frame = pd.DataFrame(rows, columns=columns)
+    if multi_index:
+        frame.columns = pd.MultiIndex.from_tuples(
+            [c if isinstance(c, tuple) else (c, "") for c in columns]
+        )
+    else:
+        frame.columns = [c if isinstance(c, str) else f"{c[0]}_{c[1]}" for c in columns]
+    return frame
+
+
+def _figure_order(name: str) -> tuple[int, str]:
+    """The figures users look at first (the objectives' usual ones), then the rest by name."""
+    first = ("accuracy", "test_accuracy", "flops", "params", "latency", "reward")
+    return (first.index(name), "") if name in first else (len(first), name)

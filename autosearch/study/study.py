@@ -188,6 +188,13 @@ class Study:
         one per variant (``variants=False``: base records only)."""
         return self.trials.records(variants=variants)
 
+    def records_dataframe(self, *, variants: bool = True, multi_index: bool = False) -> Any:
+        """The records as a pandas DataFrame (pandas is optional): a row per (trial,
+        variant), a ``params_GENE`` column per gene and a ``metrics_NAME`` column per
+        figure, as Optuna's ``trials_dataframe`` lays out a study
+        (autosearch.study.results.table)."""
+        return results.table(self.records(variants=variants), multi_index=multi_index)
+
     def record(self, trial: int, variant: str = "base") -> Record:
         """The record of trial number ``trial`` and ``variant``."""
         return self.trials.record(trial, variant)
