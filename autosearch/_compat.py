@@ -12,6 +12,8 @@ name                        what                                      checked ag
 ``scoped_session``          Optuna's session context (commit/rollback) optuna 4.0-5.1
 ``exact_hypervolume``       Optuna's exact hypervolume, any dimension optuna 4.0-5.1
 ``ARTIFACT_ATTR_PREFIX``    the attribute Optuna marks an upload with optuna 4.0-5.1
+``journal_file``            the file a JournalStorage's file backend  optuna 4.0-5.1
+                            writes
 ``TorchDispatchMode``       torch's dispatch-mode base class          torch 2.11-2.13
 ``tree_flatten``            torch's pytree flattening                 torch 2.11-2.13
 ``export_lowering``         torch.export and Inductor passes torchao  torch 2.11-2.13
@@ -51,6 +53,17 @@ ARTIFACT_ATTR_PREFIX = "artifacts:"
 
 
 # Optuna ------------------------------------------------------------------------------------
+def journal_file(storage: Any) -> str | None:
+    """The file a ``JournalStorage`` on a ``JournalFileBackend`` writes; None for another
+    backend (Redis, a custom one)."""
+    from optuna.storages.journal import JournalFileBackend
+
+    backend = getattr(storage, "_backend", None)
+    if not isinstance(backend, JournalFileBackend):
+        return None
+    return str(backend._file_path)
+
+
 def rdb_models() -> Any:
     """``optuna.storages._rdb.models``: the RDB storage's tables."""
     from optuna.storages._rdb import models

@@ -4,6 +4,9 @@ Forms:
     sqlite:///relative/path.db, sqlite:////absolute/path.db   (default; one machine)
     journal:path/to/study.log                                  (several processes, one file)
     postgresql://user@host:port/database                       (many machines)
+
+or an Optuna storage object that names one of them: ``RDBStorage(url, engine_kwargs=...)``
+(its engine settings kept, for every worker) or ``JournalStorage(JournalFileBackend(path))``.
 """
 
 from __future__ import annotations
@@ -12,7 +15,8 @@ import contextlib
 import os
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -21,6 +25,7 @@ import optuna
 from optuna.storages import BaseStorage
 from optuna.trial import TrialState
 
+from autosearch import _compat
 from autosearch._files import NotReadable, check_regular
 from autosearch.errors import StorageError, UnknownNameError
 from autosearch.storage._journal import CheckedJournalFile
@@ -31,16 +36,60 @@ from autosearch.workers._heartbeat import heartbeat_settings
 
 __all__ = [
     "URL_FORMS",
+    "StorageTarget",
     "connection_lost",
     "default_storage",
     "end_trial",
     "local_path",
     "open_storage",
     "root_cause",
+    "storage_target",
     "trial_number",
 ]
 
 URL_FORMS = "sqlite:///path/study.db, journal:path/study.log or postgresql://user@host/db"
+OBJECT_FORMS = "optuna.storages.RDBStorage(url, ...) or JournalStorage(JournalFileBackend(path))"
+
+
+@dataclass(frozen=True)
+class StorageTarget:
+    """Where a study is stored, as every process of it opens it again: the URL, and the
+    engine settings (SQLAlchemy's ``create_engine`` keywords) a user's ``RDBStorage``
+    carried, applied over autosearch's own. Plain data: it travels to pool, Ray and
+    Slurm workers."""
+
+    url: str
+    engine_kwargs: Mapping[str, Any] = field(default_factory=dict, hash=False)
+
+
+def storage_target(storage: object) -> StorageTarget:
+    """``storage`` (a URL, an Optuna storage object, a target) as a :class:`StorageTarget`.
+
+    Raises:
+        StorageError: another kind of object, or a journal on a backend other than a
+            file, saying which forms work.
+    """
+    if isinstance(storage, StorageTarget):
+        return storage
+    if isinstance(storage, str):
+        return StorageTarget(storage)
+    if isinstance(storage, optuna.storages.RDBStorage):
+        kwargs = storage.engine_kwargs
+        if not isinstance(kwargs, Mapping):
+            raise StorageError(f"the RDBStorage's engine_kwargs must be a dict, got {kwargs!r}")
+        return StorageTarget(storage.url, dict(kwargs))
+    if isinstance(storage, optuna.storages.JournalStorage):
+        path = _compat.journal_file(storage)
+        if path is None:
+            raise StorageError(
+                "a JournalStorage is accepted on a JournalFileBackend (one file every worker "
+                "opens); for another backend give a PostgreSQL or SQLite URL"
+            )
+        return StorageTarget(f"journal:{path}")
+    raise StorageError(
+        f"storage must be a URL ({URL_FORMS}) or a storage object ({OBJECT_FORMS}); "
+        f"got {type(storage).__name__}"
+    )
 
 
 def _writable_file(path: Path, url: str) -> None:
@@ -149,7 +198,9 @@ def _check_sqlite(path: Path, url: str, uri: str | None = None) -> None:
         )
 
 
-def _sqlite(url: str, create: bool, write: bool) -> BaseStorage:
+def _sqlite(
+    url: str, create: bool, write: bool, engine: Mapping[str, Any] | None = None
+) -> BaseStorage:
     path = local_path(url)
     assert path is not None  # local_path knows every sqlite URL
     if write:
@@ -158,14 +209,14 @@ def _sqlite(url: str, create: bool, write: bool) -> BaseStorage:
         else:
             _existing(path, url, write=True)
         _check_sqlite(path, url)
-        storage = _rdb(url, create=True)
+        storage = _rdb(url, create=True, engine=engine)
         _pragmas(storage)
         return _cached(storage)
     # Read-only: nothing written, not even SQLite's own files where the folder forbids it.
     _existing(path, url)
     uri = _read_only_uri(path, url)
     _check_sqlite(path, url, uri)
-    return _cached(_rdb(f"sqlite:///{uri}&uri=true", create=False, shown=url))
+    return _cached(_rdb(f"sqlite:///{uri}&uri=true", create=False, shown=url, engine=engine))
 
 
 def _pragmas(storage: BaseStorage) -> None:
@@ -195,8 +246,16 @@ def _pragmas(storage: BaseStorage) -> None:
     engine.dispose()  # connections opened before the listener reconnect with it
 
 
-def _rdb(url: str, *, create: bool, attempts: int = 8, shown: str | None = None) -> BaseStorage:
-    r"""An RDB storage at ``url`` (``shown`` in errors, if given).
+def _rdb(
+    url: str,
+    *,
+    create: bool,
+    attempts: int = 8,
+    shown: str | None = None,
+    engine: Mapping[str, Any] | None = None,
+) -> BaseStorage:
+    r"""An RDB storage at ``url`` (``shown`` in errors, if given); ``engine``: a user's
+    engine settings, over autosearch's own (``connect_args`` merged key by key).
 
     Workers started together race to create Optuna's schema (on PostgreSQL two
     ``CREATE TABLE``\ s of one name collide on a unique index): a collision is retried
@@ -207,7 +266,7 @@ def _rdb(url: str, *, create: bool, attempts: int = 8, shown: str | None = None)
     for attempt in range(attempts):
         try:
             storage = RDBStorage(
-                url, engine_kwargs=_engine_kwargs(url), skip_table_creation=not create
+                url, engine_kwargs=_engine_kwargs(url, engine), skip_table_creation=not create
             )
             if not create:
                 storage.get_all_studies()  # a database without Optuna's tables fails here
@@ -284,7 +343,18 @@ def _collided(exc: BaseException) -> bool:
     )
 
 
-def _engine_kwargs(url: str) -> dict[str, object]:
+def _engine_kwargs(url: str, given: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """autosearch's engine settings for ``url``, with ``given`` (a user's) over them."""
+    ours = _own_engine_kwargs(url)
+    given = dict(given or {})
+    connect = {**dict(ours.get("connect_args") or {}), **dict(given.pop("connect_args", {}) or {})}
+    merged = {**ours, **given}
+    if connect:
+        merged["connect_args"] = connect
+    return merged
+
+
+def _own_engine_kwargs(url: str) -> dict[str, Any]:
     if url.startswith("sqlite"):
         # Several local workers share the file: wait for the lock instead of failing.
         return {"connect_args": {"timeout": 60}}
@@ -299,7 +369,9 @@ def _engine_kwargs(url: str) -> dict[str, object]:
     return {"pool_pre_ping": True}
 
 
-def _journal(url: str, create: bool, write: bool) -> BaseStorage:
+def _journal(
+    url: str, create: bool, write: bool, engine: Mapping[str, Any] | None = None
+) -> BaseStorage:
     path = local_path(url)
     assert path is not None
     if create and write:
@@ -315,8 +387,10 @@ def _journal(url: str, create: bool, write: bool) -> BaseStorage:
         ) from None
 
 
-def _server(url: str, create: bool, write: bool) -> BaseStorage:
-    return _cached(_rdb(url, create=write))
+def _server(
+    url: str, create: bool, write: bool, engine: Mapping[str, Any] | None = None
+) -> BaseStorage:
+    return _cached(_rdb(url, create=write, engine=engine))
 
 
 def _cached(storage: BaseStorage) -> BaseStorage:
@@ -379,7 +453,7 @@ def end_trial(
     failpoint("end_trial.after")
 
 
-_SCHEMES: dict[str, Callable[[str, bool, bool], BaseStorage]] = {
+_SCHEMES: dict[str, Callable[[str, bool, bool, Mapping[str, Any] | None], BaseStorage]] = {
     "sqlite": _sqlite,
     "journal": _journal,
     "postgresql": _server,
@@ -387,13 +461,22 @@ _SCHEMES: dict[str, Callable[[str, bool, bool], BaseStorage]] = {
 }
 
 
-def open_storage(url: str, *, create: bool = True, write: bool = True) -> BaseStorage:
-    """An Optuna storage for ``url``; a bad URL raises StorageError saying what works.
+def open_storage(
+    url: str | StorageTarget, *, create: bool = True, write: bool = True
+) -> BaseStorage:
+    """An Optuna storage for ``url`` (or a :class:`StorageTarget`: a URL with engine
+    settings); a bad URL raises StorageError saying what works.
 
     ``create=False`` opens a stored study's storage: a missing, empty or unusable file
     is refused, and no file or folder is made. ``write=False`` (read-only, implies
     ``create=False``) also changes nothing in it (no schema or journal mode written).
     A damaged file is refused, naming it, either way."""
+    engine: Mapping[str, Any] | None = None
+    if isinstance(url, StorageTarget):
+        target = url
+        url, engine = target.url, target.engine_kwargs
+    if engine and not (url.startswith(("sqlite", "postgresql", "mysql"))):
+        raise StorageError(f"storage {url!r}: engine settings apply to a database URL only")
     if not isinstance(url, str) or ":" not in url:
         raise StorageError(f"storage URL {url!r} has no scheme; use {URL_FORMS}")
     scheme = url.split(":", 1)[0].split("+", 1)[0].lower()
@@ -409,7 +492,7 @@ def open_storage(url: str, *, create: bool = True, write: bool = True) -> BaseSt
         )
     if scheme == "journal" and not url[len("journal:") :]:
         raise StorageError(f"journal URL {url!r} names no file; use journal:path/study.log")
-    return opener(url, create and write, write)
+    return opener(url, create and write, write, engine)
 
 
 def default_storage(name: str) -> str:

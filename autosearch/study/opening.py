@@ -17,7 +17,13 @@ from autosearch.errors import ConfigError, PlatformError
 from autosearch.evaluation.proxies import ProxyConfig
 from autosearch.evaluation.tabular import Table
 from autosearch.space import SearchSpace
-from autosearch.storage._urls import close_storage, default_storage, open_storage
+from autosearch.storage._urls import (
+    StorageTarget,
+    close_storage,
+    default_storage,
+    open_storage,
+    storage_target,
+)
 from autosearch.storage.artifacts import location_of, stored_location
 from autosearch.study.definition import StudyDefinition, resolve_components
 from autosearch.study.jobs import COMPANION, is_companion
@@ -64,7 +70,7 @@ def create_study(
     variants: Iterable[str] = ("base",),
     compression: Compression | None = None,
     train: TrainConfig | None = None,
-    storage: str | None = None,
+    storage: str | BaseStorage | None = None,
     artifacts: str | None = None,
     seed: int = 0,
     table: Table | None = None,
@@ -77,6 +83,10 @@ def create_study(
 ) -> Study:
     """Create a study (or, with ``load_if_exists``, continue the stored one of the same
     name and definition): the arguments are :class:`autosearch.StudySpec`'s fields.
+    ``storage`` may also be an Optuna storage object: ``RDBStorage(url,
+    engine_kwargs=...)`` (its engine settings apply in every worker, over autosearch's
+    own) or ``JournalStorage(JournalFileBackend(path))``; the URL it names is checked as a
+    URL is.
 
     Raises:
         UnknownNameError, ConfigError: an unknown name, or a setting that cannot be used.
@@ -105,20 +115,21 @@ def create_study(
         supernet=supernet,
         proxies=proxies,
     )
+    target = storage_target(storage if storage is not None else default_storage(name))
     dataset = _check_data(space, data, table=table, seed=seed)
-    url = storage or default_storage(name)
+    url = target.url
     definition = definition.with_data(space, dataset)
-    backend, definition = _store(name, url, definition, artifacts, load_if_exists)
+    backend, definition = _store(name, target, definition, artifacts, load_if_exists)
     source = None if isinstance(data, str) else data
     opened: dict[str, Any] = {"storage": backend, "definition": definition, "data_source": source}
-    study = Study(name=name, url=url, controller=controller, data=dataset, **opened)
+    study = Study(name=name, url=url, target=target, controller=controller, data=dataset, **opened)
     study.track(mlflow=tracking.mlflow, tensorboard=tracking.tensorboard)  # None: kept
     return study
 
 
 def _store(
     name: str,
-    url: str,
+    target: StorageTarget,
     definition: StudyDefinition,
     artifacts: str | None,
     load_if_exists: bool,
@@ -126,8 +137,9 @@ def _store(
     """Store a new study's definition (or continue the stored one): its storage, and the
     definition it runs with. Where its weights go is stored with it: refused here if
     unusable, before the storage is touched."""
+    url = target.url
     definition = dataclasses.replace(definition, artifacts=location_of(artifacts, url, name))
-    backend = open_storage(url)
+    backend = open_storage(target)
     try:
         definition = store_definition(
             backend,
@@ -171,9 +183,17 @@ def _check_data(
 
 
 def load_study(
-    name: str, *, storage: str, data: tuple[Any, Any] | None = None, read_only: bool = False
+    name: str,
+    *,
+    storage: str | BaseStorage,
+    data: tuple[Any, Any] | None = None,
+    read_only: bool = False,
 ) -> Study:
     """Open a stored study, rebuilding its space and controller from storage.
+
+    ``storage``: a URL, or an Optuna storage object (``RDBStorage(url,
+    engine_kwargs=...)``, ``JournalStorage(JournalFileBackend(path))``) as in
+    :func:`create_study`.
 
     The controller gets its stored state back, then every finished trial it has not
     seen is replayed into it, so ``optimize`` continues where the study stopped.

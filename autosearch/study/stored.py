@@ -17,7 +17,7 @@ from optuna.study.study import _SYSTEM_ATTR_METRIC_NAMES as _METRIC_NAMES  # Opt
 
 from autosearch.data import Dataset, load_data, spec_of
 from autosearch.errors import StorageError, StudyError, suggest
-from autosearch.storage._urls import close_storage, database, open_storage
+from autosearch.storage._urls import StorageTarget, close_storage, database, open_storage
 from autosearch.study.definition import StudyDefinition
 from autosearch.study.jobs import is_companion
 
@@ -30,15 +30,16 @@ _UID = "autosearch:uid"  # the study system attribute: a random id, made once at
 
 
 def open_stored(
-    name: str, url: str, data: tuple[Any, Any] | None, *, read_only: bool
+    name: str, target: StorageTarget, data: tuple[Any, Any] | None, *, read_only: bool
 ) -> tuple[BaseStorage, StudyDefinition, Dataset | None]:
-    """Study ``name`` at ``url`` opened: its storage, its definition, and its dataset when
-    ``data`` (the arrays it was created from) is given.
+    """Study ``name`` at ``target`` opened: its storage, its definition, and its dataset
+    when ``data`` (the arrays it was created from) is given.
 
     Raises:
         StorageError, StudyError: no such study, or other data than it was created from.
     """
-    backend = open_storage(url, create=False, write=not read_only)
+    url = target.url
+    backend = open_storage(target, create=False, write=not read_only)
     try:
         _, definition = read_definition(backend, name, url)
         if data is not None and spec_of(data) != definition.data:

@@ -31,6 +31,7 @@ from autosearch.evaluation.ranker import RankerConfig
 from autosearch.population.rules import PopulationBasedTraining
 from autosearch.population.trial import train_as_population
 from autosearch.space import SearchSpace
+from autosearch.storage._urls import StorageTarget, storage_target
 from autosearch.storage.artifacts import Artifacts, opened_location
 from autosearch.study import progress, results
 from autosearch.study.claims import Claims
@@ -109,6 +110,7 @@ class Study:
         url: str,
         storage: BaseStorage,
         definition: StudyDefinition,
+        target: StorageTarget | None = None,
         controller: Controller,
         data: Dataset | None,
         data_source: tuple[Any, Any] | None = None,
@@ -116,6 +118,7 @@ class Study:
     ) -> None:
         self.name = name
         self.storage_url = url
+        self._target = target or StorageTarget(url)  # what its workers open again
         self.definition = definition
         self.space: SearchSpace = controller.space
         self.controller = controller
@@ -469,7 +472,7 @@ class Study:
         return pool.run_pool(
             self.trials,
             self._replay,
-            storage_url=self.storage_url,
+            storage=self._target,
             data_source=self._data_source,
             n_trials=n_trials,
             n_workers=n_workers,
@@ -586,13 +589,20 @@ class WeightSharing:
 
 
 def open_study(
-    name: str, *, storage: str, data: tuple[Any, Any] | None = None, read_only: bool = False
+    name: str,
+    *,
+    storage: str | BaseStorage | StorageTarget,
+    data: tuple[Any, Any] | None = None,
+    read_only: bool = False,
 ) -> Study:
     """Open a stored study (autosearch.load_study, which documents it)."""
-    backend, definition, dataset = open_stored(name, storage, data, read_only=read_only)
+    target = storage_target(storage)
+    backend, definition, dataset = open_stored(name, target, data, read_only=read_only)
+    storage = target.url
     return Study(
         name=name,
         url=storage,
+        target=target,
         storage=backend,
         definition=definition,
         controller=definition.build(where=f"study {name!r} in {storage}"),
@@ -614,7 +624,7 @@ def join_as_worker(study: Study, worker: str) -> None:
 def _worker_main(
     *,
     name: str,
-    storage: str,
+    storage: str | StorageTarget,
     data: Any,
     n_trials: int,
     worker: int,

@@ -27,6 +27,7 @@ from autosearch.data import Dataset, Split
 from autosearch.errors import ConfigError
 from autosearch.evaluation.runner import TrialContext, run_trial
 from autosearch.space import SearchSpace
+from autosearch.storage._urls import StorageTarget
 from autosearch.study import records
 from autosearch.study.dataset import StudyData
 from autosearch.study.loop import RecordCallback
@@ -56,7 +57,7 @@ def run_pool(
     trials: StoredTrials,
     replay: ControllerReplay,
     *,
-    storage_url: str,
+    storage: StorageTarget,
     data_source: tuple[Any, Any] | None,
     n_trials: int,
     n_workers: int,
@@ -68,7 +69,7 @@ def run_pool(
     deadline: float | None = None,
     need: Callable[[], Need] | None = None,
 ) -> list[Record]:
-    """Run ``n_trials`` of the study of ``trials`` (at ``storage_url``) in ``n_workers``
+    """Run ``n_trials`` of the study of ``trials`` (at ``storage``) in ``n_workers``
     workers that ``executor`` starts (local processes, Ray tasks, Slurm jobs);
     call ``callbacks`` here as their trials finish; the trials' records. ``replay``
     catches this process's controller up with them at the end.
@@ -81,7 +82,7 @@ def run_pool(
     ``need``: what one trial holds on a GPU, asked for where workers share GPUs
     (autosearch.training.placement; default: a CUDA context only)."""
     engine = resolve_executor(executor)
-    if storage_url.startswith("sqlite") and ":memory:" in storage_url:
+    if storage.url.startswith("sqlite") and ":memory:" in storage.url:
         raise ConfigError("worker processes cannot share an in-memory storage; use a file")
     if isinstance(engine, ProcessExecutor):
         check_main_guard()
@@ -89,7 +90,7 @@ def run_pool(
     threads, gpus = engine.resources(n_workers, need or (lambda: Need(weights=0, activations=0)))
     run = uuid.uuid4().hex[:12]
     before = len(trials.all())
-    common = {"worker_main": worker_main, "name": trials.name, "storage": storage_url}
+    common = {"worker_main": worker_main, "name": trials.name, "storage": storage}
     calls = [
         {
             **common,
