@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from autosearch.evaluation.proxies import ProxyConfig
     from autosearch.evaluation.ranker import Ranker, RankerConfig
     from autosearch.evaluation.tabular import Table
+    from autosearch.evaluation.user import Candidate, Evaluator
     from autosearch.population import PopulationResult, train_population
     from autosearch.population.rules import PopulationBasedTraining
     from autosearch.registry import register_controller, register_space
@@ -80,6 +81,8 @@ _EXPORTS = {
         "autosearch.errors",
     ),
     "ProxyConfig": "autosearch.evaluation.proxies",
+    "Candidate": "autosearch.evaluation.user",
+    "Evaluator": "autosearch.evaluation.user",
     "Ranker": "autosearch.evaluation.ranker",
     "RankerConfig": "autosearch.evaluation.ranker",
     "Table": "autosearch.evaluation.tabular",
@@ -108,11 +111,13 @@ __all__ = [
     "Architecture",
     "AutosearchError",
     "BudgetError",
+    "Candidate",
     "Categorical",
     "Compression",
     "ConfigError",
     "Controller",
     "DataError",
+    "Evaluator",
     "ExportError",
     "IntRange",
     "InvalidArchitectureError",

@@ -13,6 +13,7 @@ from autosearch.controller import Controller
 from autosearch.errors import ConfigError, StudyFileError
 from autosearch.evaluation.proxies import ProxyConfig
 from autosearch.evaluation.tabular import Table
+from autosearch.evaluation.user import Evaluator
 from autosearch.space import SearchSpace
 from autosearch.study import Study, create_study
 from autosearch.study.opening import check_study_name
@@ -76,6 +77,10 @@ class StudySpec:
             command line).
         tensorboard: Show the study live in TensorBoard: a folder, one run per trial
             (``--tensorboard``).
+        evaluator: Your own training or evaluation instead of autosearch's trainer: a
+            function (or callable object) given each :class:`autosearch.Candidate`,
+            returning its figures (autosearch.evaluation.user). Defined in the study
+            file or imported by it, so that every ``autosearch run`` of the file has it.
         n_trials: How many trials ``autosearch run`` runs the study to.
         confirm: With ``supernet``: after the search, ``autosearch run`` trains the
             ``confirm`` most accurate subnets of the supernet's front from scratch
@@ -101,6 +106,7 @@ class StudySpec:
     proxies: ProxyConfig | None = None
     mlflow: str | bool | None = None
     tensorboard: str | None = None
+    evaluator: Evaluator | None = None
     n_trials: int = 10
     confirm: int = 0
 

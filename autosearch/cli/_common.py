@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import json
+import os
 import signal
+import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -74,6 +77,33 @@ def executor_of(args: argparse.Namespace | None) -> str | Executor:
             f"--executor {name} each job gets the GPUs of its task (drop --per-gpu)"
         )
     return str(name)
+
+
+def import_evaluator(path: str) -> Any:
+    """The evaluator ``MODULE:NAME`` names (``--evaluator``), imported with the working
+    folder on the import path, as ``python -m`` has it.
+
+    Raises:
+        ConfigError: not MODULE:NAME, or a module or name that cannot be imported, in one
+            line.
+    """
+    module, sep, name = path.partition(":")
+    if not (sep and module and name):
+        raise ConfigError(f"--evaluator {path!r}: expected MODULE:NAME, e.g. my_training:evaluate")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        found: Any = importlib.import_module(module)
+    except Exception as exc:
+        raise ConfigError(
+            f"--evaluator {path}: cannot import {module} ({type(exc).__name__}: {exc}); run "
+            "the worker where it imports (its folder, or PYTHONPATH)"
+        ) from None
+    for part in name.split("."):
+        if not hasattr(found, part):
+            raise ConfigError(f"--evaluator {path}: {module} has no {name}")
+        found = getattr(found, part)
+    return found
 
 
 def tracking_options(args: argparse.Namespace) -> dict[str, Any]:

@@ -397,6 +397,12 @@ def _add_worker(sub: Subparsers) -> None:
     worker.add_argument("--n-trials", type=_integer(0), default=10, help="trials this worker runs")
     worker.add_argument("--timeout", type=_positive, metavar="SECONDS", help=TIMEOUT_HELP)
     worker.add_argument(
+        "--evaluator",
+        metavar="MODULE:NAME",
+        help="the study's own evaluator, imported from MODULE (a study created with one "
+        "needs it to run trials; the stored study names it)",
+    )
+    worker.add_argument(
         "--total",
         type=_integer(0),
         help="stop once the study holds this many trials, every worker's counted (as "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import signal
 
-from autosearch.cli._common import supernet_first, tracking_options
+from autosearch.cli._common import import_evaluator, supernet_first, tracking_options
 from autosearch.study import (
     load_study,
 )
@@ -15,7 +15,8 @@ from autosearch.workers._heartbeat import worker_id
 
 def cmd_worker(args: argparse.Namespace) -> int:
     """Join a stored study and run trials until ``--n-trials`` are done (or Ctrl-C)."""
-    study = load_study(args.study, storage=args.storage)
+    evaluator = import_evaluator(args.evaluator) if args.evaluator else None
+    study = load_study(args.study, storage=args.storage, evaluator=evaluator)
     if args.mlflow is not None or args.tensorboard is not None:
         study.track(**tracking_options(args))
     code = supernet_first(study)  # trained once, by whichever worker comes first

@@ -42,11 +42,12 @@ from autosearch.evaluation.trial import (
     TrialResult,
     VariantResult,
 )
+from autosearch.evaluation.user import Candidate, Scorer, checked_figures
 from autosearch.scoring.cost import Cost, measure, saved_bytes, sparse_macs
 from autosearch.scoring.cost import latency as time_latency
 from autosearch.scoring.latency import latency_table
 from autosearch.space import SearchSpace
-from autosearch.training.runtime import any_rank, broadcast_object, world
+from autosearch.training.runtime import any_rank, broadcast_object, resolve, world
 from autosearch.training.train import EpochResult, evaluate, train
 from autosearch.weight_sharing.supernet import no_autotuning
 
@@ -65,6 +66,7 @@ __all__ = [
     "profile",
     "run_trial",
     "train_candidate",
+    "user_candidate",
 ]
 
 logger = logging.getLogger(__name__)
@@ -106,6 +108,8 @@ def run_trial(
             evaluated_by="supernet",
             supernet=plan.supernet.digest,
         )
+    if plan.evaluator is not None:
+        return _by_evaluator(plan, data, context)
     reported: list[EpochResult] = []
     proxies = _proxies(plan, data)
     try:
@@ -128,6 +132,72 @@ def run_trial(
         resumed_from_epoch=resumed,
         note=note,
         trained_as=trained.trained_as,
+    )
+
+
+def _by_evaluator(plan: TrialPlan, data: Dataset, context: TrialContext) -> TrialResult:
+    """The candidate trained and scored by the user's evaluator; its costs counted here
+    where the evaluator does not give them; its variants scored by the evaluator where it
+    can score a given network, else skipped (the result's note says which)."""
+    assert plan.evaluator is not None
+    plan.space.check_budget(plan.arch)
+    reported: list[EpochResult] = []
+    proxies = _proxies(plan, data)
+    candidate = user_candidate(plan, data, on_epoch=_EpochHook(plan, context, reported))
+    try:
+        with torch.random.fork_rng(devices=[]):
+            figures = plan.evaluator(candidate)
+    except _Stopped as stop:
+        logger.info("trial %d stopped early after epoch %d", plan.number, stop.epoch)
+        return _stopped(plan, data, stop, proxies)
+    needed = ("accuracy",)
+    figures = checked_figures(figures, name=plan.evaluator_name, needed=needed)
+    model = candidate.model
+    measured = profile(
+        Derived(model=model, float_model=model), data, latency=plan.compression.latency
+    )
+    base = _scored(plan, "base", {**measured, **figures, **proxies})
+    variants: list[VariantResult] = []
+    note = ""
+    wanted = [v for v in plan.variants if v.kind != "base"]
+    if wanted and isinstance(plan.evaluator, Scorer):
+        variants, note = _variants(plan, model, data, base.metrics, context, candidate=candidate)
+    elif wanted:
+        note = (
+            f"variants {', '.join(v.name for v in wanted)} skipped: evaluator "
+            f"{plan.evaluator_name} scores no given network (give it a score(model, "
+            "candidate) method)"
+        )
+    return TrialResult(
+        status="complete",
+        points=(base, *variants),
+        model=model,
+        history=tuple(reported),
+        note=note,
+        evaluated_by="evaluator",
+    )
+
+
+def user_candidate(
+    plan: TrialPlan, data: Dataset, *, on_epoch: Callable[[EpochResult], None] | None = None
+) -> Candidate:
+    """The :class:`Candidate` a user's evaluator receives for ``plan``: its network built
+    and initialised with the trial's seed (the caller's random state left as it was)."""
+    with torch.random.fork_rng(devices=[]):
+        model = candidate_builder(plan, data)()
+    config = plan.config
+    return Candidate(
+        model=model,
+        arch=plan.arch,
+        description=plan.space.describe(plan.arch),
+        config=config,
+        hyperparameters=dict(plan.space.train_overrides(plan.arch)),
+        seed=plan.seed,
+        trial=plan.number,
+        device=resolve(device=config.device, precision=config.precision).device,
+        data=data,
+        work=plan.work,
+        _on_epoch=on_epoch or (lambda _: None),
     )
 
 
@@ -405,9 +475,12 @@ def _variants(
     data: Dataset,
     base: Mapping[str, float],
     context: TrialContext,
+    *,
+    candidate: Candidate | None = None,
 ) -> tuple[list[VariantResult], str]:
     """Derive, evaluate (validation and test), measure and score each variant. A variant
-    that cannot be derived is returned failed with its reason; the others go on."""
+    that cannot be derived is returned failed with its reason; the others go on. With
+    ``candidate``, the user's evaluator scores each variant (its ``score`` method)."""
     wanted = [v for v in plan.variants if v.kind != "base"]
     if not wanted:
         return [], ""
@@ -419,7 +492,7 @@ def _variants(
     results = []
     for spec in wanted:
         counted = same if spec.kind in ("int8", "qat-int8") else None
-        results.append(_variant(plan, spec, model, data, teacher, counted))
+        results.append(_variant(plan, spec, model, data, teacher, counted, candidate))
         context.work_saved()  # its result is in the attempt's folder
     return results, ""
 
@@ -431,6 +504,7 @@ def _variant(
     data: Dataset,
     teacher: nn.Module | None,
     counted: Cost | None,
+    candidate: Candidate | None = None,
 ) -> VariantResult:
     saved = plan.work / "variants" / f"{spec.name}.json" if plan.work else None
     if saved is not None and saved.is_file():  # derived by an attempt this one resumes
@@ -443,10 +517,8 @@ def _variant(
             plan, spec, model, data, teacher=teacher, estimate=plan.compression.estimate
         )
         seconds = time.perf_counter() - start
-        val, test = evaluation_splits(plan, data)
         metrics = {
-            "accuracy": evaluate(derived.model, val, data)[0],
-            "test_accuracy": evaluate(derived.model, test, data)[0],
+            **_variant_figures(plan, derived.model, data, candidate),
             **profile(derived, data, latency=_variant_latency(plan), counted=counted),
             "finetune_seconds": seconds,
             **{f"detail_{k}": float(v) for k, v in derived.details.items()},
@@ -460,6 +532,21 @@ def _variant(
     if saved is not None:
         _save_json(saved, dataclasses.asdict(result))
     return result
+
+
+def _variant_figures(
+    plan: TrialPlan, model: nn.Module, data: Dataset, candidate: Candidate | None
+) -> dict[str, float]:
+    """A variant's accuracy: on the study's validation and test images, or as the user's
+    evaluator scores it (``candidate``: the evaluator scores the trial's variants)."""
+    if candidate is not None and isinstance(plan.evaluator, Scorer):
+        figures = plan.evaluator.score(model, candidate)
+        return checked_figures(figures, name=f"{plan.evaluator_name}.score", needed=("accuracy",))
+    val, test = evaluation_splits(plan, data)
+    return {
+        "accuracy": evaluate(model, val, data)[0],
+        "test_accuracy": evaluate(model, test, data)[0],
+    }
 
 
 def _variant_latency(plan: TrialPlan) -> str | None:

@@ -20,6 +20,7 @@ from autosearch.controller import Outcome
 from autosearch.data import Dataset
 from autosearch.evaluation.proxies import ProxyConfig
 from autosearch.evaluation.tabular import Table
+from autosearch.evaluation.user import Evaluator
 from autosearch.scoring import Reward
 from autosearch.space import SearchSpace
 from autosearch.training.early_stopping import SuccessiveHalving
@@ -73,6 +74,8 @@ class TrialPlan:
             resumed) is not done again.
         trainer: Trains the candidate another way than one run, in ``work`` (a
             population: autosearch.population, where a confirmation asks).
+        evaluator: A user's evaluator trains and scores the candidate instead of the
+            study's trainer (autosearch.evaluation.user); ``evaluator_name`` names it.
     """
 
     space: SearchSpace
@@ -89,6 +92,8 @@ class TrialPlan:
     proxies: ProxyConfig | None = None
     work: Path | None = None
     trainer: CandidateTrainer | None = None
+    evaluator: Evaluator | None = None
+    evaluator_name: str = ""
 
     @property
     def config(self) -> TrainConfig:
@@ -165,7 +170,7 @@ class TrialResult:
     precision: str = "fp32"
     resumed_from_epoch: int = 0
     note: str = ""
-    evaluated_by: Literal["training", "table", "supernet"] = "training"
+    evaluated_by: Literal["training", "table", "supernet", "evaluator"] = "training"
     supernet: str = ""  # the digest of the supernet weights that scored it
     # How it trained where not by one run ({"population": its rounds, winner, schedule}).
     trained_as: dict[str, Any] = field(default_factory=dict)

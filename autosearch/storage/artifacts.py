@@ -34,6 +34,7 @@ from autosearch._files import tensors_digest
 from autosearch.architecture import Architecture
 from autosearch.errors import ConfigError, ExportError, PlatformError
 from autosearch.evaluation.trial import TRAIN_STATE
+from autosearch.evaluation.user import USER_STATE
 from autosearch.storage._paths import inside, plain_name
 from autosearch.storage._s3 import S3Folder, is_s3
 from autosearch.storage._urls import local_path
@@ -48,7 +49,7 @@ __all__ = [
 
 # What an attempt folder holds once it has work to resume: a training's checkpoint, or
 # a population's record (a confirmation trained as a population: its members inside).
-RESUMABLE = (TRAIN_STATE, "population/population.json")
+RESUMABLE = (TRAIN_STATE, USER_STATE, "population/population.json")
 
 T = TypeVar("T")
 

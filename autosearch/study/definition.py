@@ -64,6 +64,7 @@ _COMPARED = (
     "variants",
     "supernet",
     "proxies",
+    "evaluator",
 )
 _FLOAT_BUDGET = {"flops": "max_flops", "params": "max_params"}
 _TARGET_SAMPLES = 64
@@ -115,6 +116,9 @@ class StudyDefinition:
     supernet: SupernetConfig | None = None
     early_stopping: SuccessiveHalving | None = None
     proxies: ProxyConfig | None = None  # zero-cost proxies of every candidate, seed filled in
+    # A user's evaluator trains and scores each candidate (autosearch.evaluation.user): its
+    # import path, to check that every process runs the same one (never imported from here).
+    evaluator: str | None = None
     data_report: Mapping[str, Any] | None = None
     created_by: str = f"autosearch {__version__}"
 
@@ -159,6 +163,7 @@ class StudyDefinition:
             "supernet": self.supernet.to_dict() if self.supernet else None,
             "early_stopping": self.early_stopping.to_dict() if self.early_stopping else None,
             "proxies": self.proxies.to_dict() if self.proxies else None,
+            "evaluator": self.evaluator,
             "data_report": dict(self.data_report) if self.data_report else None,
             "created_by": self.created_by,
         }
@@ -191,6 +196,7 @@ class StudyDefinition:
                 supernet=SupernetConfig(**stored["supernet"]) if stored.get("supernet") else None,
                 early_stopping=from_dict(stored.get("early_stopping")),
                 proxies=ProxyConfig(**stored["proxies"]) if stored.get("proxies") else None,
+                evaluator=_evaluator(stored.get("evaluator")),
                 data_report=stored.get("data_report"),
                 created_by=str(stored.get("created_by", "")),
             )
@@ -232,9 +238,16 @@ class StudyDefinition:
         early_stopping: SuccessiveHalving | None,
         supernet: SupernetConfig | None = None,
         proxies: ProxyConfig | None = None,
+        evaluator: str | None = None,
     ) -> StudyDefinition:
         """Check a new study's settings, before any data is read or anything stored. Its
-        reward's target is filled in by :meth:`with_data`."""
+        reward's target is filled in by :meth:`with_data`. ``evaluator``: the name of a
+        user's evaluator that trains each candidate instead of the study's trainer."""
+        if evaluator is not None and (table is not None or supernet is not None):
+            raise ConfigError(
+                "a user's evaluator trains each candidate; a study that looks candidates up "
+                "in a table or scores them on a supernet trains none: give one of them"
+            )
         objectives = _check_objectives(objectives, controller)
         specs = parse_variants(variants)
         if compression is not None and compression.latency_table:
@@ -267,6 +280,7 @@ class StudyDefinition:
             supernet=supernet,
             early_stopping=early_stopping,
             proxies=proxies,
+            evaluator=evaluator,
         )
 
     def with_data(self, space: SearchSpace, data: Dataset | None) -> StudyDefinition:
@@ -297,6 +311,13 @@ def _objectives(stored: Any) -> tuple[str, ...]:
     if len(set(stored)) != len(stored):
         raise ValueError(f"objectives {stored!r} repeat a name")
     return tuple(stored)
+
+
+def _evaluator(value: Any) -> str | None:
+    """A stored evaluator's name (``module:qualname``), or None."""
+    if value is not None and not (isinstance(value, str) and ":" in value):
+        raise ValueError(f"evaluator {value!r} is not a module:name")
+    return value
 
 
 def _seed(value: Any) -> int:

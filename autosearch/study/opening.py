@@ -4,6 +4,7 @@ one; both give the facade (autosearch.study.study.Study)."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from autosearch.data import Dataset, load_data, spec_of
 from autosearch.errors import ConfigError, PlatformError
 from autosearch.evaluation.proxies import ProxyConfig
 from autosearch.evaluation.tabular import Table
+from autosearch.evaluation.user import Evaluator, Scorer, check_evaluator
 from autosearch.space import SearchSpace
 from autosearch.storage._urls import (
     StorageTarget,
@@ -37,6 +39,8 @@ from autosearch.workers._failpoints import check_armed
 from autosearch.workers._heartbeat import heartbeat_settings
 
 __all__ = ["check_study_name", "create_study", "default_storage", "load_study"]
+
+logger = logging.getLogger(__name__)
 
 
 def check_study_name(name: object) -> str:
@@ -79,6 +83,7 @@ def create_study(
     proxies: ProxyConfig | None = None,
     mlflow: str | bool | None = None,
     tensorboard: str | Path | None = None,
+    evaluator: Evaluator | None = None,
     load_if_exists: bool = False,
 ) -> Study:
     """Create a study (or, with ``load_if_exists``, continue the stored one of the same
@@ -86,7 +91,9 @@ def create_study(
     ``storage`` may also be an Optuna storage object: ``RDBStorage(url,
     engine_kwargs=...)`` (its engine settings apply in every worker, over autosearch's
     own) or ``JournalStorage(JournalFileBackend(path))``; the URL it names is checked as a
-    URL is.
+    URL is. ``evaluator``: your own training or evaluation (a function or callable object
+    given each :class:`autosearch.Candidate`, returning its figures: autosearch.evaluation.user)
+    instead of autosearch's trainer.
 
     Raises:
         UnknownNameError, ConfigError: an unknown name, or a setting that cannot be used.
@@ -98,6 +105,7 @@ def create_study(
     heartbeat_settings()  # every setting is checked before data or storage is touched
     check_armed()
     tracking = Tracking.of(mlflow=mlflow, tensorboard=tensorboard)
+    evaluator_path = check_evaluator(evaluator) if evaluator is not None else None
     space, controller = resolve_components(space, controller, seed)
     definition = StudyDefinition.define(
         space=space,
@@ -114,7 +122,10 @@ def create_study(
         early_stopping=early_stopping,
         supernet=supernet,
         proxies=proxies,
+        evaluator=evaluator_path,
     )
+    if evaluator is not None and not isinstance(evaluator, Scorer):
+        _say_skipped(definition)
     target = storage_target(storage if storage is not None else default_storage(name))
     dataset = _check_data(space, data, table=table, seed=seed)
     url = target.url
@@ -122,7 +133,15 @@ def create_study(
     backend, definition = _store(name, target, definition, artifacts, load_if_exists)
     source = None if isinstance(data, str) else data
     opened: dict[str, Any] = {"storage": backend, "definition": definition, "data_source": source}
-    study = Study(name=name, url=url, target=target, controller=controller, data=dataset, **opened)
+    study = Study(
+        name=name,
+        url=url,
+        target=target,
+        controller=controller,
+        data=dataset,
+        evaluator=evaluator,
+        **opened,
+    )
     study.track(mlflow=tracking.mlflow, tensorboard=tracking.tensorboard)  # None: kept
     return study
 
@@ -171,6 +190,18 @@ def _make_folder(location: str) -> None:
         ) from None
 
 
+def _say_skipped(definition: StudyDefinition) -> None:
+    """Say once, at creation, which variants a user's evaluator cannot score."""
+    skipped = [v.name for v in definition.variants if v.kind != "base"]
+    if skipped:
+        logger.warning(
+            "variants %s will be skipped: evaluator %s scores no given network (give it a "
+            "score(model, candidate) method to score them)",
+            ", ".join(skipped),
+            definition.evaluator,
+        )
+
+
 def _check_data(
     space: SearchSpace, data: str | tuple[Any, Any], *, table: Table | None, seed: int
 ) -> Dataset | None:
@@ -188,6 +219,7 @@ def load_study(
     storage: str | BaseStorage,
     data: tuple[Any, Any] | None = None,
     read_only: bool = False,
+    evaluator: Evaluator | None = None,
 ) -> Study:
     """Open a stored study, rebuilding its space and controller from storage.
 
@@ -199,5 +231,7 @@ def load_study(
     seen is replayed into it, so ``optimize`` continues where the study stopped.
     A study created from ``(images, labels)`` arrays needs the same arrays again.
     ``read_only``: to read results; opening creates and changes nothing in storage.
+    ``evaluator``: the evaluator a study created with one trains with (the same, by its
+    import path); reading its results needs none.
     """
-    return open_study(name, storage=storage, data=data, read_only=read_only)
+    return open_study(name, storage=storage, data=data, read_only=read_only, evaluator=evaluator)

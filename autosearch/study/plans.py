@@ -13,6 +13,7 @@ from optuna.trial import FrozenTrial
 from autosearch.architecture import Architecture
 from autosearch.compress import Compression
 from autosearch.evaluation.trial import TrialPlan
+from autosearch.evaluation.user import Evaluator
 from autosearch.space import SearchSpace
 from autosearch.storage.artifacts import Artifacts
 from autosearch.study.definition import StudyDefinition, trial_seed
@@ -24,11 +25,13 @@ __all__ = ["Planner"]
 
 def _compression(d: StudyDefinition) -> Compression:
     """The study's compression settings as trials use them: an int8 program's latency
-    is not predicted, so a study that scores latency lowers every int8 candidate."""
+    is not predicted, so a study that scores latency lowers every int8 candidate; nor
+    is a variant's accuracy estimated where a user's evaluator scores it."""
     uses_latency = "latency" in d.objectives or (
         d.reward.kind not in ("accuracy", "accuracy-per-gflop") and d.reward.metric == "latency"
     )
-    if uses_latency and d.compression.estimate:
+    if (uses_latency or d.evaluator) and d.compression.estimate:
+        # A user's evaluator scores real variants: none is left to measure again later.
         return dataclasses.replace(d.compression, estimate=False)
     return d.compression
 
@@ -36,12 +39,15 @@ def _compression(d: StudyDefinition) -> Compression:
 @dataclass(frozen=True, kw_only=True)
 class Planner:
     """Plans of one study's trials. ``evaluator`` gives the trained supernet's
-    evaluator (for a supernet study: asked for only when a plan is made)."""
+    evaluator (for a supernet study: asked for only when a plan is made);
+    ``user_evaluator`` is a user's evaluator that trains each candidate (the study's
+    definition names it)."""
 
     definition: StudyDefinition
     space: SearchSpace
     artifacts: Artifacts
     evaluator: Callable[[], SubnetEvaluator] | None = None
+    user_evaluator: Evaluator | None = None
 
     def plan(
         self,
@@ -70,6 +76,8 @@ class Planner:
             supernet=self.evaluator() if self.evaluator is not None and not confirm else None,
             proxies=d.proxies,
             work=self.artifacts.attempt(arch, number) if trained else None,
+            evaluator=self.user_evaluator if d.evaluator else None,
+            evaluator_name=d.evaluator or "",
         )
 
     def stored(self, trial: FrozenTrial, arch: Architecture) -> TrialPlan:

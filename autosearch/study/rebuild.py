@@ -22,7 +22,7 @@ import torch.nn as nn
 
 from autosearch._version import __version__
 from autosearch.errors import ConfigError, ExportError, PlatformError, StudyError
-from autosearch.evaluation.runner import TrialPlan, derive_variant, train_candidate
+from autosearch.evaluation.runner import TrialPlan, derive_variant, run_trial, train_candidate
 from autosearch.export import write_export
 from autosearch.population.full import schedule_trainer
 from autosearch.space import SearchSpace
@@ -236,7 +236,15 @@ class Rebuilder:
             if population:  # trained as a population: its winner's schedule, replayed
                 trainer = schedule_trainer(population["schedule"])
                 plan = dataclasses.replace(plan, trainer=trainer, work=Path(work))
-            again = train_candidate(plan, self.data.dataset).metrics
+            if self.definition.evaluator:  # the user's evaluator trains it, as it did
+                if plan.evaluator is None:
+                    raise StudyError(
+                        f"trial {trial} was trained by evaluator {self.definition.evaluator}: "
+                        "open the study with it (load_study(..., evaluator=...)) to rerun"
+                    )
+                again = run_trial(plan, self.data.dataset).base.metrics
+            else:
+                again = train_candidate(plan, self.data.dataset).metrics
         then, now = stored.get("provenance") or {}, provenance()
         changed = {
             key: {"stored": then.get(key), "now": now.get(key)}

@@ -28,6 +28,7 @@ from autosearch.controller import Controller
 from autosearch.data import Dataset
 from autosearch.errors import ConfigError, StudyError
 from autosearch.evaluation.ranker import RankerConfig
+from autosearch.evaluation.user import Evaluator, check_evaluator
 from autosearch.population.rules import PopulationBasedTraining
 from autosearch.population.trial import train_as_population
 from autosearch.space import SearchSpace
@@ -111,6 +112,7 @@ class Study:
         storage: BaseStorage,
         definition: StudyDefinition,
         target: StorageTarget | None = None,
+        evaluator: Evaluator | None = None,
         controller: Controller,
         data: Dataset | None,
         data_source: tuple[Any, Any] | None = None,
@@ -119,6 +121,7 @@ class Study:
         self.name = name
         self.storage_url = url
         self._target = target or StorageTarget(url)  # what its workers open again
+        self._evaluator = _checked_evaluator(name, definition, evaluator)
         self.definition = definition
         self.space: SearchSpace = controller.space
         self.controller = controller
@@ -142,13 +145,17 @@ class Study:
         self._tracker = self._make_tracker()
         job = self._supernet_job()
         self.supernet = supernet = WeightSharing(self, job) if job is not None else None
-        evaluator = (lambda: supernet.evaluator) if supernet is not None else None
+        subnets = (lambda: supernet.evaluator) if supernet is not None else None
         self._planner = Planner(
-            definition=definition, evaluator=evaluator, space=self.space, artifacts=self._artifacts
+            definition=definition,
+            evaluator=subnets,
+            space=self.space,
+            artifacts=self._artifacts,
+            user_evaluator=self._evaluator,
         )
         self._rebuilder = Rebuilder(
             name=name, trials=self.trials, planner=self._planner, data=self._inputs,
-            supernet=evaluator,
+            supernet=subnets,
         )  # fmt: skip
         self._measurer = FrontMeasurer(
             rebuilder=self._rebuilder,
@@ -322,6 +329,12 @@ class Study:
         settings adapted while it trains, as one trial of the study
         (autosearch.population.trial): once across workers (others asking train
         members beside it), resumed after a kill. Its record; None if SIGTERM cut it."""
+        if self.definition.evaluator:
+            raise ConfigError(
+                f"study {self.name!r} trains with evaluator {self.definition.evaluator}; a "
+                "population trains with autosearch's trainer: train one of its "
+                "architectures as a population in a study without an evaluator"
+            )
         self._check_run(1, 1, [], here=True, max_failures_in_a_row=1)
         chosen = arch if arch is not None else self.best().arch
         record, self.interrupted = train_as_population(self._search_parts(), chosen, population)
@@ -447,6 +460,8 @@ class Study:
                 f"study {self.name!r} was opened read-only; open it with "
                 "autosearch.load_study(name, storage=...) to run trials"
             )
+        if n_trials and self.definition.evaluator and self._evaluator is None:
+            raise ConfigError(self._evaluator_missing())
         rank, size = world()
         limits: dict[str, Any] = {"ranks": size, "total": total, "here": here}
         check_run(n_trials, n_workers, max_failures_in_a_row, epoch_callbacks, **limits)
@@ -459,6 +474,14 @@ class Study:
         elif table is None and n_trials:
             self._artifacts.check_reachable()  # where weights go, before any worker starts
         return rank, size
+
+    def _evaluator_missing(self) -> str:
+        name = self.definition.evaluator or ""
+        return (
+            f"study {self.name!r} trains its candidates with evaluator {name}: give it "
+            f"(load_study(..., evaluator={name.split(':')[-1]}), or `autosearch worker "
+            f"--evaluator {name}`) to run trials"
+        )
 
     def _pool(
         self,
@@ -480,6 +503,7 @@ class Study:
             callbacks=callbacks,
             executor=executor,
             need=need,
+            evaluator=self._evaluator,
             **limits,
         )
 
@@ -594,6 +618,7 @@ def open_study(
     storage: str | BaseStorage | StorageTarget,
     data: tuple[Any, Any] | None = None,
     read_only: bool = False,
+    evaluator: Evaluator | None = None,
 ) -> Study:
     """Open a stored study (autosearch.load_study, which documents it)."""
     target = storage_target(storage)
@@ -609,7 +634,34 @@ def open_study(
         data=dataset,
         data_source=data,
         read_only=read_only,
+        evaluator=evaluator,
     )
+
+
+def _checked_evaluator(
+    name: str, definition: StudyDefinition, evaluator: Evaluator | None
+) -> Evaluator | None:
+    """The evaluator a study is opened with, if it is the one it was created with.
+
+    Raises:
+        ConfigError: one given to a study of the built-in trainer, or another than its
+            own (by import path).
+    """
+    if evaluator is None:
+        return None
+    given = check_evaluator(evaluator)
+    stored = definition.evaluator
+    if stored is None:
+        raise ConfigError(
+            f"study {name!r} trains its candidates with autosearch's trainer; it was not "
+            f"created with an evaluator (given {given})"
+        )
+    if given != stored:
+        raise ConfigError(
+            f"study {name!r} trains its candidates with evaluator {stored}, not {given}: "
+            "give it the evaluator it was created with"
+        )
+    return evaluator
 
 
 def join_as_worker(study: Study, worker: str) -> None:
@@ -633,12 +685,13 @@ def _worker_main(
     max_failures_in_a_row: int,
     total: int | None = None,
     deadline: float | None = None,
+    evaluator: Evaluator | None = None,
 ) -> list[int]:
     """One process of ``optimize(n_workers=K)``: the numbers of the trials it finished.
     ``deadline``: the pool's time budget's end (time.time()), the same for every worker."""
     if deadline is not None and deadline <= time.time():
         return []  # the budget was spent before this worker started
-    study = open_study(name, storage=storage, data=data)
+    study = open_study(name, storage=storage, data=data, evaluator=evaluator)
     # The pool's parent logs each finished trial; a worker logging it too would say it twice.
     logging.getLogger(progress.__name__).setLevel(logging.WARNING)
     owed = pool.start_worker(

@@ -22,7 +22,7 @@ import torch.nn as nn
 from autosearch._files import state_digest
 from autosearch.errors import PlatformError
 
-__all__ = ["Resumable", "describe", "read", "restore", "save"]
+__all__ = ["Resumable", "describe", "read", "read_or_set_aside", "restore", "save", "write_state"]
 
 # The key under which a checkpoint holds the digest of the rest of its state.
 DIGEST = "sha256"
@@ -71,7 +71,13 @@ def save(
         "generator": loop.generator.get_state(),
         "torch_rng": torch.get_rng_state(),
     }
-    state[DIGEST] = state_digest(state)
+    write_state(path, state)
+
+
+def write_state(path: Path, state: dict[str, Any]) -> None:
+    """Write ``state`` (tensors and plain values) whole, with the digest :func:`read`
+    checks: to a temporary name, then renamed over ``path``."""
+    state = {**state, DIGEST: state_digest(state)}
     # Serialised in memory, then written by Python: a failed write then says why (torch's
     # own writer reports a full disk as "unexpected pos").
     buffer = io.BytesIO()
@@ -85,6 +91,21 @@ def save(
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
         raise PlatformError(f"cannot write checkpoint {path}: {exc.strerror or exc}") from None
+
+
+def read_or_set_aside(path: Path) -> dict[str, Any] | None:
+    """The state written at ``path`` (:func:`write_state`); None where there is none, or
+    where it cannot be read whole: then it is moved aside (``NAME.unreadable``), said in
+    one line, and the caller starts from scratch."""
+    if not path.is_file():
+        return None
+    try:
+        return read(path)
+    except Exception as exc:
+        aside = path.with_name(f"{path.name}.unreadable")
+        _set_aside(path, aside)
+        logger.warning("checkpoint %s cannot be read (%s); moved to %s", path, describe(exc), aside)
+        return None
 
 
 def restore(

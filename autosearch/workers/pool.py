@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -68,6 +69,7 @@ def run_pool(
     total: int | None = None,
     deadline: float | None = None,
     need: Callable[[], Need] | None = None,
+    evaluator: Any = None,
 ) -> list[Record]:
     """Run ``n_trials`` of the study of ``trials`` (at ``storage``) in ``n_workers``
     workers that ``executor`` starts (local processes, Ray tasks, Slurm jobs);
@@ -77,7 +79,8 @@ def run_pool(
     ``worker_main(name=, storage=, data=, n_trials=, worker=, run=, trials_before=,
     max_failures_in_a_row=, total=, deadline=)`` is each worker's entry point (it opens
     the study, calls :func:`start_worker` and runs its trials); ``threads`` and ``gpu``
-    are set here. A
+    are set here. ``evaluator``: a user's evaluator, sent to every worker as an object
+    (workers never import it from a name read from the storage). A
     worker the engine starts again (its node died) runs only what its share lacks.
     ``need``: what one trial holds on a GPU, asked for where workers share GPUs
     (autosearch.training.placement; default: a CUDA context only)."""
@@ -86,6 +89,7 @@ def run_pool(
         raise ConfigError("worker processes cannot share an in-memory storage; use a file")
     if isinstance(engine, ProcessExecutor):
         check_main_guard()
+        check_sendable(evaluator)
     shares = [n_trials // n_workers + (i < n_trials % n_workers) for i in range(n_workers)]
     threads, gpus = engine.resources(n_workers, need or (lambda: Need(weights=0, activations=0)))
     run = uuid.uuid4().hex[:12]
@@ -105,6 +109,7 @@ def run_pool(
             "max_failures_in_a_row": max_failures_in_a_row,
             "total": total,
             "deadline": deadline,  # a time budget's end, the same for every worker
+            "evaluator": evaluator,
         }
         for i, share in enumerate(shares)
         if share
@@ -131,6 +136,22 @@ def _finished(trials: StoredTrials, run: str, slot: int | None = None) -> list[i
         and t.state.is_finished()
         and not records.superseded(t)
     ]
+
+
+def check_sendable(evaluator: Any) -> None:
+    """Refuse an evaluator that worker processes cannot be sent (a lambda, a function
+    defined inside another): said before any process starts."""
+    if evaluator is None:
+        return
+    try:
+        pickle.dumps(evaluator)
+    except Exception as exc:
+        name = getattr(evaluator, "__qualname__", type(evaluator).__qualname__)
+        raise ConfigError(
+            f"evaluator {name} cannot be sent to worker processes ({type(exc).__name__}: "
+            f"{str(exc)[:200]}); define it at the top level of a module (or a script's), "
+            "or run one worker"
+        ) from None
 
 
 def check_main_guard() -> None:
