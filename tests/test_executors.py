@@ -186,6 +186,35 @@ def test_a_table_study_through_ray_stores_what_the_local_pool_stores(ray_cluster
     assert _trial_runs(tmp_path, "ray") == trials and len(trials) == 8
 
 
+def test_a_users_evaluator_trains_on_ray_workers(ray_cluster, make_study):
+    """Ray's workers get the evaluator with their call (cloudpickle: a script's
+    functions by value; a module's by reference, or by value where registered so); a
+    module no node can import is said in one line."""
+    import _evaluators
+    from ray import cloudpickle
+
+    executor = RayExecutor(address=ray_cluster, init={"_node_ip_address": "127.0.0.1"})
+    study = make_study("own-on-ray", evaluator=_evaluators.fixed)
+    with pytest.raises(ConfigError, match="a Ray worker cannot import module '_evaluators'"):
+        study.optimize(2, n_workers=2, executor=executor)
+    cloudpickle.register_pickle_by_value(_evaluators)
+    try:
+        records = study.optimize(4, n_workers=2, executor=executor)
+    finally:
+        cloudpickle.unregister_pickle_by_value(_evaluators)
+    assert len(records) == 4 and {r.state for r in records} == {"complete"}
+    for record in records:
+        expected = _evaluators.fixed(_Arch(record.arch))["accuracy"]
+        assert record.accuracy == pytest.approx(expected)
+
+
+class _Arch:
+    """What ``_evaluators.fixed`` reads of a candidate."""
+
+    def __init__(self, arch) -> None:
+        self.arch = arch
+
+
 @pytest.mark.service
 def test_a_ray_cluster_of_two_nodes_survives_a_killed_worker(
     ray_cluster, postgres_url, bucket, tiny_space, tmp_path

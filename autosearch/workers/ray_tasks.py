@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -88,7 +89,18 @@ class RayExecutor:
         while pending:
             _, pending = ray.wait(pending, num_returns=len(pending), timeout=POLL_SECONDS)
             poll()
-        return list(ray.get(refs))
+        try:
+            return list(ray.get(refs))
+        except ray.exceptions.RayError as exc:
+            missing = re.search(r"No module named '([^']+)'", str(exc))
+            if missing is None:
+                raise
+            raise ConfigError(
+                f"a Ray worker cannot import module {missing.group(1)!r}, which its call "
+                "needs (the study's evaluator, say): install it on every node, or send it "
+                "with the call (a script's functions travel by value; for a module: "
+                "ray.cloudpickle.register_pickle_by_value(module))"
+            ) from None
 
     def resources(self, n_workers: int, need: Callable[[], Need]) -> tuple[int, list[int | None]]:
         if self.num_gpus == "auto":
