@@ -239,12 +239,7 @@ class SearchLoop:
 
     def _run_one(self) -> Record | str | None:
         parts = self.parts
-        try:
-            claim = parts.claims.claim(self._propose, self._attrs, limit=self.total)
-        except sqlalchemy.exc.IntegrityError as exc:  # the new trial refused: study deleted?
-            raise self.deleted() or platform_error(exc, parts.where) from None
-        except PLATFORM_FAILURES as exc:
-            raise platform_error(exc, parts.where) from None
+        claim = self.claim()
         with parts.claims.beating(claim.trial_id, parts.heartbeat_interval):
             return self._run_claimed(claim)
 
@@ -298,6 +293,41 @@ class SearchLoop:
         track.ended(history=history)
         logger.debug("trial %d %s: %s", claim.number, record.state, _summary(record))
         return record
+
+    # A trial run by the user's own loop (autosearch.study.asked): claimed, then ended.
+    def claim(self) -> Claim:
+        """Claim the next trial as :meth:`run_one` does (a cut one first, else the
+        controller's next architecture), for a loop of the user's own.
+
+        Raises:
+            PlatformError: the storage failed; StudyError: the study was deleted.
+        """
+        parts = self.parts
+        try:
+            return parts.claims.claim(self._propose, self._attrs, limit=self.total)
+        except sqlalchemy.exc.IntegrityError as exc:
+            raise self.deleted() or platform_error(exc, parts.where) from None
+        except PLATFORM_FAILURES as exc:
+            raise platform_error(exc, parts.where) from None
+
+    def end(self, claim: Claim, result: TrialResult | None, reason: str = "") -> Record | None:
+        """Store a claimed trial's ``result`` (or its failure, ``reason``), tell the
+        controller; its record, or None where another worker took it over meanwhile."""
+        parts = self.parts
+        try:
+            if result is None:
+                outcome = self._fail(claim, reason)
+                if outcome is None:
+                    return None
+            else:
+                outcome = self._store(claim, result)
+            self._tell(claim, outcome)
+            return parts.trials.record(claim.number)
+        except (TakenOver, UpdateFinishedTrialError):
+            parts.artifacts.drop_attempt(claim.arch, claim.number)
+            return None
+        except PLATFORM_FAILURES as exc:
+            raise self._release(claim, platform_error(exc, parts.where)) from None
 
     def _plan(self, claim: Claim) -> TrialPlan:
         """How the claimed trial is evaluated."""

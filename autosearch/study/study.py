@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from functools import cached_property, partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,6 +35,7 @@ from autosearch.space import SearchSpace
 from autosearch.storage._urls import StorageTarget, storage_target
 from autosearch.storage.artifacts import Artifacts, opened_location
 from autosearch.study import progress, results
+from autosearch.study.asked import AskedTrial, Asker
 from autosearch.study.claims import Claims
 from autosearch.study.dataset import StudyData
 from autosearch.study.definition import StudyDefinition
@@ -122,6 +123,7 @@ class Study:
         self.storage_url = url
         self._target = target or StorageTarget(url)  # what its workers open again
         self._evaluator = _checked_evaluator(name, definition, evaluator)
+        self._asker: Asker | None = None  # ask and tell, made on the first ask
         self.definition = definition
         self.space: SearchSpace = controller.space
         self.controller = controller
@@ -341,6 +343,48 @@ class Study:
         if self.interrupted == "SIGINT":
             raise KeyboardInterrupt
         return record
+
+    def ask(self) -> AskedTrial:
+        """The next candidate for a loop of your own (as Optuna's ``study.ask()``): claimed
+        as ``optimize`` claims it and held until :meth:`tell` (autosearch.study.asked);
+        ``trial.build()`` makes its network, ``trial.report(epoch, accuracy)`` records
+        its curve and says whether early stopping would stop it."""
+        if self._read_only:
+            raise StudyError(
+                f"study {self.name!r} was opened read-only; open it with "
+                "autosearch.load_study(name, storage=...) to ask for trials"
+            )
+        if self.supernet is not None:
+            raise ConfigError(
+                f"study {self.name!r} scores its candidates on its supernet; ask and tell "
+                "run them in your own loop: use a study without supernet="
+            )
+        return self._asking().ask()
+
+    def tell(
+        self,
+        trial: AskedTrial,
+        figures: Mapping[str, float] | None = None,
+        *,
+        model: nn.Module | None = None,
+        failed: str | None = None,
+        stopped: bool = False,
+    ) -> Record | None:
+        """Store a trial :meth:`ask` gave: its ``figures`` (at least ``"accuracy"``), the
+        trained ``model`` if you have it (its weights stored, its costs measured; else
+        counted from the architecture), or ``failed="the reason"``; ``stopped``: ended
+        early. The controller learns from it as from any trial. Its record (None where
+        another worker took the trial over meanwhile)."""
+        return self._asking().tell(trial, figures, model=model, failed=failed, stopped=stopped)
+
+    def _asking(self) -> Asker:
+        if self._asker is None:
+            loop = SearchLoop(
+                self._search_parts(), callbacks=[], epoch_callbacks=[], max_failures_in_a_row=1
+            )
+            data = self._inputs.training if self.definition.table is None else None
+            self._asker = Asker(loop, data, self._heartbeat[0])
+        return self._asker
 
     # What a user does with a result --------------------------------------------------------
     def export(self, record: Record, out_dir: str | Path, *, finetune_epochs: int = 0) -> Path:
