@@ -85,6 +85,10 @@ CASES = {
     "run: trial budget not a number": (["run", F, "--n-trials", "many"], "expected an integer"),
     "run: bad storage URL": (["run", F, "--storage", "mongodb://x/y"], "unknown storage scheme"),
     "run: no workers": (["run", F, "--workers", "0"], "--workers: expected an integer >= 1"),
+    "run: a time budget of none": (
+        ["run", F, "--timeout", "0"],
+        "--timeout: expected a number > 0",
+    ),
     "run: unknown executor": (["run", F, "--executor", "dask"], "invalid choice: 'dask'"),
     "run: ray address without ray": (
         ["run", F, "--ray-address", "127.0.0.1:1"],
@@ -292,6 +296,18 @@ CASES = {
     "worker: negative trials": (
         ["worker", "--study", "errs", "--storage", DB, "--n-trials", "-2"],
         "--n-trials: expected an integer >= 0",
+    ),
+    "worker: a time budget that is not a number": (
+        ["worker", "--study", "errs", "--storage", DB, "--timeout", "soon"],
+        "--timeout: expected a number > 0",
+    ),
+    "worker: an evaluator that is not MODULE:NAME": (
+        ["worker", "--study", "errs", "--storage", DB, "--evaluator", "evaluate"],
+        "--evaluator 'evaluate': expected MODULE:NAME",
+    ),
+    "worker: an evaluator to a study of the built-in trainer": (
+        ["worker", "--study", "errs", "--storage", DB, "--evaluator", "json:dumps"],
+        "trains its candidates with autosearch's trainer",
     ),
     "worker: a total that is not a count": (
         ["worker", "--study", "errs", "--storage", DB, "--total", "2.5"],

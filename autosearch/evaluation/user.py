@@ -50,6 +50,7 @@ __all__ = [
     "check_evaluator",
     "checked_figures",
     "evaluator_name",
+    "next_epoch",
 ]
 
 USER_STATE = "evaluator.pt"  # a user evaluator's checkpoint, in the attempt's folder
@@ -124,17 +125,7 @@ class Candidate:
             TrialFailed: an epoch out of order, or an accuracy that is not a number in
                 [0, 1].
         """
-        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 1:
-            raise TrialFailed(f"report(epoch={epoch!r}): epochs are numbered 1, 2, ...")
-        if self._epochs and epoch <= self._epochs[-1]:
-            raise TrialFailed(
-                f"report(epoch={epoch}) after epoch {self._epochs[-1]}: report each epoch "
-                "once, in order"
-            )
-        value = _number("accuracy", accuracy)
-        if not 0.0 <= value <= 1.0:
-            raise TrialFailed(f"report(accuracy={value!r}): a validation accuracy in [0, 1]")
-        self._epochs.append(epoch)
+        value = next_epoch(self._epochs, epoch, accuracy, error=TrialFailed)
         self._on_epoch(
             EpochResult(
                 epoch=epoch,
@@ -164,6 +155,31 @@ class Candidate:
         if self.work is None:
             return None
         return _checkpoint.read_or_set_aside(self.work / USER_STATE)
+
+
+def next_epoch(
+    epochs: list[int], epoch: object, accuracy: object, *, error: type[Exception]
+) -> float:
+    """Check a reported epoch (1, 2, ... after ``epochs``, each once) and its validation
+    accuracy (a number in [0, 1]); record the epoch; the accuracy as a float.
+
+    Raises:
+        error: saying what was reported and what is expected.
+    """
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 1:
+        raise error(f"report(epoch={epoch!r}): epochs are numbered 1, 2, ...")
+    if epochs and epoch <= epochs[-1]:
+        raise error(
+            f"report(epoch={epoch}) after epoch {epochs[-1]}: report each epoch once, in order"
+        )
+    try:
+        value = _number("accuracy", accuracy)
+    except TrialFailed as exc:
+        raise error(f"report({exc})") from None
+    if not 0.0 <= value <= 1.0:
+        raise error(f"report(accuracy={value!r}): a validation accuracy in [0, 1]")
+    epochs.append(epoch)
+    return value
 
 
 def evaluator_name(evaluator: object) -> str:

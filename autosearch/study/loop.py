@@ -5,10 +5,19 @@ architecture, hands the runner a plan and a context that answers from storage, w
 the result (one write) and tells the controller. A trial that fails is stored with
 its reason and the search goes on; ``max_failures_in_a_row`` failures in a row stop
 it, since that points at the setup rather than at the architectures.
+
+Ask and tell are the same steps for a loop of the user's own: ``study.ask()`` claims the
+next trial exactly as the loop does (a trial cut short first, else the controller's next
+architecture; held by a heartbeat while the user's loop runs it) and hands back an
+:class:`AskedTrial`; ``study.tell(trial, figures)`` stores its figures (or its failure),
+counts its costs, scores it and tells the controller. A trial asked and never told (the
+user's process died) is taken up by the next claim, ``ask`` or ``optimize``, once its
+heartbeat is stale.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -19,27 +28,34 @@ from typing import Any
 
 import numpy as np
 import sqlalchemy.exc
+import torch
 import torch.nn as nn
 from optuna.exceptions import StorageInternalError, UpdateFinishedTrialError
 from optuna.trial import FrozenTrial
 
 from autosearch.architecture import Architecture
+from autosearch.compress import Derived
 from autosearch.controller import Outcome, unseen_architecture
+from autosearch.data import Dataset
 from autosearch.errors import (
     AutosearchError,
     ConfigError,
     PlatformError,
     SpaceExhausted,
     StudyError,
+    TrialFailed,
 )
 from autosearch.evaluation.runner import (
     Interrupted,
     TakenOver,
     TrialContext,
     TrialResult,
+    candidate_builder,
+    profile,
     run_trial,
 )
-from autosearch.evaluation.trial import TrialPlan
+from autosearch.evaluation.trial import TrialPlan, VariantResult
+from autosearch.evaluation.user import checked_figures, next_epoch
 from autosearch.storage._urls import connection_lost, database, root_cause
 from autosearch.storage.artifacts import Artifacts
 from autosearch.study import records
@@ -54,7 +70,7 @@ from autosearch.study.results import on_front
 from autosearch.study.trials import StoredTrials
 from autosearch.tracking.tracker import Tracker
 from autosearch.training.runtime import broadcast_object, world
-from autosearch.training.train import EpochResult
+from autosearch.training.train import EpochResult, TrainConfig
 from autosearch.workers._failpoints import failpoint
 from autosearch.workers._heartbeat import worker_id
 from autosearch.workers.interrupts import Interrupts
@@ -64,6 +80,8 @@ __all__ = [
     "PLATFORM_FAILURES",
     "UNBOUNDED",
     "AllClaimed",
+    "AskedTrial",
+    "Asker",
     "EpochCallback",
     "RecordCallback",
     "SearchLoop",
@@ -294,7 +312,7 @@ class SearchLoop:
         logger.debug("trial %d %s: %s", claim.number, record.state, _summary(record))
         return record
 
-    # A trial run by the user's own loop (autosearch.study.asked): claimed, then ended.
+    # A trial run by the user's own loop (ask and tell, below): claimed, then ended.
     def claim(self) -> Claim:
         """Claim the next trial as :meth:`run_one` does (a cut one first, else the
         controller's next architecture), for a loop of the user's own.
@@ -578,4 +596,171 @@ def check_run(
             "it cannot be combined with torchrun, and epoch_callbacks (called in the "
             "process that trains) need n_workers=1 on this machine; use callbacks=, "
             "called here as each trial finishes"
+        )
+
+
+# Ask and tell: the same claims and ends, for a loop of the user's own ------------------
+@dataclass(eq=False)
+class AskedTrial:
+    """A candidate the study handed to the user's loop; tell it back with
+    :meth:`autosearch.Study.tell`.
+
+    Attributes:
+        number: The trial's number in the study.
+        arch: Its architecture; ``description`` says it in a line.
+        hyperparameters: Its searched training settings (the space's training genes).
+        config: The study's training settings with those applied.
+        seed: The trial's seed.
+    """
+
+    number: int
+    arch: Architecture
+    description: str
+    hyperparameters: Mapping[str, Any]
+    config: TrainConfig
+    seed: int
+    _claim: Claim = field(repr=False)
+    _plan: TrialPlan = field(repr=False)
+    _data: Dataset | None = field(repr=False)
+    _held: contextlib.ExitStack = field(repr=False)
+    _asker: Asker = field(repr=False)
+    _epochs: list[int] = field(default_factory=list, repr=False)
+    told: bool = False
+
+    def build(self) -> nn.Module:
+        """The network, built for the study's data and initialised with the trial's seed
+        (the same network an evaluator or the study's trainer starts from)."""
+        if self._data is None:
+            raise StudyError("a table study trains nothing: there is no network to build")
+        with torch.random.fork_rng(devices=[]):
+            return candidate_builder(self._plan, self._data)()
+
+    def report(self, epoch: int, accuracy: float) -> bool:
+        """After epoch ``epoch`` (1, 2, ... in order): its validation ``accuracy``,
+        stored as the trial's learning curve. Whether early stopping would stop the
+        trial here (as Optuna's ``should_prune``): tell it then with its figures so far.
+
+        Raises:
+            ConfigError: an epoch out of order, an accuracy not in [0, 1], or a trial
+                already told.
+        """
+        self._asker.check_open(self)
+        value = next_epoch(self._epochs, epoch, accuracy, error=ConfigError)
+        return self._asker.record_epoch(self, epoch, value)
+
+
+class Asker:
+    """The ask-and-tell side of one study: its search loop's claims and ends, for trials
+    the user's loop runs."""
+
+    def __init__(self, loop: SearchLoop, data: Dataset | None, heartbeat_interval: float):
+        self.loop, self.data, self.heartbeat_interval = loop, data, heartbeat_interval
+
+    def ask(self) -> AskedTrial:
+        """Claim the next trial and hold it (its heartbeat) until it is told."""
+        parts = self.loop.parts
+        claim = self.loop.claim()
+        held = contextlib.ExitStack()
+        held.enter_context(parts.claims.beating(claim.trial_id, self.heartbeat_interval))
+        plan = parts.planner.plan(claim.arch, number=claim.number)
+        if plan.work is not None:
+            parts.artifacts.start_attempt(claim.arch, claim.number)
+        return AskedTrial(
+            number=claim.number,
+            arch=claim.arch,
+            description=plan.space.describe(claim.arch),
+            hyperparameters=dict(plan.space.train_overrides(claim.arch)),
+            config=plan.config,
+            seed=plan.seed,
+            _claim=claim,
+            _plan=plan,
+            _data=self.data,
+            _held=held,
+            _asker=self,
+        )
+
+    def check_open(self, trial: AskedTrial) -> None:
+        if not isinstance(trial, AskedTrial) or trial._asker is not self:
+            raise ConfigError(
+                f"tell() takes a trial this study's ask() returned, got {type(trial).__name__}"
+            )
+        if trial.told:
+            raise ConfigError(f"trial {trial.number} was told already")
+
+    def record_epoch(self, trial: AskedTrial, epoch: int, value: float) -> bool:
+        parts = self.loop.parts
+        parts.claims.report(trial._claim.trial_id, epoch, value)
+        rule = trial._plan.early_stopping
+        if rule is None:
+            return False
+        peers = {n: curve for n, curve in parts.trials.curves().items() if n != trial.number}
+        return rule.should_stop(
+            trial=trial.number,
+            epoch=epoch,
+            epochs=trial.config.epochs,
+            value=value,
+            others=peers,
+        )
+
+    def tell(
+        self,
+        trial: AskedTrial,
+        figures: Mapping[str, float] | None = None,
+        *,
+        model: nn.Module | None = None,
+        failed: str | None = None,
+        stopped: bool = False,
+    ) -> Record | None:
+        """Store ``trial``'s ``figures`` (at least ``"accuracy"``) and tell the
+        controller; or its failure (``failed``: the reason). ``model``: the trained
+        network, stored as the trial's weights (export and rerun use them) and measured
+        (FLOPs, parameters, bytes, latency); without it the costs are counted from the
+        architecture. ``stopped``: the loop stopped it early (its figures so far), as
+        early stopping does. Its record; None where another worker took the trial over."""
+        self.check_open(trial)
+        if (figures is None) == (failed is None):
+            raise ConfigError("tell() takes the trial's figures, or failed='the reason'")
+        try:
+            if failed is not None:
+                return self.loop.end(trial._claim, None, reason=f"told failed: {failed}"[:2000])
+            try:
+                result = self._result(trial, figures, model, stopped=stopped)
+            except TrialFailed as exc:  # what was told cannot be stored: the trial fails
+                return self.loop.end(trial._claim, None, reason=str(exc))
+            return self.loop.end(trial._claim, result)
+        finally:
+            trial.told = True
+            trial._held.close()
+
+    def _result(
+        self,
+        trial: AskedTrial,
+        figures: Mapping[str, float] | None,
+        model: nn.Module | None,
+        *,
+        stopped: bool,
+    ) -> TrialResult:
+        plan, data = trial._plan, self.data
+        told = checked_figures(figures, name="tell()", needed=("accuracy",))
+        if model is not None and data is not None:
+            derived = Derived(model=model, float_model=model)
+            costs = profile(derived, data, latency=plan.compression.latency)
+        else:
+            shape = data.input_shape if data is not None else plan.space.budget_input
+            classes = data.num_classes if data is not None else plan.space.budget_classes
+            cost = plan.space.cost(plan.arch, input_shape=shape, num_classes=classes)
+            costs = {
+                "flops": float(cost.flops),
+                "macs": float(cost.macs),
+                "params": float(cost.params),
+            }
+        metrics = {**costs, **told}
+        if stopped and trial._epochs:
+            metrics["stopped_at_epoch"] = float(trial._epochs[-1])
+        metrics["reward"] = plan.reward(metrics)
+        return TrialResult(
+            status="stopped" if stopped else "complete",
+            points=(VariantResult(name="base", metrics=metrics),),
+            model=None if stopped else model,
+            evaluated_by="evaluator",
         )

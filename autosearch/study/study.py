@@ -35,7 +35,6 @@ from autosearch.space import SearchSpace
 from autosearch.storage._urls import StorageTarget, storage_target
 from autosearch.storage.artifacts import Artifacts, opened_location
 from autosearch.study import progress, results
-from autosearch.study.asked import AskedTrial, Asker
 from autosearch.study.claims import Claims
 from autosearch.study.dataset import StudyData
 from autosearch.study.definition import StudyDefinition
@@ -43,6 +42,8 @@ from autosearch.study.jobs import Jobs
 from autosearch.study.leftovers import sweep
 from autosearch.study.loop import (
     UNBOUNDED,
+    AskedTrial,
+    Asker,
     EpochCallback,
     RecordCallback,
     SearchLoop,
@@ -346,7 +347,7 @@ class Study:
 
     def ask(self) -> AskedTrial:
         """The next candidate for a loop of your own (as Optuna's ``study.ask()``): claimed
-        as ``optimize`` claims it and held until :meth:`tell` (autosearch.study.asked);
+        as ``optimize`` claims it and held until :meth:`tell` (autosearch.study.loop);
         ``trial.build()`` makes its network, ``trial.report(epoch, accuracy)`` records
         its curve and says whether early stopping would stop it."""
         if self._read_only:
