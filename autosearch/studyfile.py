@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import runpy
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -81,6 +82,8 @@ class StudySpec:
             function (or callable object) given each :class:`autosearch.Candidate`,
             returning its figures (autosearch.evaluation.user). Defined in the study
             file or imported by it, so that every ``autosearch run`` of the file has it.
+        metrics: Figures the evaluator returns, declared as objectives with their
+            direction (``{"f1": "maximize"}``), so that ``objectives`` may name them.
         n_trials: How many trials ``autosearch run`` runs the study to.
         confirm: With ``supernet``: after the search, ``autosearch run`` trains the
             ``confirm`` most accurate subnets of the supernet's front from scratch
@@ -107,6 +110,7 @@ class StudySpec:
     mlflow: str | bool | None = None
     tensorboard: str | None = None
     evaluator: Evaluator | None = None
+    metrics: Mapping[str, str] | None = None
     n_trials: int = 10
     confirm: int = 0
 

@@ -205,3 +205,56 @@ def test_the_worker_says_in_one_line_what_it_cannot_import(make_study):
         assert said in done.stderr and "Traceback" not in done.stderr
     missing = _worker(study.storage_url, "--n-trials", "1")
     assert missing.returncode == 2 and "--evaluator _evaluators:fixed" in missing.stderr
+
+
+def test_a_figure_of_the_evaluator_declared_an_objective_shapes_the_front(make_study):
+    study = make_study(
+        "f1",
+        evaluator=_evaluators.with_f1,
+        objectives=("f1", "flops"),
+        metrics={"f1": "maximize"},
+    )
+    study.optimize(4)
+    assert study.definition.directions == ["maximize", "minimize"]
+    front = study.pareto()
+    assert front and all("f1" in r.metrics for r in front)
+    trial = study.optuna_study.get_trials()[front[0].trial]
+    assert trial.values[0] == front[0].metrics["f1"]  # Optuna's tools see the objective
+    # A fresh process learns the declared metric from the stored definition.
+    probe = (
+        "import autosearch; "
+        f"s = autosearch.load_study('f1', storage={study.storage_url!r}, read_only=True); "
+        "print(sorted(r.trial for r in s.pareto()))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=600
+    )
+    assert done.stdout.split("\n")[-2] == str(sorted(r.trial for r in front)), done.stderr
+
+
+def test_an_evaluator_that_does_not_return_a_declared_objective_fails_its_trial(make_study):
+    study = make_study(
+        "nof1", evaluator=_evaluators.fixed, objectives=("f1", "flops"), metrics={"f1": "maximize"}
+    )
+    (record,) = study.optimize(1)
+    assert record.state == "failed" and "returned no 'f1'" in record.reason
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        ({"metrics": {"f1": "maximize"}}, "has no evaluator="),
+        (
+            {"evaluator": _evaluators.fixed, "metrics": {"accuracy": "minimize"}},
+            "'accuracy' is autosearch's own",
+        ),
+        ({"evaluator": _evaluators.fixed, "metrics": {"f1": "upwards"}}, "'maximize' or"),
+        ({"evaluator": _evaluators.fixed, "objectives": ("f2", "flops")}, "f2"),
+    ],
+)
+def test_declared_metrics_are_checked_before_anything_is_stored(
+    make_study, tmp_path, options, said
+):
+    with pytest.raises(autosearch.AutosearchError, match=said):
+        make_study("declared", **options)
+    assert not list(tmp_path.glob("*.db"))

@@ -150,8 +150,7 @@ def _by_evaluator(plan: TrialPlan, data: Dataset, context: TrialContext) -> Tria
     except _Stopped as stop:
         logger.info("trial %d stopped early after epoch %d", plan.number, stop.epoch)
         return _stopped(plan, data, stop, proxies)
-    needed = ("accuracy",)
-    figures = checked_figures(figures, name=plan.evaluator_name, needed=needed)
+    figures = checked_figures(figures, name=plan.evaluator_name, needed=plan.needs)
     model = candidate.model
     measured = profile(
         Derived(model=model, float_model=model), data, latency=plan.compression.latency
@@ -541,7 +540,7 @@ def _variant_figures(
     evaluator scores it (``candidate``: the evaluator scores the trial's variants)."""
     if candidate is not None and isinstance(plan.evaluator, Scorer):
         figures = plan.evaluator.score(model, candidate)
-        return checked_figures(figures, name=f"{plan.evaluator_name}.score", needed=("accuracy",))
+        return checked_figures(figures, name=f"{plan.evaluator_name}.score", needed=plan.needs)
     val, test = evaluation_splits(plan, data)
     return {
         "accuracy": evaluate(model, val, data)[0],

@@ -75,7 +75,9 @@ class TrialPlan:
         trainer: Trains the candidate another way than one run, in ``work`` (a
             population: autosearch.population, where a confirmation asks).
         evaluator: A user's evaluator trains and scores the candidate instead of the
-            study's trainer (autosearch.evaluation.user); ``evaluator_name`` names it.
+            study's trainer (autosearch.evaluation.user); ``evaluator_name`` names it;
+            ``needs``: the figures it must return (accuracy, and the study's objectives
+            it declared as its own metrics).
     """
 
     space: SearchSpace
@@ -94,6 +96,7 @@ class TrialPlan:
     trainer: CandidateTrainer | None = None
     evaluator: Evaluator | None = None
     evaluator_name: str = ""
+    needs: tuple[str, ...] = ("accuracy",)  # the figures an evaluator (or a tell) must give
 
     @property
     def config(self) -> TrainConfig:

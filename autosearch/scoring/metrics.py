@@ -12,10 +12,10 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from autosearch.errors import UnknownNameError
+from autosearch.errors import ConfigError, UnknownNameError
 from autosearch.scoring.pareto import Direction
 
-__all__ = ["METRICS", "Metric", "metric", "objective_names"]
+__all__ = ["METRICS", "Metric", "declare", "declared", "metric", "objective_names"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -253,3 +253,57 @@ def metric(name: str) -> Metric:
 
 def objective_names() -> list[str]:
     return sorted(name for name, m in METRICS.items() if m.objective)
+
+
+_DECLARED: dict[str, Metric] = {}  # this process's user-declared metrics
+
+
+def declare(name: str, direction: str) -> Metric:
+    """A figure of a user's evaluator made an objective a study may optimise: ``name``
+    with its ``direction`` (``"maximize"`` or ``"minimize"``), known to this process's
+    vocabulary from now on. Declaring the same again is a no-op.
+
+    Raises:
+        ConfigError: a name autosearch measures itself, one declared with the other
+            direction, or a direction that is neither.
+    """
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ConfigError(f"a declared metric's name must be an identifier, got {name!r}")
+    if direction not in ("maximize", "minimize"):
+        raise ConfigError(
+            f"metric {name!r}: direction must be 'maximize' or 'minimize', got {direction!r}"
+        )
+    known = METRICS.get(name)
+    if known is not None and name not in _DECLARED:
+        raise ConfigError(
+            f"metric {name!r} is autosearch's own ({known.description or known.title}); "
+            "declare figures of your own under other names"
+        )
+    if known is not None and known.direction != direction:
+        raise ConfigError(
+            f"metric {name!r} is declared to {known.direction} already in this process, "
+            f"not to {direction}"
+        )
+    made = Metric(
+        name=name,
+        title=name.replace("_", " "),
+        header=name[:12],
+        direction=direction,  # type: ignore[arg-type]
+        objective=True,
+        description=f"declared by the study ({direction})",
+    )
+    METRICS[name] = _DECLARED[name] = made
+    return made
+
+
+def declared(names: Mapping[str, str] | None) -> dict[str, str]:
+    """Declare each ``name: direction`` of ``names``; the mapping, checked."""
+    if names is None:
+        return {}
+    if not isinstance(names, Mapping):
+        raise ConfigError(
+            f"metrics must map names to 'maximize' or 'minimize', got {type(names).__name__}"
+        )
+    for name, direction in names.items():
+        declare(name, direction)
+    return dict(names)

@@ -35,6 +35,7 @@ from autosearch.evaluation.tabular import Table
 from autosearch.registry import controllers, spaces
 from autosearch.scoring import Reward, objective, parse_reward, resolve_reward
 from autosearch.scoring.cost import Cost
+from autosearch.scoring.metrics import declared
 from autosearch.scoring.pareto import Direction
 from autosearch.space import SearchSpace
 from autosearch.training.early_stopping import SuccessiveHalving, from_dict
@@ -65,6 +66,7 @@ _COMPARED = (
     "supernet",
     "proxies",
     "evaluator",
+    "metrics",
 )
 _FLOAT_BUDGET = {"flops": "max_flops", "params": "max_params"}
 _TARGET_SAMPLES = 64
@@ -119,6 +121,9 @@ class StudyDefinition:
     # A user's evaluator trains and scores each candidate (autosearch.evaluation.user): its
     # import path, to check that every process runs the same one (never imported from here).
     evaluator: str | None = None
+    # Figures of the evaluator made objectives: name -> "maximize" / "minimize", declared
+    # in every process that opens the study (autosearch.scoring.metrics.declare).
+    metrics: Mapping[str, str] = field(default_factory=dict)
     data_report: Mapping[str, Any] | None = None
     created_by: str = f"autosearch {__version__}"
 
@@ -164,6 +169,7 @@ class StudyDefinition:
             "early_stopping": self.early_stopping.to_dict() if self.early_stopping else None,
             "proxies": self.proxies.to_dict() if self.proxies else None,
             "evaluator": self.evaluator,
+            "metrics": dict(self.metrics),
             "data_report": dict(self.data_report) if self.data_report else None,
             "created_by": self.created_by,
         }
@@ -181,6 +187,7 @@ class StudyDefinition:
             artifacts = stored.get("artifacts")
             if artifacts is not None and not (isinstance(artifacts, str) and artifacts):
                 raise ValueError(f"artifacts location {artifacts!r} is not a path or URL")
+            metrics = declared(stored.get("metrics") or {})  # before the objectives name them
             return cls(
                 space=Component(**stored["space"]),
                 controller=Component(**stored["controller"]),
@@ -197,10 +204,11 @@ class StudyDefinition:
                 early_stopping=from_dict(stored.get("early_stopping")),
                 proxies=ProxyConfig(**stored["proxies"]) if stored.get("proxies") else None,
                 evaluator=_evaluator(stored.get("evaluator")),
+                metrics=metrics,
                 data_report=stored.get("data_report"),
                 created_by=str(stored.get("created_by", "")),
             )
-        except (KeyError, TypeError, ValueError, OverflowError, AttributeError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError, AttributeError, ConfigError) as exc:
             first = (str(exc).strip().splitlines() or [""])[0]
             raise StudyError(
                 f"{where}: its stored definition cannot be read ({type(exc).__name__}: "
@@ -239,6 +247,7 @@ class StudyDefinition:
         supernet: SupernetConfig | None = None,
         proxies: ProxyConfig | None = None,
         evaluator: str | None = None,
+        metrics: Mapping[str, str] | None = None,
     ) -> StudyDefinition:
         """Check a new study's settings, before any data is read or anything stored. Its
         reward's target is filled in by :meth:`with_data`. ``evaluator``: the name of a
@@ -248,6 +257,12 @@ class StudyDefinition:
                 "a user's evaluator trains each candidate; a study that looks candidates up "
                 "in a table or scores them on a supernet trains none: give one of them"
             )
+        if metrics and evaluator is None:
+            raise ConfigError(
+                "metrics= declares figures of a user's evaluator as objectives; this study "
+                "has no evaluator=, and autosearch measures only its own metrics"
+            )
+        metrics = declared(metrics)
         objectives = _check_objectives(objectives, controller)
         specs = parse_variants(variants)
         if compression is not None and compression.latency_table:
@@ -281,6 +296,7 @@ class StudyDefinition:
             early_stopping=early_stopping,
             proxies=proxies,
             evaluator=evaluator,
+            metrics=metrics,
         )
 
     def with_data(self, space: SearchSpace, data: Dataset | None) -> StudyDefinition:

@@ -741,7 +741,7 @@ class Asker:
         stopped: bool,
     ) -> TrialResult:
         plan, data = trial._plan, self.data
-        told = checked_figures(figures, name="tell()", needed=("accuracy",))
+        told = checked_figures(figures, name="tell()", needed=plan.needs)
         if model is not None and data is not None:
             derived = Derived(model=model, float_model=model)
             costs = profile(derived, data, latency=plan.compression.latency)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +84,7 @@ def create_study(
     mlflow: str | bool | None = None,
     tensorboard: str | Path | None = None,
     evaluator: Evaluator | None = None,
+    metrics: Mapping[str, str] | None = None,
     load_if_exists: bool = False,
 ) -> Study:
     """Create a study (or, with ``load_if_exists``, continue the stored one of the same
@@ -93,7 +94,8 @@ def create_study(
     own) or ``JournalStorage(JournalFileBackend(path))``; the URL it names is checked as a
     URL is. ``evaluator``: your own training or evaluation (a function or callable object
     given each :class:`autosearch.Candidate`, returning its figures: autosearch.evaluation.user)
-    instead of autosearch's trainer.
+    instead of autosearch's trainer; ``metrics`` declares figures it returns as objectives
+    (``{"f1": "maximize"}``: then ``objectives=("f1", "flops")`` may name them).
 
     Raises:
         UnknownNameError, ConfigError: an unknown name, or a setting that cannot be used.
@@ -123,6 +125,7 @@ def create_study(
         supernet=supernet,
         proxies=proxies,
         evaluator=evaluator_path,
+        metrics=metrics,
     )
     if evaluator is not None and not isinstance(evaluator, Scorer):
         _say_skipped(definition)

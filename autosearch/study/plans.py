@@ -78,6 +78,7 @@ class Planner:
             work=self.artifacts.attempt(arch, number) if trained else None,
             evaluator=self.user_evaluator if d.evaluator else None,
             evaluator_name=d.evaluator or "",
+            needs=("accuracy", *(o for o in d.objectives if o in d.metrics)),
         )
 
     def stored(self, trial: FrozenTrial, arch: Architecture) -> TrialPlan:
