@@ -276,3 +276,38 @@ def test_a_search_ending_sweeps_only_its_own_study(runs, tmp_path, monkeypatch):
     beside = autosearch.load_study("d", storage=f"sqlite:///{db}")
     for record in beside.records(variants=False):
         beside.load_model(record)  # every weights file of the other study still there
+
+
+def test_a_journal_cut_between_the_check_and_the_write_stops_the_worker_in_one_line(
+    tmp_path, monkeypatch
+):
+    """The cut lands after the journal was checked and before this process appends (a
+    race the soak found): the append's own check after writing stops it, and a read of
+    the torn line that the cut left is said as the journal's damage, not a traceback of
+    JSON."""
+    from optuna.storages.journal import JournalFileBackend
+
+    from autosearch.errors import PlatformError
+    from autosearch.storage._journal import CheckedJournalFile
+
+    path = tmp_path / "s.log"
+    journal = CheckedJournalFile(str(path))
+    record = {"op_code": 0, "worker_id": "w", "study_name": "s", "directions": [1]}
+    journal.append_logs([record] * 4)
+    size = path.stat().st_size
+    real = JournalFileBackend.append_logs
+
+    def cut_first(self, logs):
+        with path.open("r+b") as file:
+            file.truncate(size // 2 + 3)  # mid-line
+        real(self, logs)
+
+    monkeypatch.setattr(JournalFileBackend, "append_logs", cut_first)
+    with pytest.raises(PlatformError, match=r"journal .*s\.log (shrank|was rewritten)"):
+        journal.append_logs([record])
+    monkeypatch.undo()
+    with path.open("ab") as file:  # another worker's record after the torn one
+        file.write(b'{"op_code": 0, "worker_id": "w2", "study_name": "t", "directions": [1]}\n')
+    fresh = CheckedJournalFile(str(path))
+    with pytest.raises(PlatformError, match="holds a line that is not a journal record"):
+        list(fresh.read_logs(0))

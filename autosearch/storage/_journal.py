@@ -38,12 +38,19 @@ class CheckedJournalFile(JournalFileBackend):
 
     def read_logs(self, log_number_from: int) -> Generator[dict[str, Any], None, None]:
         self._check()
-        yield from super().read_logs(log_number_from)
+        try:
+            yield from super().read_logs(log_number_from)
+        except ValueError as exc:  # a torn or foreign line (JSONDecodeError is a ValueError)
+            self._check()  # cut or rewritten since the check above: say that
+            raise self._lost(f"holds a line that is not a journal record ({exc})") from None
         self._remember()
 
     def append_logs(self, logs: list[dict[str, Any]]) -> None:
         self._check()
         super().append_logs(logs)
+        # Cut or rewritten between the check and the write: stop now, before reading on
+        # from a file whose records no longer end where this process wrote them.
+        self._check()
         self._remember()
 
     def _check(self) -> None:
