@@ -311,3 +311,33 @@ def test_a_journal_cut_between_the_check_and_the_write_stops_the_worker_in_one_l
     fresh = CheckedJournalFile(str(path))
     with pytest.raises(PlatformError, match="holds a line that is not a journal record"):
         list(fresh.read_logs(0))
+
+
+def test_a_journal_cut_while_it_is_read_is_never_remembered_as_its_length(tmp_path, monkeypatch):
+    """A cut that lands during a read (after its check): the read finds nothing past the
+    cut and used to remember the shorter file as seen, so the next append went after
+    half a line. The look that remembers the length checks it again."""
+    from optuna.storages.journal import JournalFileBackend
+
+    from autosearch.errors import PlatformError
+    from autosearch.storage._journal import CheckedJournalFile
+
+    path = tmp_path / "s.log"
+    journal = CheckedJournalFile(str(path))
+    record = {"op_code": 0, "worker_id": "w", "study_name": "s", "directions": [1]}
+    journal.append_logs([record] * 4)
+    size = path.stat().st_size
+    real = JournalFileBackend.read_logs
+
+    def cut_first(self, log_number_from):
+        with path.open("r+b") as file:
+            file.truncate(size // 2 + 3)
+        yield from real(self, log_number_from)
+
+    monkeypatch.setattr(JournalFileBackend, "read_logs", cut_first)
+    with pytest.raises(PlatformError, match=r"shrank from \d+ to \d+ bytes"):
+        list(journal.read_logs(4))
+    monkeypatch.undo()
+    with pytest.raises(PlatformError, match="shrank"):  # and it stays refused
+        journal.append_logs([record])
+    assert path.stat().st_size == size // 2 + 3  # nothing appended after the cut

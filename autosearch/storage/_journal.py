@@ -48,31 +48,32 @@ class CheckedJournalFile(JournalFileBackend):
     def append_logs(self, logs: list[dict[str, Any]]) -> None:
         self._check()
         super().append_logs(logs)
-        # Cut or rewritten between the check and the write: stop now, before reading on
-        # from a file whose records no longer end where this process wrote them.
-        self._check()
         self._remember()
 
-    def _check(self) -> None:
+    def _check(self) -> os.stat_result | None:
+        """The file's state now, refused where it is not the file this process saw grow."""
         try:
             stat = os.stat(self._file_path)
         except FileNotFoundError:
             if self._inode is None:
-                return  # made on the first append, as Optuna does
+                return None  # made on the first append, as Optuna does
             raise self._lost("was deleted") from None
         if self._inode is None:
-            return
+            return stat
         if stat.st_ino != self._inode:
             raise self._lost("was replaced by another file")
         if stat.st_size < self._seen:
             raise self._lost(f"shrank from {self._seen} to {stat.st_size} bytes")
         if self._marks is not None and self._read_marks() != self._marks:
             raise self._lost("was rewritten")
+        return stat
 
     def _remember(self) -> None:
-        try:
-            stat = os.stat(self._file_path)
-        except FileNotFoundError:
+        """What this process has now seen of the file, from the same look that checks it
+        again: a cut or a rewrite that landed during the read or the write (after the
+        check before it) is caught here, never remembered as the file's new length."""
+        stat = self._check()
+        if stat is None:
             return
         self._inode, self._seen = stat.st_ino, stat.st_size
         self._marks = self._read_marks()
