@@ -75,6 +75,10 @@ SINGLE: dict[str, Make] = {
     "reinforce-transformer": lambda s, seed: Reinforce(s, seed=seed, policy="transformer"),
     "tpe": lambda s, seed: TPE(s, seed=seed),
     "local": lambda s, seed: LocalSearch(s, seed=seed),
+    # The textbook algorithms: the same controllers without the predictor-guided walk.
+    "evolution-textbook": lambda s, seed: RegularizedEvolution(s, seed=seed, walk=0),
+    "reinforce-textbook": lambda s, seed: Reinforce(s, seed=seed, walk=0),
+    "tpe-textbook": lambda s, seed: TPE(s, seed=seed, walk=0),
 }
 
 
