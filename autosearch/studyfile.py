@@ -67,8 +67,9 @@ class StudySpec:
         supernet: Evaluate candidates on one weight-sharing supernet instead of training
             each (the space is then an elastic one: ``MobileNetSpace(...).supernet()``);
             ``autosearch run`` trains the supernet before the trials.
-        proxies: Score every candidate with zero-cost proxies (synflow, NASWOT,
-            jacob_cov, snip, grad_norm: ``ProxyConfig(names=..., batch=64)``) at its
+        proxies: Score every candidate with zero-cost proxies (by default the
+            estimate's six: AZ-NAS's expressivity, progressivity and complexity, MeCo,
+            jacob_cov and synflow; ``ProxyConfig(names=..., batch=64)``) at its
             initialization, on one batch of the training images drawn with the study's
             seed; stored with its metrics beside accuracy and costs, and ranked against
             the trained accuracy in the report.

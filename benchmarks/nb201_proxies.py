@@ -5,13 +5,17 @@ For each seed: the seed draws ``--cells`` cells uniformly (the same draw as
 ``nb201_supernet.py``'s ranking with that seed), each network initialized with a seed
 of its own (the run's seed and the cell), scored by every proxy of
 ``autosearch.evaluation.proxies`` on one batch of CIFAR-10 training images drawn with
-the seed; beside FLOPs and parameters (the published ones) and rank averages of
-proxies. Figures, as nb201_supernet.py defines them: Kendall tau and Spearman over all
+the seed; beside FLOPs and parameters (the published ones) and combinations of
+proxies' ranks (``autosearch.scoring.ranks.combined``): the default estimate
+(``ProxyConfig()``'s proxies, AZ-NAS's log-rank aggregation), AZ-NAS's own four, and the
+earlier mean rank. Figures, as nb201_supernet.py defines them: Kendall tau and Spearman over all
 cells, Kendall tau within the better half (by published accuracy), precision of the
 top 10, and the published accuracy of each estimator's best-ranked cell; every proxy's
-seconds, charged in full. Prints JSON (``--out`` writes it too):
+seconds, charged in full (every proxy computed in one call, its shared pass charged to
+the first proxy that needs it), and the default estimate's seconds a cell timed alone on
+the seed's first ``--timed`` cells. Prints JSON (``--out`` writes it too):
 
-    python benchmarks/nb201_proxies.py --seeds 0 1 2 --cells 200 [--device cuda]
+    python benchmarks/nb201_proxies.py --seeds 0 1 2 --cells 1000 [--device cuda]
 """
 
 from __future__ import annotations
@@ -33,14 +37,21 @@ ROOT = Path(__file__).resolve().parents[1]
 
 from nb201_supernet import TABLE, sampled  # noqa: E402
 
-from autosearch.evaluation.proxies import PROXIES, proxy_scores  # noqa: E402
+from autosearch.evaluation.proxies import PROXIES, ProxyConfig, proxy_scores  # noqa: E402
+from autosearch.scoring.ranks import combined  # noqa: E402
 from search_spaces import NB201Space  # noqa: E402
 
+DEFAULT = ProxyConfig().names
+# name -> (members, aggregation)
 ENSEMBLES = {
-    "rank average: synflow + naswot": ("synflow", "naswot"),
-    "rank average: synflow + naswot + jacob_cov": ("synflow", "naswot", "jacob_cov"),
-    "rank average: every proxy": tuple(PROXIES),
-    "rank average: synflow + naswot + flops": ("synflow", "naswot", "flops"),
+    "estimate (the default): " + " + ".join(DEFAULT): (DEFAULT, "log_rank"),
+    "AZ-NAS: expressivity + progressivity + trainability + complexity": (
+        ("expressivity", "progressivity", "trainability", "complexity"),
+        "log_rank",
+    ),
+    "the default's proxies, mean rank": (DEFAULT, "mean_rank"),
+    "every proxy, log rank": (tuple(PROXIES), "log_rank"),
+    "mean rank: synflow + naswot + jacob_cov": (("synflow", "naswot", "jacob_cov"), "mean_rank"),
 }
 
 
@@ -77,7 +88,9 @@ def cell_seed(seed: int, key: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}:{key}".encode()).digest()[:4], "little")
 
 
-def run_seed(seed: int, cells: int, batch: int, table: dict, device: str) -> dict[str, Any]:
+def run_seed(
+    seed: int, cells: int, batch: int, table: dict, device: str, timed: int
+) -> dict[str, Any]:
     space = NB201Space(channels=16, cells=5)
     rng = np.random.default_rng(seed)
     archs = [space.sample(rng) for _ in range(cells)]
@@ -102,13 +115,18 @@ def run_seed(seed: int, cells: int, batch: int, table: dict, device: str) -> dic
             seconds[name] += found[f"{name}_seconds"]
         if (i + 1) % 20 == 0:
             print(f"seed {seed}: {i + 1}/{cells} cells", file=sys.stderr, flush=True)
+    default_seconds = 0.0  # the default estimate alone, as a study computes it
+    for arch, key in list(zip(archs, keys, strict=True))[:timed]:
+        torch.manual_seed(cell_seed(seed, key))
+        model = space.build(arch, input_shape=(3, 32, 32), num_classes=10).to(device)
+        found = proxy_scores(model, images, labels, DEFAULT)
+        default_seconds += sum(found[f"{n}_seconds"] for n in DEFAULT)
     truth = np.array([table[k]["accuracy"] for k in keys])
     columns = {n: np.array(v, dtype=float) for n, v in scores.items()}
     columns["flops"] = np.array([table[k]["flops"] for k in keys])
     columns["params"] = np.array([table[k]["params"] for k in keys])
-    for name, members in ENSEMBLES.items():
-        ranks = [stats.rankdata(np.nan_to_num(columns[m], nan=-np.inf)) for m in members]
-        columns[name] = np.mean(ranks, axis=0)
+    for name, (members, how) in ENSEMBLES.items():
+        columns[name] = combined({m: columns[m] for m in members}, how)
     return {
         "seed": seed,
         "cells": cells,
@@ -116,6 +134,8 @@ def run_seed(seed: int, cells: int, batch: int, table: dict, device: str) -> dic
         "estimators": {name: figures(values, truth) for name, values in columns.items()},
         "seconds": {**{n: round(s, 1) for n, s in seconds.items()}, "build": round(build, 1)},
         "seconds_a_cell": {n: round(s / cells, 3) for n, s in seconds.items()},
+        "default_seconds_a_cell": round(default_seconds / max(1, min(timed, cells)), 3),
+        "default_timed_cells": min(timed, cells),
         "best_of_the_cells_published": float(truth.max()),
         "scored": [
             [k, float(t), *(float(columns[n][i]) for n in PROXIES)]
@@ -131,6 +151,7 @@ def main() -> None:
     parser.add_argument("--cells", type=int, default=200)
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--timed", type=int, default=50, help="cells the default is timed on")
     parser.add_argument("--device", default="cpu", help="cpu, or cuda: the proxies on a GPU")
     parser.add_argument("--out", type=Path, help="also written after each seed")
     args = parser.parse_args()
@@ -144,10 +165,13 @@ def main() -> None:
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "size": "C=16, N=5, 32x32 (NAS-Bench-201's own)",
+        "default": {"proxies": list(DEFAULT), "aggregation": "log_rank"},
         "seeds": [],
     }
     for seed in args.seeds:  # a run cut short keeps the seeds it finished
-        report["seeds"].append(run_seed(seed, args.cells, args.batch, table, args.device))
+        report["seeds"].append(
+            run_seed(seed, args.cells, args.batch, table, args.device, args.timed)
+        )
         report["seconds"] = round(time.perf_counter() - start, 1)
         text = json.dumps(report, indent=2)
         if args.out:

@@ -5,12 +5,13 @@ trains only those few ends with.
 Reads what ``nb201_proxies.py`` stored (each seed's cells, their proxies at the real
 size, their published CIFAR-10 accuracies). A training is the published accuracy of
 the cell it trains (NAS-Bench-201's own 200-epoch training: what the table holds), the
-protocol of NAS-Bench-Suite-Zero's predictor experiments. Features of a cell: the five
-proxies, FLOPs and parameters (the estimates; the ranker's prior before anything is
-trained is their mean rank), and the cell's operations, one-hot per edge. For each
+protocol of NAS-Bench-Suite-Zero's predictor experiments. Features of a cell: the
+``--estimates`` (default: the default zero-cost estimate's proxies; the ranker's prior
+before anything is trained is their log ranks summed, the estimate itself), and the
+cell's operations, one-hot per edge. For each
 budget of ``k`` trainings, the ways to spend them:
 
-- ``prior``: none; the mean rank of the estimates (a zero-cost ensemble);
+- ``prior``: none; the estimates' log ranks summed (the zero-cost estimate);
 - ``top``: the prior's best ``k`` trained (a confirmation of the estimate's top, no
   ranker), the ranker fitted on them;
 - ``random``: ``k`` cells drawn at random, trained, the ranker fitted on them;
@@ -23,7 +24,7 @@ tau within the better half, precision of the top 10, and the pick: the best publ
 accuracy among the trained cells and the ranker's top cell (a user trains what they
 pick). Prints JSON:
 
-    python benchmarks/nb201_ranker.py benchmarks/nb201/proxies-3-seeds.json
+    python benchmarks/nb201_ranker.py benchmarks/nb201/proxies-1000-cells-3-seeds.json
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 from nb201_proxies import figures, published  # noqa: E402
 
+from autosearch.evaluation.proxies import ProxyConfig  # noqa: E402
 from autosearch.evaluation.ranker import Ranker, RankerConfig  # noqa: E402
 
 OPS = ("none", "skip_connect", "nor_conv_1x1", "nor_conv_3x3", "avg_pool_3x3")
@@ -77,16 +79,22 @@ def spend(
     return result
 
 
-def run(stored: dict[str, Any]) -> dict[str, Any]:
+def run(stored: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
     table = published()
     out: dict[str, Any] = {"budgets": list(BUDGETS), "seeds": []}
     for run_ in stored["seeds"]:
         columns = run_["scored_columns"]
-        proxies = columns[2:]
         rows = run_["scored"]
         cells = [r[0] for r in rows]
         truth = np.array([r[1] for r in rows])
-        estimates = np.array([[*r[2:], table[r[0]]["flops"], table[r[0]]["params"]] for r in rows])
+        given = {c: i for i, c in enumerate(columns)}
+        measured = {"flops": "flops", "params": "params"}  # the published ones
+        estimates = np.array(
+            [
+                [table[r[0]][measured[n]] if n in measured else r[given[n]] for n in names]
+                for r in rows
+            ]
+        )
         estimates = np.where(np.isfinite(estimates), estimates, np.nan)
         low = np.nanmin(estimates, axis=0)
         estimates = np.where(np.isnan(estimates), low - 1.0, estimates)  # unscored: the worst
@@ -102,7 +110,7 @@ def run(stored: dict[str, Any]) -> dict[str, Any]:
             {
                 "seed": seed,
                 "cells": len(cells),
-                "estimates": [*proxies, "flops", "params"],
+                "estimates": list(names),
                 "best_of_the_cells_published": float(truth.max()),
                 "figures": figures_by,
             }
@@ -113,9 +121,15 @@ def run(stored: dict[str, Any]) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("proxies", type=Path, help="nb201_proxies.py's JSON")
+    parser.add_argument(
+        "--estimates",
+        default=",".join(ProxyConfig().names),
+        help="the proxies (and flops, params) a cell's estimate combines",
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    text = json.dumps(run(json.loads(args.proxies.read_text())), indent=2)
+    names = tuple(args.estimates.split(","))
+    text = json.dumps(run(json.loads(args.proxies.read_text()), names), indent=2)
     if args.out:
         args.out.write_text(text + "\n")
     print(text)

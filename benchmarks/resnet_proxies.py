@@ -11,11 +11,12 @@ subnets at their real size (28 × 28 images, 10 classes):
   initialization its trial would train from, on one batch of 64 training images drawn
   with the seed), for each of ``--seeds``;
 - FLOPs and parameters;
-- the mean rank of synflow, NASWOT and jacob_cov (the zero-cost ensemble);
+- the default zero-cost estimate (``ProxyConfig()``'s proxies, their log ranks summed),
+  AZ-NAS's four (log ranks), and the earlier mean rank of synflow, NASWOT and jacob_cov;
 - the stored sandwich supernet's inherited accuracy (``benchmarks/ground_truth/
   supernets/resnet-full-sandwich.safetensors``, batch norm recalibrated on 256 images,
-  evaluated on the 14,000 validation images), alone and in a mean rank with the three
-  proxies;
+  evaluated on the 14,000 validation images), alone and combined with the estimate's
+  proxies (log ranks);
 - the ranker (autosearch.evaluation.ranker) fitted on ``--trained`` subnets chosen
   actively, each "trained" once: its seed-0 run's accuracy (a study trains a candidate
   once). So that it is not judged on the noise it learnt from, every estimator is
@@ -48,6 +49,7 @@ HERE = Path(__file__).resolve().parent
 from autosearch.evaluation.proxies import PROXIES, ProxyConfig  # noqa: E402
 from autosearch.evaluation.ranker import Ranker, RankerConfig  # noqa: E402
 from autosearch.evaluation.runner import initial_proxies  # noqa: E402
+from autosearch.scoring.ranks import combined  # noqa: E402
 from autosearch.study.definition import trial_seed  # noqa: E402
 from autosearch.weight_sharing.supernet import SubnetEvaluator  # noqa: E402
 
@@ -63,6 +65,8 @@ weight_sharing = _module("weight_sharing")
 ground_truth = weight_sharing.ground_truth
 
 ENSEMBLE = ("synflow", "naswot", "jacob_cov")
+DEFAULT = ProxyConfig().names
+AZ_NAS = ("expressivity", "progressivity", "trainability", "complexity")
 
 
 CONFIRM = (3, 5, 8)  # confirm(k): k subnets trained for real
@@ -106,7 +110,7 @@ def supernet_scores(archs: list, seed: int, root: Path) -> tuple[list[float], An
 
 def proxy_columns(archs: list, elastic, data, seed: int) -> tuple[dict[str, np.ndarray], dict]:
     """Every proxy of every subnet as a study with ``seed`` stores it, and seconds each."""
-    config = ProxyConfig(seed=seed)
+    config = ProxyConfig(names=tuple(PROXIES), seed=seed)
     found = [initial_proxies(config, elastic, a, trial_seed(seed, a), data) for a in archs]
     columns = {n: np.array([f.get(n, np.nan) for f in found]) for n in PROXIES}
     return columns, {"proxy_seconds": float(np.mean([f["proxy_seconds"] for f in found]))}
@@ -180,13 +184,18 @@ def run(seeds: list[int], trained: list[int]) -> dict[str, Any]:
             **columns,
             "flops": flops,
             "params": params,
+            "estimate (the default)": combined({n: columns[n] for n in DEFAULT}),
+            "AZ-NAS (four, log ranks)": combined({n: columns[n] for n in AZ_NAS}),
             "mean rank synflow+naswot+jacob_cov": mean_rank(*(columns[n] for n in ENSEMBLE)),
             "supernet": supernet_col,
             "mean rank supernet+3 proxies": mean_rank(
                 supernet_col, *(columns[n] for n in ENSEMBLE)
             ),
+            "supernet + the estimate's proxies (log ranks)": combined(
+                {"supernet": supernet_col, **{n: columns[n] for n in DEFAULT}}
+            ),
         }
-        estimates = np.column_stack([*(columns[n] for n in PROXIES), flops, params, supernet_col])
+        estimates = np.column_stack([*(columns[n] for n in DEFAULT), supernet_col])
         estimates = np.where(np.isfinite(estimates), estimates, np.nanmin(estimates, 0) - 1.0)
         features = np.hstack([estimates, np.array([elastic.one_hot(a) for a in archs])])
         for k in trained:
@@ -199,7 +208,7 @@ def run(seeds: list[int], trained: list[int]) -> dict[str, Any]:
             for name, rows_, width in (
                 ("supernet's top", plain, 0),
                 ("ranker: supernet, FLOPs, parameters", plain, 3),
-                ("ranker: supernet, FLOPs, parameters, proxies", features, estimates.shape[1]),
+                ("ranker: supernet and the estimate's proxies", features, estimates.shape[1]),
             )
         }
         out["seeds"].append(

@@ -25,8 +25,9 @@ The zero-cost warm-up (``--warmup PROXIES.json ...``, files written by
 ``nb201_proxies.py``: cells scored by the proxies on CIFAR-10 at their real size): each
 single-objective controller also runs as ``NAME+zc``, wrapped in
 ``controllers.ZeroCostWarmup``: a pool of ``--warmup-pool`` cells drawn (with the seed)
-from the scored ones, its ``--warmup-first`` best by the mean rank of
-``--warmup-proxies`` proposed first. Per controller, also the evaluations each seed
+from the scored ones, its ``--warmup-first`` best by the estimate of
+``--warmup-proxies`` (default: the default estimate's) combined by ``--warmup-aggregate``
+(default: AZ-NAS's sum of log ranks) proposed first. Per controller, also the evaluations each seed
 needed to reach the table's best cell (``evals_to_best``; null: not within the largest
 budget), and the proxies' cost of the pool (``warmup_proxy_seconds``, as measured).
 
@@ -49,8 +50,9 @@ from pathlib import Path
 import numpy as np
 import optuna
 
-from autosearch import Controller, Outcome, Table
+from autosearch import Controller, Outcome, ProxyConfig, Table
 from autosearch.scoring.pareto import hypervolume as pareto_hypervolume
+from autosearch.scoring.ranks import AGGREGATIONS
 from controllers import (
     NSGA2,
     TPE,
@@ -87,7 +89,7 @@ def scored_cells(paths: Sequence[Path]) -> tuple[dict[str, dict[str, float]], di
     each proxy took there (building the network included as ``build``)."""
     cells: dict[str, dict[str, float]] = {}
     seconds: Counter[str] = Counter()
-    counted = 0
+    counted = default_cells = 0
     for path in paths:
         for run in json.loads(Path(path).read_text())["seeds"]:
             columns = run["scored_columns"]
@@ -95,7 +97,13 @@ def scored_cells(paths: Sequence[Path]) -> tuple[dict[str, dict[str, float]], di
                 cells.setdefault(row[0], dict(zip(columns[2:], row[2:], strict=True)))
             seconds.update(run["seconds"])
             counted += run["cells"]
-    return cells, {name: s / max(counted, 1) for name, s in seconds.items()}
+            if "default_seconds_a_cell" in run:  # the default estimate, timed alone
+                seconds["default"] += run["default_seconds_a_cell"] * run["cells"]
+                default_cells += run["cells"]
+    each = {name: s / max(counted, 1) for name, s in seconds.items()}
+    if default_cells:
+        each["default"] = seconds["default"] / default_cells
+    return cells, each
 
 
 def warm_variants(
@@ -104,6 +112,7 @@ def warm_variants(
     pool: int,
     first: int,
     proxies: Sequence[str],
+    aggregate: str,
 ) -> dict[str, Make]:
     """Each controller of ``names`` wrapped in the zero-cost warm-up, its pool drawn
     with the seed from ``cells``."""
@@ -127,6 +136,7 @@ def warm_variants(
                 controller=SINGLE[name](space, seed),
                 scores=scores(space),
                 proxies=proxies,
+                aggregate=aggregate,
                 first=first,
                 candidates=drawn,
             )
@@ -340,7 +350,8 @@ def main() -> None:
     parser.add_argument("--warmup", nargs="+", type=Path, default=[], help="nb201_proxies JSON")
     parser.add_argument("--warmup-pool", type=int, default=256)
     parser.add_argument("--warmup-first", type=int, default=16)
-    parser.add_argument("--warmup-proxies", default="synflow,naswot,jacob_cov")
+    parser.add_argument("--warmup-proxies", default=",".join(ProxyConfig().names))
+    parser.add_argument("--warmup-aggregate", default="log_rank", choices=AGGREGATIONS)
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     logging.getLogger("autosearch").setLevel(logging.WARNING)
@@ -371,14 +382,27 @@ def main() -> None:
     if args.warmup:
         cells, each = scored_cells(args.warmup)
         proxies = args.warmup_proxies.split(",")
-        per_cell = each.get("build", 0.0) + sum(each[p] for p in proxies)
-        makers.update(warm_variants(names, cells, args.warmup_pool, args.warmup_first, proxies))
+        if tuple(proxies) == ProxyConfig().names and "default" in each:
+            per_cell = each.get("build", 0.0) + each["default"]  # timed alone
+        else:  # their shares of the full run (a shared pass charged to its first proxy)
+            per_cell = each.get("build", 0.0) + sum(each[p] for p in proxies)
+        makers.update(
+            warm_variants(
+                names,
+                cells,
+                args.warmup_pool,
+                args.warmup_first,
+                proxies,
+                args.warmup_aggregate,
+            )
+        )
         result["warmup"] = {
             "files": [str(p) for p in args.warmup],
             "scored_cells": len(cells),
             "pool": args.warmup_pool,
             "first": args.warmup_first,
             "proxies": proxies,
+            "aggregate": args.warmup_aggregate,
             "proxy_seconds_a_cell": round(per_cell, 3),
             "warmup_proxy_seconds": round(per_cell * args.warmup_pool, 1),
         }

@@ -6,8 +6,10 @@ from the draw's best: the population of an evolution, the first samples of any o
 strategy. :class:`ZeroCostWarmup` does that for any controller: ``pool`` architectures
 drawn uniformly (seeded) are scored together, the ``first`` best-scored are proposed
 first, and every outcome (theirs, and results of other workers) is told to the wrapped
-controller, which proposes the rest. Several proxies are combined as the mean of their
-ranks over the pool (the ensemble measured in ``benchmarks/RESULTS.md``).
+controller, which proposes the rest. Several proxies are combined by their ranks over
+the pool: AZ-NAS's sum of log ranks by default, or their mean
+(:func:`autosearch.scoring.ranks.combined`; both measured in
+``benchmarks/RESULTS.md``).
 
 In a study with ``proxies=`` (:class:`autosearch.ProxyConfig`) the warm-up needs no
 scorer: the study scores the pool itself, each candidate as its trial would (its
@@ -26,8 +28,9 @@ import numpy as np
 
 from autosearch.architecture import Architecture
 from autosearch.controller import Controller, Outcome, PoolScorer
-from autosearch.errors import ConfigError
+from autosearch.errors import ConfigError, UnknownNameError
 from autosearch.registry import controllers, register_controller
+from autosearch.scoring.ranks import AGGREGATIONS, combined
 from autosearch.space import SearchSpace
 from controllers.evolution import RegularizedEvolution
 
@@ -51,8 +54,10 @@ class ZeroCostWarmup(Controller):
             space's budget input (no data, no network built: the papers' baselines).
             Leave it out in a study with ``proxies=``: the study scores the pool
             (:meth:`use_scorer`).
-        proxies: The proxies whose mean rank orders the pool (default: every proxy
+        proxies: The proxies whose combined ranks order the pool (default: every proxy
             ``scores`` returns).
+        aggregate: How their ranks combine: ``"log_rank"`` (AZ-NAS's sum of log ranks: a
+            candidate must rank high by every proxy) or ``"mean_rank"``.
         pool: Architectures drawn uniformly and scored.
         first: The best-scored of them proposed before the wrapped controller's own.
         seed: Seeds the pool's draw (in a study, None is the study's seed).
@@ -67,6 +72,7 @@ class ZeroCostWarmup(Controller):
         controller: Controller | Mapping[str, Any] | None = None,
         scores: PoolScorer | Literal["cost"] | None = None,
         proxies: Sequence[str] | None = None,
+        aggregate: str = "log_rank",
         pool: int = 256,
         first: int = 16,
         seed: int | None = None,
@@ -83,6 +89,8 @@ class ZeroCostWarmup(Controller):
                 f"ZeroCostWarmup needs 1 <= first <= pool, got first={first}, pool={pool}: "
                 "propose at most the whole scored pool"
             )
+        if aggregate not in AGGREGATIONS:
+            raise UnknownNameError("aggregation", aggregate, AGGREGATIONS)
         if wrapped.space is not space:
             raise ConfigError("ZeroCostWarmup's controller must search the same space object")
         if isinstance(scores, str) and scores != "cost":
@@ -94,11 +102,12 @@ class ZeroCostWarmup(Controller):
         self.scores = self._cost if scores == "cost" else scores
         self._study_seed: int | None = None  # the pool's seed in a study, where none is given
         self.proxies = tuple(proxies) if proxies is not None else None
+        self.aggregate = aggregate
         self.pool, self.first, self.seed, self.candidates = pool, first, seed, given
         self._queue: list[Architecture] | None = None  # scored at the first ask
         self._seen: set[str] = set()
         self._stream: int | None = None  # a parallel worker's own (reseed)
-        self.ranked: list[tuple[str, float]] = []  # the pool, best first: (id, mean rank)
+        self.ranked: list[tuple[str, float]] = []  # the pool, best first: (id, estimate)
 
     @property
     def needs_scorer(self) -> bool:
@@ -146,14 +155,9 @@ class ZeroCostWarmup(Controller):
                 f"each of the {len(archs)} candidates for {missing or names}: name proxies "
                 "that the scorer computes, one value an architecture in the pool's order"
             )
-        from scipy import stats  # slow to import: not in every process that lists controllers
-
-        ranks = [
-            stats.rankdata(np.nan_to_num(np.asarray(found[n], float), nan=-np.inf)) for n in names
-        ]
-        mean = np.mean(ranks, axis=0)
-        order = np.argsort(-mean, kind="stable")
-        self.ranked = [(archs[i].arch_id, float(mean[i])) for i in order]
+        estimate = combined({n: found[n] for n in names}, self.aggregate)
+        order = np.argsort(-estimate, kind="stable")
+        self.ranked = [(archs[i].arch_id, float(estimate[i])) for i in order]
         return [archs[i] for i in order[: self.first]]
 
     def ask(self) -> Architecture:
@@ -212,6 +216,7 @@ class ZeroCostWarmup(Controller):
         config: dict[str, Any] = {
             "controller": {"name": self.controller.name, "config": self.controller.config()},
             "proxies": list(self.proxies) if self.proxies is not None else None,
+            "aggregate": self.aggregate,
             "pool": self.pool,
             "first": self.first,
             "seed": self.seed,

@@ -204,7 +204,7 @@ CASES = {
     ),
     "search: a warm-up without proxies": (
         ["search", "x", "--space", "resnet", "--controller", "zero_cost"],
-        "add --proxies synflow,naswot,jacob_cov",
+        "add --proxies default (the zero-cost estimate's proxies)",
     ),
     "search: bad table columns": (
         ["search", "x", "--space", "nb201", "--table", "t.csv", "--table-columns", "acc=v"],

@@ -14,13 +14,19 @@ from hypothesis import strategies as st
 
 from autosearch.errors import ConfigError
 from autosearch.evaluation.proxies import (
+    PROXIES,
     ProxyConfig,
+    complexity,
+    expressivity,
     grad_norm,
     jacob_cov,
+    meco,
     naswot,
+    progressivity,
     proxy_scores,
     snip,
     synflow,
+    trainability,
 )
 
 
@@ -88,6 +94,62 @@ def test_snip_and_grad_norm_of_a_linear_classifier():
     assert grad_norm(model, x, y) == pytest.approx(np.linalg.norm(grad), rel=1e-5)
 
 
+def _pointwise(*weights: list[list[float]]) -> nn.Sequential:
+    """Blocks of 1x1 convolutions with the given channel-mixing matrices."""
+    layers = []
+    for w in weights:
+        conv = nn.Conv2d(len(w[0]), len(w), 1, bias=False)
+        with torch.no_grad():
+            conv.weight.copy_(torch.tensor(w)[:, :, None, None])
+        layers.append(conv)
+    return nn.Sequential(*layers)
+
+
+# Two channels over four positions, centred, uncorrelated, of equal variance: their
+# covariance is the identity.
+_ISOTROPIC = torch.tensor([[[[1.0, -1.0], [1.0, -1.0]], [[1.0, 1.0], [-1.0, -1.0]]]])
+
+
+def test_expressivity_and_progressivity_are_the_entropies_of_the_blocks_spectra():
+    """f0 (the input) and f1 (an identity block) span both directions evenly: entropy
+    log 2; f2 keeps one channel: entropy 0. Expressivity sums the blocks' (f1, f2):
+    log 2; progressivity is the least step, f1 → f2: −log 2."""
+    model = _pointwise([[1.0, 0.0], [0.0, 1.0]], [[1.0, 0.0], [0.0, 0.0]])
+    y = torch.zeros(1, dtype=torch.long)
+    assert expressivity(model, _ISOTROPIC, y) == pytest.approx(math.log(2))
+    assert progressivity(model, _ISOTROPIC, y) == pytest.approx(-math.log(2))
+    squeezed = _pointwise([[3.0, 0.0], [0.0, 1.0]], [[1.0, 0.0], [0.0, 1.0]])
+    p = np.array([9.0, 1.0]) / 10  # the first channel's variance 9, the second's 1
+    entropy = float(-(p * np.log(p)).sum())
+    assert expressivity(squeezed, _ISOTROPIC, y) == pytest.approx(2 * entropy)
+
+
+@pytest.mark.parametrize("gain", [1.0, 2.0, 0.5])
+def test_trainability_of_blocks_that_scale_by_a_gain_is_minus_gain_plus_its_inverse_minus_2(gain):
+    """Each block multiplies by ``gain``: its Jacobian's spectral norm is the gain,
+    whatever the random vector, and 1 (neither exploding nor vanishing) scores 0."""
+    model = _pointwise(*[[[gain, 0.0], [0.0, gain]]] * 3)
+    x, y = torch.randn(4, 2, 3, 3), torch.zeros(4, dtype=torch.long)
+    assert trainability(model, x, y) == pytest.approx(-(gain + 1 / gain - 2), abs=1e-6)
+
+
+def test_complexity_counts_the_multiply_accumulates_of_an_image():
+    model = nn.Sequential(
+        nn.Conv2d(2, 4, 3, padding=1), nn.Conv2d(4, 4, 3, padding=1, groups=4),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 3),
+    )  # fmt: skip
+    x, y = torch.randn(5, 2, 5, 5), torch.zeros(5, dtype=torch.long)
+    assert complexity(model, x, y) == 4 * 25 * 2 * 9 + 4 * 25 * 1 * 9 + 3 * 4
+
+
+def test_meco_is_the_least_eigenvalue_of_the_channels_correlation():
+    """Uncorrelated channels: correlation the identity, least eigenvalue 1 (one
+    convolution); two copies of one channel: all ones, least eigenvalue 0."""
+    y = torch.zeros(1, dtype=torch.long)
+    assert meco(_pointwise([[1.0, 0.0], [0.0, 1.0]]), _ISOTROPIC, y) == pytest.approx(1.0)
+    assert meco(_pointwise([[1.0, 0.0], [1.0, 0.0]]), _ISOTROPIC, y) == pytest.approx(0.0, abs=1e-9)
+
+
 def _convnet(seed: int) -> nn.Module:
     torch.manual_seed(seed)
     return nn.Sequential(
@@ -120,10 +182,10 @@ def test_what_batch_norm_undoes_and_the_order_of_the_batch_change_no_proxy_that_
         for m in scaled.modules():
             if isinstance(m, nn.Conv2d):
                 m.weight.mul_(scale)
-    for proxy in (naswot, jacob_cov):
+    for proxy in (naswot, jacob_cov, expressivity, progressivity, meco, complexity):
         assert proxy(scaled, x, y) == pytest.approx(proxy(model, x, y), rel=1e-4, abs=1e-6)
     order = torch.randperm(8, generator=generator)
-    for proxy in (naswot, jacob_cov, snip, grad_norm):
+    for proxy in (naswot, jacob_cov, snip, grad_norm, expressivity, progressivity, trainability):
         assert proxy(model, x[order], y[order]) == pytest.approx(
             proxy(model, x, y), rel=1e-5, abs=1e-8
         )
@@ -138,8 +200,11 @@ def test_scores_are_deterministic_and_leave_the_network_untouched():
         k: v for k, v in second.items() if not k.endswith("_seconds")
     }
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
-    assert all(math.isfinite(first[n]) for n in ("synflow", "naswot", "jacob_cov", "snip"))
+    assert all(math.isfinite(first[n]) for n in PROXIES)
     assert all(p.grad is None for p in model.parameters())
+    # one pass serves them all: each proxy alone scores what it scores beside the others
+    for name in PROXIES:
+        assert PROXIES[name](model, x, y) == pytest.approx(first[name], rel=1e-9)
 
 
 def test_unknown_proxies_and_bad_batches_are_refused():
@@ -157,7 +222,7 @@ def test_unknown_proxies_and_bad_batches_are_refused():
 
 
 # In a study ------------------------------------------------------------------------------
-PROXY_NAMES = ("synflow", "naswot", "jacob_cov", "snip", "grad_norm")
+PROXY_NAMES = ProxyConfig().names  # the default estimate's proxies
 
 
 def test_a_study_stores_every_candidates_proxies_and_trains_as_without_them(make_study, tmp_path):

@@ -13,13 +13,15 @@ from autosearch.errors import ConfigError
 from autosearch.evaluation.ranker import Ranker, RankerConfig, prior
 
 
-def test_before_anything_is_trained_it_ranks_by_the_mean_rank_of_the_estimates():
+def test_before_anything_is_trained_it_ranks_by_the_estimates_log_ranks():
     features = np.array([[1.0, 10.0, 0.3], [3.0, 30.0, 0.9], [2.0, 20.0, 0.1]])
     ranker = Ranker(estimates=2)  # the third column is an encoding, not an estimate
     mean, spread = ranker.predict(features)
-    assert list(mean) == [1.0, 3.0, 2.0] and not spread.any()
+    # ranks 1, 3, 2 in both estimates: 2 log(rank / 3)
+    assert mean == pytest.approx([2 * np.log(1 / 3), 0.0, 2 * np.log(2 / 3)])
+    assert not spread.any()
     assert ranker.choose(features, 1) == [1] and ranker.choose(features, 1, taken={1}) == [2]
-    assert list(prior(np.array([[np.nan], [1.0]]))) == [1.0, 2.0]  # NaN ranks last
+    assert list(prior(np.array([[np.nan], [1.0]]))) == [np.log(1 / 2), 0.0]  # NaN ranks last
 
 
 def test_it_learns_a_relation_the_estimates_hold_only_together():

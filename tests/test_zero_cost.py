@@ -39,25 +39,29 @@ def _warmup(seed=0, first=8, pool=64, inner=None, **kw):
     )
 
 
-def test_the_first_proposals_are_the_pools_best_by_mean_rank():
-    controller = _warmup(proxies=("convs", "params"))
+@pytest.mark.parametrize("aggregate", ["log_rank", "mean_rank"])
+def test_the_first_proposals_are_the_pools_best_by_their_combined_ranks(aggregate):
+    controller = _warmup(proxies=("convs", "params"), aggregate=aggregate)
     asked = [controller.ask() for _ in range(8)]
     ranked = controller.ranked  # the pool of 64 uniform draws, best first
     assert len(ranked) == 64 and len({i for i, _ in ranked}) == 64
     assert [a.arch_id for a in asked] == [i for i, _ in ranked[:8]]
     # The order is the definition's, recomputed here: each proxy ranked over the pool
-    # (ties share their mean rank), the ranks averaged, the highest first.
+    # (ties share their mean rank), the ranks' logarithms summed (AZ-NAS) or the ranks
+    # averaged, the highest first.
     pool = NB201Space().sample  # the same seeded draw as the controller's
     rng, drawn = np.random.default_rng(0), {}
     while len(drawn) < 64:
         arch = pool(rng)
         drawn.setdefault(arch.arch_id, arch)
     archs = list(drawn.values())
-    mean = (
-        stats.rankdata([_convs(a) for a in archs]) + stats.rankdata([_params(a) for a in archs])
-    ) / 2
+    ranks = [stats.rankdata([f(a) for a in archs]) for f in (_convs, _params)]
+    if aggregate == "log_rank":
+        mean = np.log(ranks[0] / 64) + np.log(ranks[1] / 64)
+    else:
+        mean = (ranks[0] + ranks[1]) / 2
     expected = sorted(zip(mean, range(64), strict=True), key=lambda m: -m[0])
-    assert [r for _, r in ranked] == [m for m, _ in expected]
+    assert [r for _, r in ranked] == pytest.approx([m for m, _ in expected])
     assert [a.arch_id for a in asked] == [archs[i].arch_id for _, i in expected[:8]]
 
 
@@ -114,6 +118,8 @@ def test_a_pool_given_replaces_the_draw_and_its_proxies_must_cover_it():
         ZeroCostWarmup(space, controller=RandomSearch(space), scores=_scores, first=9, pool=8)
     with pytest.raises(ConfigError, match="same space"):
         ZeroCostWarmup(space, controller=RandomSearch(NB201Space()), scores=_scores)
+    with pytest.raises(autosearch.UnknownNameError, match="unknown aggregation .log.. Did you"):
+        ZeroCostWarmup(space, controller=RandomSearch(space), scores=_scores, aggregate="log")
 
 
 @settings(max_examples=15, deadline=None, derandomize=True, database=None)

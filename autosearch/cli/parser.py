@@ -18,7 +18,7 @@ from autosearch.cli.supernet import cmd_supernet
 from autosearch.cli.train import cmd_train
 from autosearch.cli.worker import cmd_worker
 from autosearch.errors import ConfigError, UnknownNameError
-from autosearch.evaluation.proxies import ProxyConfig
+from autosearch.evaluation.proxies import PROXIES, ProxyConfig
 from autosearch.registry import controllers, spaces
 
 __all__ = ["build_parser"]
@@ -97,10 +97,13 @@ def _columns(text: str) -> dict[str, str]:
 
 
 def _proxies(text: str) -> ProxyConfig:
-    """``synflow,naswot`` (or ``all``) → the study's zero-cost proxies."""
+    """``synflow,naswot``, ``default`` (the zero-cost estimate's) or ``all`` → the
+    study's zero-cost proxies."""
     names = tuple(n.strip() for n in text.split(",") if n.strip())
     try:
-        return ProxyConfig() if text == "all" else ProxyConfig(names=names)
+        if text == "default":
+            return ProxyConfig()
+        return ProxyConfig(names=tuple(PROXIES) if text == "all" else names)
     except (ConfigError, UnknownNameError) as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -323,8 +326,9 @@ def _add_search(sub: Subparsers) -> None:
     add(
         "--proxies",
         type=_proxies,
-        help="zero-cost proxies of every candidate, comma-separated (synflow,naswot,jacob_cov,"
-        "snip,grad_norm) or 'all'; --controller zero_cost starts from the pool they rank best",
+        help="zero-cost proxies of every candidate: 'default' (the estimate's: "
+        f"{','.join(ProxyConfig().names)}), 'all' ({','.join(PROXIES)}) or names, "
+        "comma-separated; --controller zero_cost starts from the pool they rank best",
     )
     add("--storage", help=STORAGE_HELP)
     add("--artifacts", help=ARTIFACTS_HELP)

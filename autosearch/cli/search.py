@@ -44,7 +44,7 @@ def _search(args: argparse.Namespace, out: Path) -> int:
     if controller.needs_scorer and not args.proxies:
         raise ConfigError(
             f"--controller {args.controller} ranks candidates by zero-cost proxies: add "
-            "--proxies synflow,naswot,jacob_cov (or all)"
+            "--proxies default (the zero-cost estimate's proxies), or names of proxies"
         )
     table = Table(path=args.table, **args.table_columns) if args.table else None
     study = create_study(

@@ -6,7 +6,8 @@ of the top is least sure, so that the next training goes there.
 The model is scikit-learn's gradient boosting, bagged: ``members`` models, each fitted
 on a bootstrap resample of the trained candidates with a seed of its own. Their mean is
 the estimate, their spread the uncertainty. Before anything is trained the estimate is
-the mean rank of the estimates given (a zero-cost ensemble). What the ranker learned is
+the estimates given combined as the zero-cost estimate combines its proxies (AZ-NAS's
+sum of log ranks, :func:`autosearch.scoring.ranks.combined`). What the ranker learned is
 its training rows: refitting from them (stored with the study) gives the same model,
 bit for bit, on any machine with the same scikit-learn, so a resumed study or a second
 worker continues exactly, and nothing is unpickled from a storage.
@@ -146,11 +147,11 @@ def _squashed(features: np.ndarray) -> np.ndarray:
 
 
 def prior(features: np.ndarray) -> np.ndarray:
-    """The mean rank of each column (every estimate counted the same, higher better):
-    the ranking before anything is trained."""
-    from scipy import stats  # seconds to import: only where a ranking is made
+    """The columns' ranks combined as the zero-cost estimate combines its proxies (the
+    sum of their log ranks; every estimate counted the same, higher better, a value
+    that is not finite last): the ranking before anything is trained."""
+    from autosearch.scoring.ranks import combined
 
     if features.size == 0:
         return np.zeros(len(features))
-    filled = np.where(np.isfinite(features), features, -np.inf)
-    return np.mean([stats.rankdata(column) for column in filled.T], axis=0)
+    return combined({str(i): column for i, column in enumerate(features.T)}, "log_rank")

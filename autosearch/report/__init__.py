@@ -154,15 +154,26 @@ def _populations(study: Study, done: list[Record]) -> str:
 
 
 def _proxies(done: list[Record]) -> str:
-    """How well each zero-cost proxy the study computed ranks its trained candidates:
+    """How well each zero-cost proxy the study computed, and the estimate (their log
+    ranks summed over the candidates that have them all), ranks its trained candidates:
     Spearman's rho and Kendall's tau against validation accuracy."""
     from scipy import stats
 
     from autosearch.evaluation.proxies import PROXIES
+    from autosearch.scoring.ranks import combined
 
+    computed = [n for n in PROXIES if any(n in r.metrics for r in done)]
+    whole = [r for r in done if all(n in r.metrics for n in computed)]
+    estimate: list[tuple[float, float]] = []  # (the estimate, accuracy) of each candidate
+    if len(computed) > 1 and len(whole) > 2:
+        ranks = combined({n: [r.metrics[n] for r in whole] for n in computed})
+        estimate = [(float(e), r.metrics["accuracy"]) for e, r in zip(ranks, whole, strict=True)]
     rows: list[str] = []
-    for name in [*PROXIES, "flops", "params"]:
-        pairs = [(r.metrics[name], r.metrics["accuracy"]) for r in done if name in r.metrics]
+    for name in [*PROXIES, "estimate", "flops", "params"]:
+        if name == "estimate":
+            pairs = estimate
+        else:
+            pairs = [(r.metrics[name], r.metrics["accuracy"]) for r in done if name in r.metrics]
         if len(pairs) < 3 or (name in ("flops", "params") and not rows):
             continue
         scores, accuracies = zip(*pairs, strict=True)
@@ -178,8 +189,9 @@ def _proxies(done: list[Record]) -> str:
     return (
         "<h2>Zero-cost proxies</h2><p>Each candidate scored at its initialization on one "
         f"batch of training images ({sum(seconds) / max(len(seconds), 1):.2f} s a candidate), "
-        "ranked against its validation accuracy (trained, or on the supernet; FLOPs and "
-        "parameters beside them, for scale).</p><table><tr><th>candidates</th><th>estimator</th>"
+        "ranked against its validation accuracy (trained, or on the supernet; the estimate: "
+        "the proxies' log ranks summed, AZ-NAS's aggregation; FLOPs and parameters beside "
+        "them, for scale).</p><table><tr><th>candidates</th><th>estimator</th>"
         f"<th>Spearman ρ</th><th>Kendall τ</th></tr>{''.join(rows)}</table>"
     )
 

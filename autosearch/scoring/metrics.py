@@ -229,6 +229,11 @@ METRICS: dict[str, Metric] = {
                 ("jacob_cov", "Jacobian covariance score"),
                 ("snip", "SNIP connection sensitivity"),
                 ("grad_norm", "gradient norm"),
+                ("expressivity", "AZ-NAS expressivity"),
+                ("progressivity", "AZ-NAS progressivity"),
+                ("trainability", "AZ-NAS trainability"),
+                ("complexity", "AZ-NAS complexity (multiply-accumulates)"),
+                ("meco", "MeCo least correlation eigenvalue"),
             )
         ),
         Metric(

@@ -645,7 +645,7 @@ class WeightSharing:
     def ranking(self, ranker: RankerConfig | bool = True) -> list[Estimate]:
         """Every subnet scored on the supernet, best estimate first, as the ranker of a
         ranked :meth:`confirm` sees it now: fitted on the confirmed subnets (before
-        two are, the mean rank of the estimates: supernet accuracy, zero-cost proxies,
+        two are, the estimates' log ranks summed: supernet accuracy, zero-cost proxies,
         FLOPs, parameters)."""
         seed = self._study.definition.seed
         config = ranker_config(ranker, seed=seed) or RankerConfig(seed=seed)
