@@ -24,6 +24,7 @@ import argparse
 import hashlib
 import json
 import platform
+import re
 import sys
 import time
 from pathlib import Path
@@ -35,6 +36,7 @@ from scipy import stats
 
 ROOT = Path(__file__).resolve().parents[1]
 
+from evaluator_overhead import machine  # noqa: E402
 from nb201_supernet import TABLE, sampled  # noqa: E402
 
 from autosearch.evaluation.proxies import PROXIES, ProxyConfig, proxy_scores  # noqa: E402
@@ -145,6 +147,20 @@ def run_seed(
     }
 
 
+def dumps(report: dict[str, Any]) -> str:
+    """The report as indented JSON, each scored cell's row on one line."""
+    rows: list[str] = []
+    seeds = []
+    for run in report["seeds"]:
+        scored = []
+        for row in run["scored"]:
+            scored.append(f"@row{len(rows)}@")
+            rows.append(json.dumps(row))
+        seeds.append({**run, "scored": scored})
+    text = json.dumps({**report, "seeds": seeds}, indent=1)
+    return re.sub(r'"@row(\d+)@"', lambda m: rows[int(m.group(1))], text)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -161,6 +177,7 @@ def main() -> None:
     start = time.perf_counter()
     report: dict[str, Any] = {
         "machine": platform.processor() or platform.machine(),
+        "machine_name": machine(),
         "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
@@ -173,7 +190,7 @@ def main() -> None:
             run_seed(seed, args.cells, args.batch, table, args.device, args.timed)
         )
         report["seconds"] = round(time.perf_counter() - start, 1)
-        text = json.dumps(report, indent=2)
+        text = dumps(report)
         if args.out:
             args.out.write_text(text + "\n")
     print(text)

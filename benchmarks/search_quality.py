@@ -49,6 +49,7 @@ from pathlib import Path
 
 import numpy as np
 import optuna
+from evaluator_overhead import machine
 
 from autosearch import Controller, Outcome, ProxyConfig, Table
 from autosearch.scoring.pareto import hypervolume as pareto_hypervolume
@@ -373,6 +374,7 @@ def main() -> None:
     budgets = sorted(int(b) for b in args.budgets.split(","))
     names = args.controllers.split(",") if args.controllers else list(SINGLE)
     result: dict[str, object] = {
+        "machine": machine(),
         "table": args.table,
         "table_best_val": land.top,
         "budgets": budgets,

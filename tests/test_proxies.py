@@ -207,6 +207,25 @@ def test_scores_are_deterministic_and_leave_the_network_untouched():
         assert PROXIES[name](model, x, y) == pytest.approx(first[name], rel=1e-9)
 
 
+def test_a_rectifier_in_place_changes_no_feature_kept_before_it():
+    """A block that rectifies its input in place (DenseNet's last layers) would rewrite
+    the feature the block before it handed over: the proxies score the same network
+    written either way."""
+
+    def net(inplace: bool) -> nn.Module:
+        torch.manual_seed(0)
+        return nn.Sequential(
+            nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(inplace=inplace),
+            nn.Conv2d(4, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(inplace=inplace),
+            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 3),
+        )  # fmt: skip
+
+    x, y = torch.randn(8, 1, 6, 6), torch.randint(0, 3, (8,))
+    plain, in_place = proxy_scores(net(False), x, y), proxy_scores(net(True), x, y)
+    for name in PROXIES:
+        assert in_place[name] == pytest.approx(plain[name], rel=1e-9), name
+
+
 def test_unknown_proxies_and_bad_batches_are_refused():
     from autosearch.errors import UnknownNameError
 

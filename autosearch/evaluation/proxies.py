@@ -226,6 +226,9 @@ class _Pass:
     ) -> None:
         needs = frozenset().union(*(_NEEDS.get(n, frozenset()) for n in names))
         self.net = copy.deepcopy(model).train()
+        for module in self.net.modules():  # a feature kept must not change after it is kept
+            if getattr(module, "inplace", False) is True:
+                setattr(module, "inplace", False)  # noqa: B010
         self.labels = labels
         self.images = images.clone().requires_grad_(bool(needs & {"input", "blocks"}))
         self.features: list[torch.Tensor] = []  # f_0 ... f_L
