@@ -28,6 +28,7 @@ from autosearch.evaluation.proxies import (
     synflow,
     trainability,
 )
+from autosearch.registry import spaces
 
 
 def _chain(seed: int = 0, bn: bool = False) -> nn.Sequential:
@@ -224,6 +225,23 @@ def test_a_rectifier_in_place_changes_no_feature_kept_before_it():
     plain, in_place = proxy_scores(net(False), x, y), proxy_scores(net(True), x, y)
     for name in PROXIES:
         assert in_place[name] == pytest.approx(plain[name], rel=1e-9), name
+
+
+@pytest.mark.parametrize("kind", sorted(spaces.names()))
+def test_every_space_gets_the_default_estimate_from_its_primary_blocks(kind):
+    """Each registered space's network has primary blocks (the features AZ-NAS's proxies
+    read) and a finite score for each of the default estimate's proxies."""
+    from autosearch.evaluation.proxies import _blocks
+
+    if reason := spaces.get(kind).unavailable():
+        pytest.skip(reason)
+    space = spaces.get(kind).example()
+    torch.manual_seed(0)
+    net = space.build(space.default(), input_shape=(3, 32, 32), num_classes=10)
+    assert len(_blocks(net)) >= 2
+    x, y = torch.randn(8, 3, 32, 32), torch.randint(0, 10, (8,))
+    found = proxy_scores(net, x, y, ProxyConfig().names)
+    assert all(math.isfinite(found[n]) for n in ProxyConfig().names), found
 
 
 def test_unknown_proxies_and_bad_batches_are_refused():
