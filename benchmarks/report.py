@@ -150,7 +150,6 @@ class Section:
 # --- multi-trial search on NAS-Bench-201 ---------------------------------------------------
 
 WARMUP = "nb201/controllers-warmup-50-seeds.json"
-TEXTBOOK = "nb201/controllers-textbook-50-seeds.json"
 CONTROLLER_NAMES = {
     "random": "random search",
     "evolution": "regularized evolution",
@@ -188,11 +187,22 @@ def nb201_search() -> Section:
     warm = [single[k + "+zc"]["found_best"]["100"] for k in learners]
     evo = single["evolution"]["found_best"]
     warmup = run["warmup"]
-    textbook_run = load(TEXTBOOK)["single"]
     textbook = [
-        textbook_run[f"{k}-textbook"]["found_best"]["100"]
-        for k in ("evolution", "reinforce", "tpe")
+        single[f"{k}-textbook"]["found_best"]["100"] for k in ("evolution", "reinforce", "tpe")
     ]
+    short = "; ".join(  # the warm-up's 98 % target, missed: by how many seeds, how late
+        f"{CONTROLLER_NAMES[k]} {pct(single[k + '+zc']['found_best']['100'])} (the others at "
+        + ", ".join(
+            "never" if e is None else str(e)
+            for e in sorted(
+                (e for e in single[k + "+zc"]["evals_to_best"] if e is None or e > 100),
+                key=lambda e: (e is None, e or 0),
+            )
+        )
+        + ")"
+        for k in learners
+        if single[k + "+zc"]["found_best"]["100"] < 0.98
+    )
     table = md_table(
         [
             "controller",
@@ -221,7 +231,8 @@ def nb201_search() -> Section:
             f"({pct(single['random']['found_best']['300'])} by 300). Started from the "
             f"{warmup['first']} cells that the zero-cost estimate ranks best in a pool of "
             f"{warmup['pool']}, they reach it in {pct(min(warm))}–{pct(max(warm))} of seeds "
-            f"within 100 evaluations. Their default predictor-guided walks are what makes "
+            f"within 100 evaluations (below the 98 % aimed at: {short or 'none'}). "
+            "Their default predictor-guided walks are what makes "
             f"them fast: the textbook algorithms (`walk=0`) reach it within 100 evaluations in "
             f"{pct(min(textbook))}–{pct(max(textbook))} of seeds (TPE catches up by 150)."
         ),
@@ -237,7 +248,7 @@ def nb201_search() -> Section:
             f"{warmup['warmup_proxy_seconds']:.0f} s a search), their combined "
             f"ranks ({warmup.get('aggregate', 'mean_rank')}). "
             + run.get("machine", "A 2-core Intel Xeon (family 6, model 207)")
-            + "."
+            + ", beside a second run (ms per ask + tell are of a shared machine)."
         ),
         limits=(
             "The evaluator is a table lookup (no training noise, one accuracy per cell); the "
@@ -248,19 +259,15 @@ def nb201_search() -> Section:
         commands=[
             "python benchmarks/search_quality.py --table NB201_CSV --warmup "
             "benchmarks/nb201/proxies-1000-cells-3-seeds.json --seeds 50 --mo-seeds 0",
-            "python benchmarks/search_quality.py --table NB201_CSV --warmup "
-            "benchmarks/nb201/proxies-1000-cells-3-seeds.json --seeds 50 --mo-seeds 0 "
-            "--controllers evolution,reinforce,tpe,evolution-textbook,reinforce-textbook,"
-            "tpe-textbook",
         ],
-        sources=[WARMUP, TEXTBOOK, PROXIES],
+        sources=[WARMUP, PROXIES],
     )
 
 
 def textbook_table() -> str:
     """The default controllers (a predictor walks most asks) against the textbook
     algorithms (``walk=0``), with and without the warm-up."""
-    run = load(TEXTBOOK)
+    run = load(WARMUP)
     budgets = [str(b) for b in run["budgets"]]
     single = run["single"]
 
@@ -363,15 +370,19 @@ ESTIMATOR_NAMES = {
     "every proxy, log rank": "all ten proxies, log ranks",
     "the default's proxies, mean rank": "the default's six, mean rank",
     "mean rank: synflow + naswot + jacob_cov": "mean rank of synflow, NASWOT, jacob_cov (before)",
-    "meco": "MeCo",
-    "expressivity": "expressivity",
+    "meco": "MeCo (the best alone)",
+    "flops": "FLOPs (complexity ranks alike)",
+}
+
+
+SINGLES = {  # each proxy alone, in the answer's sentence
     "naswot": "NASWOT",
+    "expressivity": "expressivity",
     "jacob_cov": "jacob_cov",
     "synflow": "synflow",
-    "flops": "FLOPs (complexity ranks alike)",
+    "snip": "snip",
     "progressivity": "progressivity",
     "trainability": "trainability",
-    "snip": "snip",
 }
 
 
@@ -414,6 +425,10 @@ def zero_cost() -> Section:
             ]
         )
     best = [s["estimators"][ESTIMATE] for s in seeds]
+    alone = ", ".join(
+        f"{name} {statistics.mean(s['estimators'][key]['kendall_tau'] for s in seeds):.2f}"
+        for key, name in SINGLES.items()
+    )
     tau = mean_sd([b["kendall_tau"] for b in best])
     rho = mean_sd([b["spearman"] for b in best])
     half = mean_sd([b["kendall_tau_better_half"] for b in best])
@@ -446,7 +461,8 @@ def zero_cost() -> Section:
             f"1,000 cells a seed at Kendall τ {tau} and Spearman {rho} against the published "
             f"accuracy, and the better half at τ {half}; each seed's lowest: τ "
             f"{worst['kendall_tau']:.3f}, ρ {worst['spearman']:.3f}, better half "
-            f"{worst['kendall_tau_better_half']:.3f} (targets 0.76, 0.92, 0.5). AZ-NAS reports "
+            f"{worst['kendall_tau_better_half']:.3f} (targets 0.76, 0.92, 0.5). Alone, τ: "
+            f"{alone}. AZ-NAS reports "
             "τ 0.741 and ρ 0.913 over the whole space against the `cifar10` test accuracy; "
             "NAS-Bench-Suite-Zero, 1,000 cells, Spearman: NASWOT 0.77, jacob_cov 0.75, synflow "
             "0.73, FLOPs 0.69. Its top cell over all "
@@ -513,11 +529,6 @@ def resnet_proxies() -> Section:
         "estimate (the default)",
         "AZ-NAS (four, log ranks)",
         "mean rank synflow+naswot+jacob_cov",
-        "meco",
-        "expressivity",
-        "synflow",
-        "naswot",
-        "jacob_cov",
         "flops",
         "params",
         "supernet",
@@ -569,7 +580,8 @@ def resnet_proxies() -> Section:
         ),
         limits=(
             "One sub-space of 30 subnets whose accuracies span 4 points, about one training's "
-            "noise."
+            "noise. Alone, MeCo ranks it at τ "
+            f"{mean_sd(tau('meco'))}, expressivity {mean_sd(tau('expressivity'))}."
         ),
         commands=["python benchmarks/resnet_proxies.py --seeds 0 1 2 --trained 8 12"],
         sources=[RESNET_PROXIES, "ground_truth/fashion-mnist-resnet-full.json"],
@@ -587,7 +599,14 @@ def ranker() -> Section:
     best = [s["best_of_the_cells_published"] for s in seeds]
     rows = []
     last = run["budgets"][-1]
-    keys = ["prior", *[f"active {k}" for k in run["budgets"]], f"random {last}", f"top {last}"]
+    first = run["budgets"][0]
+    keys = [
+        "prior",
+        f"top {first}",
+        *[f"active {k}" for k in (first, last)],
+        f"random {last}",
+        f"top {last}",
+    ]
     for key in keys:
         figures = [s["figures"][key] for s in seeds]
         trained = figures[0].get("trained", 0)
@@ -610,21 +629,24 @@ def ranker() -> Section:
     active = [s["figures"][f"active {run['budgets'][-1]}"]["pick_published"] for s in seeds]
     cells = seeds[0]["cells"]
     in_top = sum(a >= 90.97 for a in active)
+    picks_first = [s["figures"][f"top {run['budgets'][0]}"]["pick_published"] for s in seeds]
     prior = [s["figures"]["prior"]["best_ranked_published"] for s in seeds]
     return Section(
         slug="ranker",
         question="How many trained cells does the ranker need to pick a top cell?",
         headline=(
-            f"{run['budgets'][-1]} of {cells:,}: its pick is in NAS-Bench-201's top 1 % on "
-            f"{in_top} of {len(seeds)} seeds ({per_seed(active)} %)"
+            f"{first} of {cells:,}: the estimate's top {first} hold a cell of NAS-Bench-201's "
+            f"top 1 % on {sum(p >= 90.97 for p in picks_first)} of {len(seeds)} seeds "
+            f"({per_seed(picks_first)} %); the ranker's {last} on {in_top}"
         ),
         answer=(
             f"With {run['budgets'][-1]} of a seed's {cells:,} cells trained, chosen where the "
             f"ranker is least sure, the study ends with {per_seed(active)} % (the best of each "
             f"seed's cells: {per_seed(best)}; the top 1 % of the space starts at 90.97); with "
-            f"nothing trained, the zero-cost estimate's top cell: {per_seed(prior)} %. The "
-            "prior is the estimate (its six proxies' log ranks summed), the features its six "
-            "proxies and the cell's operations."
+            f"nothing trained, the zero-cost estimate's top cell: {per_seed(prior)} %, and "
+            f"with its top {first} trained, {per_seed(picks_first)} %. "
+            "The prior is the estimate (its six proxies' log ranks summed), the features its "
+            "six proxies and the cell's operations."
         ),
         tables=[
             md_table(
@@ -1636,7 +1658,7 @@ def unmeasured() -> Section:
         "the int8 estimate at a tenth of the real program's time, FSDP's and HSDP's peak CUDA "
         "memory per rank, auto batch size converging, `tests/test_gpu.py` whole",
         "NAS-Bench-201 at full size: a supernet trained at C = 16, N = 5, 32 × 32, and the "
-        "zero-cost estimates of all 15,625 cells (the warm-up's pools come from 592)",
+        "zero-cost estimates of all 15,625 cells (the warm-up's pools come from 2,739 of them)",
         "multi-objective fronts on the real NAS-Bench-201 table (measured on a synthetic one)",
         "chaos soaks of hours (measured: minutes per backend)",
         "compressed variants of DenseNet and on Fashion-MNIST",
