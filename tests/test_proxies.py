@@ -149,6 +149,26 @@ def test_meco_is_the_least_eigenvalue_of_the_channels_correlation():
     y = torch.zeros(1, dtype=torch.long)
     assert meco(_pointwise([[1.0, 0.0], [0.0, 1.0]]), _ISOTROPIC, y) == pytest.approx(1.0)
     assert meco(_pointwise([[1.0, 0.0], [1.0, 0.0]]), _ISOTROPIC, y) == pytest.approx(0.0, abs=1e-9)
+    # three channels over two positions: a singular correlation, 0 without computing it
+    wide = _pointwise([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    assert meco(wide, torch.tensor([[[[1.0, -1.0]], [[2.0, 0.0]]]]), y) == 0.0
+
+
+def test_expressivity_of_more_channels_than_samples_is_the_covariances_entropy():
+    """Fewer samples (images × positions) than channels: the smaller Gram matrix has
+    the covariance's nonzero eigenvalues, so the entropy is the covariance's."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(2, 12, 1, bias=False), nn.Conv2d(12, 12, 1, bias=False))
+    x, y = torch.randn(2, 2, 1, 3), torch.zeros(2, dtype=torch.long)
+    features = [x, model[0](x), model(x)]
+    entropies = []
+    for f in features:
+        m = f.detach().permute(0, 2, 3, 1).reshape(-1, f.shape[1]).double().numpy()
+        m = m - m.mean(axis=0)
+        eigenvalues = np.clip(np.linalg.eigvalsh(m.T @ m / len(m)), 0, None)
+        p = eigenvalues[eigenvalues > 1e-12] / eigenvalues.sum()
+        entropies.append(float(-(p * np.log(p)).sum()))
+    assert expressivity(model, x, y) == pytest.approx(entropies[1] + entropies[2], rel=1e-6)
 
 
 def _convnet(seed: int) -> nn.Module:

@@ -354,7 +354,9 @@ def _entropies(run: _Pass) -> list[float]:
             assert maps is not None
             x = maps.transpose(1, 2).reshape(-1, maps.shape[1]).double()
             x = x - x.mean(dim=0)
-            eigenvalues = torch.linalg.eigvalsh(x.T @ x / max(len(x), 1)).clamp(min=0)
+            # XᵀX and XXᵀ share their nonzero eigenvalues: take the smaller matrix
+            gram = x.T @ x if x.shape[0] >= x.shape[1] else x @ x.T
+            eigenvalues = torch.linalg.eigvalsh(gram / max(len(x), 1)).clamp(min=0)
             total = float(eigenvalues.sum())
             if not total > 0 or not math.isfinite(total):
                 found.append(0.0)  # no variance: the features span nothing
@@ -393,7 +395,10 @@ def _complexity(run: _Pass) -> float:
 
 def _least_correlation_eigenvalue(maps: torch.Tensor) -> float:
     """The least eigenvalue of the correlation matrix of one image's channels (rows of
-    ``maps``) across its positions; a constant channel correlates with nothing (0)."""
+    ``maps``) across its positions; a constant channel correlates with nothing (0). More
+    channels than positions make the matrix singular: 0, without computing it."""
+    if maps.shape[0] > maps.shape[1]:
+        return 0.0
     x = maps - maps.mean(dim=1, keepdim=True)
     norms = x.norm(dim=1, keepdim=True)
     x = torch.where(norms > 0, x / norms.clamp(min=torch.finfo(x.dtype).tiny), 0.0)
