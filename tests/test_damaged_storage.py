@@ -278,8 +278,20 @@ def test_a_search_ending_sweeps_only_its_own_study(runs, tmp_path, monkeypatch):
         beside.load_model(record)  # every weights file of the other study still there
 
 
+@pytest.fixture
+def four_record_journal(tmp_path):
+    """A checked journal of four records: (journal, its path, a record, its size)."""
+    from autosearch.storage._journal import CheckedJournalFile
+
+    path = tmp_path / "s.log"
+    journal = CheckedJournalFile(str(path))
+    record = {"op_code": 0, "worker_id": "w", "study_name": "s", "directions": [1]}
+    journal.append_logs([record] * 4)
+    return journal, path, record, path.stat().st_size
+
+
 def test_a_journal_cut_between_the_check_and_the_write_stops_the_worker_in_one_line(
-    tmp_path, monkeypatch
+    four_record_journal, monkeypatch
 ):
     """The cut lands after the journal was checked and before this process appends (a
     race the soak found): the append's own check after writing stops it, and a read of
@@ -290,11 +302,7 @@ def test_a_journal_cut_between_the_check_and_the_write_stops_the_worker_in_one_l
     from autosearch.errors import PlatformError
     from autosearch.storage._journal import CheckedJournalFile
 
-    path = tmp_path / "s.log"
-    journal = CheckedJournalFile(str(path))
-    record = {"op_code": 0, "worker_id": "w", "study_name": "s", "directions": [1]}
-    journal.append_logs([record] * 4)
-    size = path.stat().st_size
+    journal, path, record, size = four_record_journal
     real = JournalFileBackend.append_logs
 
     def cut_first(self, logs):
@@ -313,20 +321,17 @@ def test_a_journal_cut_between_the_check_and_the_write_stops_the_worker_in_one_l
         list(fresh.read_logs(0))
 
 
-def test_a_journal_cut_while_it_is_read_is_never_remembered_as_its_length(tmp_path, monkeypatch):
+def test_a_journal_cut_while_it_is_read_is_never_remembered_as_its_length(
+    four_record_journal, monkeypatch
+):
     """A cut that lands during a read (after its check): the read finds nothing past the
     cut and used to remember the shorter file as seen, so the next append went after
     half a line. The look that remembers the length checks it again."""
     from optuna.storages.journal import JournalFileBackend
 
     from autosearch.errors import PlatformError
-    from autosearch.storage._journal import CheckedJournalFile
 
-    path = tmp_path / "s.log"
-    journal = CheckedJournalFile(str(path))
-    record = {"op_code": 0, "worker_id": "w", "study_name": "s", "directions": [1]}
-    journal.append_logs([record] * 4)
-    size = path.stat().st_size
+    journal, path, record, size = four_record_journal
     real = JournalFileBackend.read_logs
 
     def cut_first(self, log_number_from):

@@ -254,3 +254,22 @@ def test_sharding_settings_are_checked_in_one_line():
         TrainConfig(parallel="fsdp", shard_size=2)
     with pytest.raises(ConfigError, match="shard_size=0"):
         TrainConfig(parallel="hsdp", shard_size=0)
+
+
+def test_a_process_that_never_shards_never_imports_the_distributed_checkpoint():
+    """DCP (and the symbolic-shape machinery it pulls in) is imported where shards are
+    read or written: the trainer, the study and a whole run's checkpoint do without it."""
+    code = textwrap.dedent(
+        """
+        import sys
+        import torch.nn as nn
+        from autosearch.training import _checkpoint, sharding, train  # noqa: F401
+        import autosearch.study
+        print("torch.distributed.checkpoint" in sys.modules)
+        """
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=600
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.split() == ["False"]

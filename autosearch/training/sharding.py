@@ -38,8 +38,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from autosearch.errors import ConfigError
-from autosearch.training import _checkpoint, _shard_reader
-from autosearch.training._shard_reader import UnreadableShards
+from autosearch.training import _checkpoint
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
@@ -239,6 +238,9 @@ def load_shards(
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
+    from autosearch.training import _shard_reader
+    from autosearch.training._shard_reader import UnreadableShards
+
     folder = path.with_name(name)
     failure = None
     try:
@@ -292,6 +294,12 @@ def drop_older_shards(path: Path, keep: str) -> None:
             shutil.rmtree(folder, ignore_errors=True)
 
 
+def _shard_digests(folder: Path) -> dict[str, str]:
+    from autosearch.training import _shard_reader  # DCP's import: only where shards are
+
+    return _shard_reader.digests(folder)
+
+
 def save_checkpoint(
     path: Path,
     epoch: int,
@@ -305,7 +313,7 @@ def save_checkpoint(
     every rank's shards first, then the file that names them (whole or not there)."""
     shards = save_shards(path, epoch, loop.model, loop.optimizer) if split else None
     if rank == 0:
-        digests = _shard_reader.digests(path.with_name(shards)) if shards else None
+        digests = _shard_digests(path.with_name(shards)) if shards else None
         _checkpoint.save(path, epoch, history, loop, settings, shards=shards, shard_digests=digests)
         if shards is not None:
             drop_older_shards(path, keep=shards)
