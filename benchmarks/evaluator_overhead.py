@@ -7,7 +7,7 @@ Each repeat runs both settings in a fresh process each, in alternating order, on
 same architectures (the same controller and seed); seconds per trial are the whole
 ``optimize``. The target: the seam's median ratio under 1.05.
 
-    python benchmarks/evaluator_overhead.py [--trials 6] [--repeats 5] [--epochs 2]
+    python benchmarks/evaluator_overhead.py [--trials 6] [--repeats 5] [--epochs 2] [--device cuda]
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def trainer_as_evaluator(candidate):
     }
 
 
-def run(setting: str, trials: int, epochs: int) -> float:
+def run(setting: str, trials: int, epochs: int, device: str = "cpu") -> float:
     """Seconds per trial of one fresh study (this process)."""
     import autosearch
     from controllers import RandomSearch
@@ -59,7 +59,7 @@ def run(setting: str, trials: int, epochs: int) -> float:
         f"overhead-{setting}",
         controller=RandomSearch(space, seed=0),
         data="digits",
-        train=autosearch.TrainConfig(epochs=epochs, batch_size=64),
+        train=autosearch.TrainConfig(epochs=epochs, batch_size=64, device=device),
         storage=f"sqlite:///{folder}/study.db",
         **options,
     )
@@ -89,10 +89,11 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=6)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--device", default="cpu", help="where the trials train: cpu, cuda")
     parser.add_argument("--one", choices=("trainer", "evaluator"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:  # one measurement, in this fresh process
-        print(json.dumps(run(args.one, args.trials, args.epochs)))
+        print(json.dumps(run(args.one, args.trials, args.epochs, args.device)))
         return
     seconds: dict[str, list[float]] = {"trainer": [], "evaluator": []}
     for repeat in range(args.repeats):
@@ -100,6 +101,7 @@ def main() -> None:
         for setting in order:
             command = [sys.executable, __file__, "--one", setting]
             command += ["--trials", str(args.trials), "--epochs", str(args.epochs)]
+            command += ["--device", args.device]
             done = subprocess.run(command, capture_output=True, text=True, check=True)
             seconds[setting].append(float(done.stdout.strip().splitlines()[-1]))
     ratios = [e / t for e, t in zip(seconds["evaluator"], seconds["trainer"], strict=True)]
@@ -108,6 +110,7 @@ def main() -> None:
         json.dumps(
             {
                 "machine": machine(),
+                "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
                 "torch": torch.__version__,
                 "trials": args.trials,
                 "epochs": args.epochs,

@@ -25,8 +25,11 @@
 #   study folder resumed from .gpu/nb201-work.tar.gz where an earlier session left one; stopped
 #   with SIGINT after SECONDS (the epoch's checkpoint finishes), its folder packed into
 #   $OUT/nb201-work.tar.gz: copy that to .gpu/ to go on in the next session. Before it, the
-#   zero-cost proxies at the real size on the GPU (nb201_proxies.py --device cuda, 3 seeds x
-#   200 cells, at most 200 s: about 0.5 s a cell on the H200) and the ranker on them ($OUT/nb201-proxies.json, nb201-ranker.json).
+#   evaluator seam's cost on the GPU (evaluator_overhead.py --device cuda, at most 75 s), the
+#   zero-cost proxies of the whole space resumed on the GPU for at most 3 minutes
+#   (nb201_proxies.py --whole-space, from the committed benchmarks/nb201/proxies-whole-space.json,
+#   which travels with the tree): $OUT/proxies-whole-space.json holds every cell scored so
+#   far, written every 50 cells; copy it over the committed file to keep the GPU's part.
 # sharding: FSDP / HSDP against DDP (benchmarks/sharding.py, ResNet-18 on CIFAR-10 images,
 #   bf16): the peak CUDA memory and the bytes each rank holds, on as many ranks as the
 #   machine has GPUs (one process only on a one-GPU machine: nccl takes a GPU a rank).
@@ -78,13 +81,18 @@ measure)
     ;;
 nb201)
     seconds=${2:-420}
-    # The zero-cost proxies at the real size (3 seeds x 200 cells, as on the CPU), each seed
-    # written as it ends, and the ranker on what they scored (CPU, seconds).
-    timeout -k 10 -s INT 200 python3 benchmarks/nb201_proxies.py --device cuda --seeds 0 1 2 \
-        --cells 200 --out "$out/nb201-proxies.json" >/dev/null 2>"$out/nb201-proxies.log"
+    # A user's evaluator on the GPU: the seam's cost against the trainer itself (fresh
+    # processes, alternating; the CPU's figure is on the results page).
+    timeout -k 10 75 python3 benchmarks/evaluator_overhead.py --device cuda --trials 6 \
+        --repeats 3 --epochs 2 >"$out/evaluator-overhead.json" 2>"$out/evaluator-overhead.log"
+    echo "evaluator: exit $?" >>"$out/evaluator-overhead.log"
+    # The whole space's zero-cost proxies at the real size, resumed where the CPU sessions
+    # left them (the same seed's batch and initializations; the GPU's part named in the file).
+    cp benchmarks/nb201/proxies-whole-space.json "$out/proxies-whole-space.json"
+    timeout -k 20 -s INT 200 python3 benchmarks/nb201_proxies.py --device cuda --seeds 0 \
+        --whole-space "$out/proxies-whole-space.json" --minutes 3 \
+        >/dev/null 2>"$out/nb201-proxies.log"
     echo "proxies: exit $?" >>"$out/nb201-proxies.log"
-    [ -s "$out/nb201-proxies.json" ] && timeout -k 10 60 python3 benchmarks/nb201_ranker.py \
-        "$out/nb201-proxies.json" --out "$out/nb201-ranker.json" >/dev/null 2>>"$out/nb201-proxies.log"
     tail -2 "$out/nb201-proxies.log"
     work=$(mktemp -d)
     if [ -f "$gpu/nb201-work.tar.gz" ]; then

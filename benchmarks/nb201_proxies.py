@@ -16,6 +16,17 @@ the first proxy that needs it), and the default estimate's seconds a cell timed 
 the seed's first ``--timed`` cells. Prints JSON (``--out`` writes it too):
 
     python benchmarks/nb201_proxies.py --seeds 0 1 2 --cells 1000 [--device cuda]
+
+``--whole-space FILE``: every one of the space's 15,625 cells, under the same protocol
+(the seed's batch, each cell's own initialization), in an order the seed draws, so that
+the cells scored so far are a uniform sample of the space. Resumable across machines and
+sessions: the file holds every cell scored (written every 50 cells, and on SIGINT,
+SIGTERM or after ``--minutes``), each run adds a part (its device, machine, cells and
+seconds), and the figures are those of the cells scored so far. ``--reuse RUN.json``
+takes the rows a run of this script scored with the same seed (the same protocol)::
+
+    python benchmarks/nb201_proxies.py --whole-space benchmarks/nb201/proxies-whole-space.json \
+        --seeds 0 --threads 1 [--minutes 60] [--reuse RUN.json]
 """
 
 from __future__ import annotations
@@ -23,8 +34,10 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import platform
 import re
+import signal
 import sys
 import time
 from pathlib import Path
@@ -90,6 +103,35 @@ def cell_seed(seed: int, key: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}:{key}".encode()).digest()[:4], "little")
 
 
+def batch_of(seed: int, batch: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The seed's batch of CIFAR-10 training images, normalized by its own statistics."""
+    x, y = sampled(batch, 32, seed=seed)
+    images = torch.from_numpy(x).float() / 255.0
+    mean = images.mean(dim=(0, 2, 3), keepdim=True)
+    std = images.std(dim=(0, 2, 3), keepdim=True)
+    return ((images - mean) / std).to(device), torch.from_numpy(y).to(device)
+
+
+def score_cell(
+    space: NB201Space, key: str, seed: int, images, labels, names=tuple(PROXIES)
+) -> dict:
+    """Every proxy (or ``names``) of the cell ``key``, initialized with its own seed."""
+    torch.manual_seed(cell_seed(seed, key))
+    model = space.build(space.from_string(key), input_shape=(3, 32, 32), num_classes=10)
+    return proxy_scores(model.to(images.device), images, labels, names)
+
+
+def estimators(keys: list[str], columns: dict[str, np.ndarray], table: dict) -> dict:
+    """Each proxy's, the published costs' and each combination's figures over ``keys``."""
+    truth = np.array([table[k]["accuracy"] for k in keys])
+    columns = dict(columns)
+    columns["flops"] = np.array([table[k]["flops"] for k in keys])
+    columns["params"] = np.array([table[k]["params"] for k in keys])
+    for name, (members, how) in ENSEMBLES.items():
+        columns[name] = combined({m: columns[m] for m in members}, how)
+    return {name: figures(values, truth) for name, values in columns.items()}
+
+
 def run_seed(
     seed: int, cells: int, batch: int, table: dict, device: str, timed: int
 ) -> dict[str, Any]:
@@ -97,43 +139,30 @@ def run_seed(
     rng = np.random.default_rng(seed)
     archs = [space.sample(rng) for _ in range(cells)]
     keys = [space.to_string(a) for a in archs]
-    x, y = sampled(batch, 32, seed=seed)
-    images = torch.from_numpy(x).float() / 255.0
-    mean = images.mean(dim=(0, 2, 3), keepdim=True)
-    std = images.std(dim=(0, 2, 3), keepdim=True)
-    images = ((images - mean) / std).to(device)
-    labels = torch.from_numpy(y).to(device)
+    images, labels = batch_of(seed, batch, device)
     scores: dict[str, list[float]] = {n: [] for n in PROXIES}
     seconds: dict[str, float] = dict.fromkeys(PROXIES, 0.0)
     build = 0.0
-    for i, (arch, key) in enumerate(zip(archs, keys, strict=True)):
+    for i, key in enumerate(keys):
         start = time.perf_counter()
-        torch.manual_seed(cell_seed(seed, key))
-        model = space.build(arch, input_shape=(3, 32, 32), num_classes=10).to(device)
-        build += time.perf_counter() - start
-        found = proxy_scores(model, images, labels)
+        found = score_cell(space, key, seed, images, labels)
+        build += time.perf_counter() - start - sum(found[f"{n}_seconds"] for n in PROXIES)
         for name in PROXIES:
             scores[name].append(found[name])
             seconds[name] += found[f"{name}_seconds"]
         if (i + 1) % 20 == 0:
             print(f"seed {seed}: {i + 1}/{cells} cells", file=sys.stderr, flush=True)
     default_seconds = 0.0  # the default estimate alone, as a study computes it
-    for arch, key in list(zip(archs, keys, strict=True))[:timed]:
-        torch.manual_seed(cell_seed(seed, key))
-        model = space.build(arch, input_shape=(3, 32, 32), num_classes=10).to(device)
-        found = proxy_scores(model, images, labels, DEFAULT)
+    for key in keys[:timed]:
+        found = score_cell(space, key, seed, images, labels, DEFAULT)
         default_seconds += sum(found[f"{n}_seconds"] for n in DEFAULT)
     truth = np.array([table[k]["accuracy"] for k in keys])
     columns = {n: np.array(v, dtype=float) for n, v in scores.items()}
-    columns["flops"] = np.array([table[k]["flops"] for k in keys])
-    columns["params"] = np.array([table[k]["params"] for k in keys])
-    for name, (members, how) in ENSEMBLES.items():
-        columns[name] = combined({m: columns[m] for m in members}, how)
     return {
         "seed": seed,
         "cells": cells,
         "batch": batch,
-        "estimators": {name: figures(values, truth) for name, values in columns.items()},
+        "estimators": estimators(keys, columns, table),
         "seconds": {**{n: round(s, 1) for n, s in seconds.items()}, "build": round(build, 1)},
         "seconds_a_cell": {n: round(s / cells, 3) for n, s in seconds.items()},
         "default_seconds_a_cell": round(default_seconds / max(1, min(timed, cells)), 3),
@@ -161,6 +190,105 @@ def dumps(report: dict[str, Any]) -> str:
     return re.sub(r'"@row(\d+)@"', lambda m: rows[int(m.group(1))], text)
 
 
+WHOLE = 15625  # the space's cells
+
+
+def _row(key: str, truth: float, found: dict[str, float]) -> list:
+    return [key, truth, *(float(f"{found[n]:.9g}") for n in PROXIES)]
+
+
+def _write(path: Path, report: dict[str, Any]) -> None:
+    """``report`` with one scored cell a line, replaced whole (never half written)."""
+    rows = ",\n  ".join(json.dumps(r) for r in report["scored"])
+    head = json.dumps({k: v for k, v in report.items() if k != "scored"}, indent=1)
+    text = head[:-2] + f',\n "scored": [\n  {rows}\n ]\n}}\n'
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(text)
+    os.replace(partial, path)
+
+
+def whole_space(
+    path: Path, seed: int, batch: int, table: dict, device: str, minutes: float | None,
+    reuse: Path | None, limit: int | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """Score the space's cells not yet in ``path`` (see the module's docstring); at most
+    ``limit`` of them in this run."""
+    if path.exists():
+        report = json.loads(path.read_text())
+        if (report["seed"], report["batch"]) != (seed, batch):
+            raise SystemExit(f"{path} holds seed {report['seed']}, batch {report['batch']}")
+    else:
+        report = {
+            "size": "C=16, N=5, 32x32 (NAS-Bench-201's own)",
+            "seed": seed,
+            "batch": batch,
+            "of": WHOLE,
+            "default": {"proxies": list(DEFAULT), "aggregation": "log_rank"},
+            "columns": ["cell", "published", *PROXIES],
+            "parts": [],
+            "scored": [],
+        }
+    done = {row[0] for row in report["scored"]}
+    if reuse is not None:
+        earlier = json.loads(reuse.read_text())
+        (run,) = [r for r in earlier["seeds"] if r["seed"] == seed and r["batch"] == batch]
+        assert run["scored_columns"] == report["columns"], "another run's columns"
+        rows = [r for r in run["scored"] if r[0] not in done and not done.add(r[0])]
+        report["scored"] += rows
+        report["parts"].append(
+            {"reused": str(reuse), "cells": len(rows), "machine": earlier.get("machine_name")}
+        )
+    space = NB201Space(channels=16, cells=5)
+    order = [k for k in np.random.default_rng(seed).permutation(sorted(table)) if k not in done]
+    order = order[:limit] if limit is not None else order
+    images, labels = batch_of(seed, batch, device)
+    part = {
+        "device": torch.cuda.get_device_name() if device.startswith("cuda") else "cpu",
+        "machine": machine(),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "cells": 0,
+        "seconds": 0.0,
+    }
+    report["parts"].append(part)
+    start = time.perf_counter()
+    stop = start + minutes * 60 if minutes else float("inf")
+
+    def save() -> None:
+        part["seconds"] = round(time.perf_counter() - start, 1)
+        keys = [row[0] for row in report["scored"]]
+        columns = {n: np.array([r[2 + i] for r in report["scored"]], dtype=float)
+                   for i, n in enumerate(PROXIES)}  # fmt: skip
+        report["cells_scored"] = len(keys)
+        report["complete"] = len(keys) == WHOLE
+        report["estimators"] = estimators(keys, columns, table) if keys else {}
+        report["best_of_the_cells_published"] = max(
+            (table[k]["accuracy"] for k in keys), default=None
+        )
+        _write(path, report)
+
+    def interrupted(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupted)
+    try:
+        for i, key in enumerate(order):
+            if time.perf_counter() > stop:
+                break
+            found = score_cell(space, key, seed, images, labels)
+            report["scored"].append(_row(key, table[key]["accuracy"], found))
+            part["cells"] += 1
+            if (i + 1) % 50 == 0:
+                save()
+                print(f"{len(report['scored'])}/{WHOLE} cells", file=sys.stderr, flush=True)
+    except KeyboardInterrupt:
+        print("interrupted: the cells scored so far are kept", file=sys.stderr)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    save()
+    return report
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -170,10 +298,20 @@ def main() -> None:
     parser.add_argument("--timed", type=int, default=50, help="cells the default is timed on")
     parser.add_argument("--device", default="cpu", help="cpu, or cuda: the proxies on a GPU")
     parser.add_argument("--out", type=Path, help="also written after each seed")
+    parser.add_argument("--whole-space", type=Path, help="score every cell into this file")
+    parser.add_argument("--minutes", type=float, help="--whole-space: stop after these")
+    parser.add_argument("--reuse", type=Path, help="--whole-space: a run's rows of the seed")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     table = published()
+    if args.whole_space:
+        report = whole_space(
+            args.whole_space, args.seeds[0], args.batch, table, args.device, args.minutes,
+            args.reuse,
+        )  # fmt: skip
+        print(json.dumps({k: report[k] for k in ("cells_scored", "of", "parts")}, indent=1))
+        return
     start = time.perf_counter()
     report: dict[str, Any] = {
         "machine": platform.processor() or platform.machine(),
