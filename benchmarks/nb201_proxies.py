@@ -23,15 +23,20 @@ the cells scored so far are a uniform sample of the space. Resumable across mach
 sessions: the file holds every cell scored (written every 50 cells, and on SIGINT,
 SIGTERM or after ``--minutes``), each run adds a part (its device, machine, cells and
 seconds), and the figures are those of the cells scored so far. ``--reuse RUN.json``
-takes the rows a run of this script scored with the same seed (the same protocol)::
+takes the rows a run of this script scored with the same seed (the same protocol).
+``--part I/K`` scores every K-th cell of the order from the I-th, so that K runs at once
+(the cores of one machine, or several machines) share the file: each save merges its
+cells into the file as it is then, under a lock of the file's folder::
 
     python benchmarks/nb201_proxies.py --whole-space benchmarks/nb201/proxies-whole-space.json \
-        --seeds 0 --threads 1 [--minutes 60] [--reuse RUN.json]
+        --seeds 0 --threads 1 [--minutes 60] [--reuse RUN.json] [--part 0/2]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -40,6 +45,8 @@ import re
 import signal
 import sys
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -207,42 +214,51 @@ def _write(path: Path, report: dict[str, Any]) -> None:
     os.replace(partial, path)
 
 
+def _fresh(seed: int, batch: int) -> dict[str, Any]:
+    return {
+        "size": "C=16, N=5, 32x32 (NAS-Bench-201's own)",
+        "seed": seed,
+        "batch": batch,
+        "of": WHOLE,
+        "default": {"proxies": list(DEFAULT), "aggregation": "log_rank"},
+        "columns": ["cell", "published", *PROXIES],
+        "parts": [],
+        "scored": [],
+    }
+
+
+def _read(path: Path, seed: int, batch: int) -> dict[str, Any]:
+    if not path.exists():
+        return _fresh(seed, batch)
+    report = json.loads(path.read_text())
+    if (report["seed"], report["batch"]) != (seed, batch):
+        raise SystemExit(f"{path} holds seed {report['seed']}, batch {report['batch']}")
+    return report
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """The file's folder locked (flock): one run at a time reads, merges and replaces the
+    file, so that runs of several parts at once keep each other's cells."""
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(folder, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(folder)
+
+
 def whole_space(
     path: Path, seed: int, batch: int, table: dict, device: str, minutes: float | None,
-    reuse: Path | None, limit: int | None = None,
+    reuse: Path | None, limit: int | None = None, part: tuple[int, int] = (0, 1),
 ) -> dict[str, Any]:  # fmt: skip
-    """Score the space's cells not yet in ``path`` (see the module's docstring); at most
-    ``limit`` of them in this run."""
-    if path.exists():
-        report = json.loads(path.read_text())
-        if (report["seed"], report["batch"]) != (seed, batch):
-            raise SystemExit(f"{path} holds seed {report['seed']}, batch {report['batch']}")
-    else:
-        report = {
-            "size": "C=16, N=5, 32x32 (NAS-Bench-201's own)",
-            "seed": seed,
-            "batch": batch,
-            "of": WHOLE,
-            "default": {"proxies": list(DEFAULT), "aggregation": "log_rank"},
-            "columns": ["cell", "published", *PROXIES],
-            "parts": [],
-            "scored": [],
-        }
-    done = {row[0] for row in report["scored"]}
-    if reuse is not None:
-        earlier = json.loads(reuse.read_text())
-        (run,) = [r for r in earlier["seeds"] if r["seed"] == seed and r["batch"] == batch]
-        assert run["scored_columns"] == report["columns"], "another run's columns"
-        rows = [r for r in run["scored"] if r[0] not in done and not done.add(r[0])]
-        report["scored"] += rows
-        report["parts"].append(
-            {"reused": str(reuse), "cells": len(rows), "machine": earlier.get("machine_name")}
-        )
-    space = NB201Space(channels=16, cells=5)
-    order = [k for k in np.random.default_rng(seed).permutation(sorted(table)) if k not in done]
-    order = order[:limit] if limit is not None else order
-    images, labels = batch_of(seed, batch, device)
-    part = {
+    """Score the space's cells not yet in ``path`` (see the module's docstring): this
+    run's ``part`` (index, count) of the seed's order, at most ``limit`` cells. Each save
+    merges this run's cells into the file as it is then (other parts' runs write it too)."""
+    index, count = part
+    entry = {
+        "id": uuid.uuid4().hex[:12],
+        "part": f"{index}/{count}",
         "device": torch.cuda.get_device_name() if device.startswith("cuda") else "cpu",
         "machine": machine(),
         "torch": torch.__version__,
@@ -250,43 +266,73 @@ def whole_space(
         "cells": 0,
         "seconds": 0.0,
     }
-    report["parts"].append(part)
+    with _locked(path):
+        report = _read(path, seed, batch)
+        done = {row[0] for row in report["scored"]}
+        if reuse is not None:
+            earlier = json.loads(reuse.read_text())
+            (run,) = [r for r in earlier["seeds"] if r["seed"] == seed and r["batch"] == batch]
+            assert run["scored_columns"] == report["columns"], "another run's columns"
+            rows = [r for r in run["scored"] if r[0] not in done and not done.add(r[0])]
+            report["scored"] += rows
+            report["parts"].append(
+                {"reused": str(reuse), "cells": len(rows), "machine": earlier.get("machine_name")}
+            )
+            _write(path, report)
+    permutation = np.random.default_rng(seed).permutation(sorted(table))
+    order = [k for i, k in enumerate(permutation) if i % count == index and k not in done]
+    order = order[:limit] if limit is not None else order
+    space = NB201Space(channels=16, cells=5)
+    images, labels = batch_of(seed, batch, device)
+    mine: list[list] = []  # the cells this run scored
     start = time.perf_counter()
     stop = start + minutes * 60 if minutes else float("inf")
 
-    def save() -> None:
-        part["seconds"] = round(time.perf_counter() - start, 1)
-        keys = [row[0] for row in report["scored"]]
-        columns = {n: np.array([r[2 + i] for r in report["scored"]], dtype=float)
-                   for i, n in enumerate(PROXIES)}  # fmt: skip
-        report["cells_scored"] = len(keys)
-        report["complete"] = len(keys) == WHOLE
-        report["estimators"] = estimators(keys, columns, table) if keys else {}
-        report["best_of_the_cells_published"] = max(
-            (table[k]["accuracy"] for k in keys), default=None
-        )
-        _write(path, report)
+    def save() -> dict[str, Any]:
+        entry["cells"], entry["seconds"] = len(mine), round(time.perf_counter() - start, 1)
+        with _locked(path):
+            report = _read(path, seed, batch)
+            have = {row[0] for row in report["scored"]}
+            report["scored"] += [row for row in mine if row[0] not in have]
+            report["parts"] = [p for p in report["parts"] if p.get("id") != entry["id"]]
+            report["parts"].append(entry)
+            keys = [row[0] for row in report["scored"]]
+            columns = {n: np.array([r[2 + i] for r in report["scored"]], dtype=float)
+                       for i, n in enumerate(PROXIES)}  # fmt: skip
+            report["cells_scored"] = len(keys)
+            report["complete"] = len(keys) == WHOLE
+            report["estimators"] = estimators(keys, columns, table) if keys else {}
+            report["best_of_the_cells_published"] = max(
+                (table[k]["accuracy"] for k in keys), default=None
+            )
+            _write(path, report)
+        return report
 
     def interrupted(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, interrupted)
     try:
-        for i, key in enumerate(order):
+        for key in order:
             if time.perf_counter() > stop:
                 break
             found = score_cell(space, key, seed, images, labels)
-            report["scored"].append(_row(key, table[key]["accuracy"], found))
-            part["cells"] += 1
-            if (i + 1) % 50 == 0:
-                save()
-                print(f"{len(report['scored'])}/{WHOLE} cells", file=sys.stderr, flush=True)
+            mine.append(_row(key, table[key]["accuracy"], found))
+            if len(mine) % 50 == 0:
+                merged = save()
+                print(f"{merged['cells_scored']}/{WHOLE} cells", file=sys.stderr, flush=True)
     except KeyboardInterrupt:
         print("interrupted: the cells scored so far are kept", file=sys.stderr)
     finally:
         signal.signal(signal.SIGTERM, previous)
-    save()
-    return report
+    return save()
+
+
+def _part(text: str) -> tuple[int, int]:
+    index, _, count = text.partition("/")
+    if not (index.isdigit() and count.isdigit() and int(index) < int(count)):
+        raise SystemExit(f"--part {text!r}: I/K with 0 <= I < K, like 0/2 and 1/2")
+    return int(index), int(count)
 
 
 def main() -> None:
@@ -301,6 +347,7 @@ def main() -> None:
     parser.add_argument("--whole-space", type=Path, help="score every cell into this file")
     parser.add_argument("--minutes", type=float, help="--whole-space: stop after these")
     parser.add_argument("--reuse", type=Path, help="--whole-space: a run's rows of the seed")
+    parser.add_argument("--part", default="0/1", help="--whole-space: I/K, every K-th cell from I")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -308,7 +355,7 @@ def main() -> None:
     if args.whole_space:
         report = whole_space(
             args.whole_space, args.seeds[0], args.batch, table, args.device, args.minutes,
-            args.reuse,
+            args.reuse, part=_part(args.part),
         )  # fmt: skip
         print(json.dumps({k: report[k] for k in ("cells_scored", "of", "parts")}, indent=1))
         return

@@ -98,3 +98,29 @@ def test_a_cell_is_scored_by_every_proxy_at_the_benchmarks_size():
     assert all(math.isfinite(found[n]) for n in nb201_proxies.PROXIES), found
     again = nb201_proxies.score_cell(space, key, 0, images, labels)
     assert [found[n] for n in nb201_proxies.PROXIES] == [again[n] for n in nb201_proxies.PROXIES]
+
+
+def test_parts_run_at_once_keep_each_others_cells(table, tmp_path, monkeypatch):
+    """Part 0 of 2 saves while part 1 ran and saved in between (as two processes at once
+    do): the file holds both parts' cells, each from its own half of the seed's order."""
+    monkeypatch.setattr(nb201_proxies, "batch_of", lambda seed, batch, device: (None, None))
+    path = tmp_path / "whole.json"
+    first: list[str] = []
+    other: list[str] = []
+    stand_in = _stand_in(first)
+
+    def part_0(space, key, seed, images, labels, names=tuple(nb201_proxies.PROXIES)):
+        if len(first) == 2:  # the other part runs and saves meanwhile
+            monkeypatch.setattr(nb201_proxies, "score_cell", _stand_in(other))
+            nb201_proxies.whole_space(path, 0, 64, table, "cpu", None, None, 3, part=(1, 2))
+            monkeypatch.setattr(nb201_proxies, "score_cell", part_0)
+        return stand_in(space, key, seed, images, labels, names)
+
+    monkeypatch.setattr(nb201_proxies, "score_cell", part_0)
+    report = nb201_proxies.whole_space(path, 0, 64, table, "cpu", None, None, 5, part=(0, 2))
+    order = list(np.random.default_rng(0).permutation(sorted(table)))
+    assert first == order[0:10:2] and other == order[1:6:2]
+    cells = [r[0] for r in report["scored"]]
+    assert sorted(cells) == sorted(first + other) and len(set(cells)) == 8
+    assert report == json.loads(path.read_text())
+    assert sorted((p["part"], p["cells"]) for p in report["parts"]) == [("0/2", 5), ("1/2", 3)]
