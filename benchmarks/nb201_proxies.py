@@ -210,7 +210,10 @@ def _write(path: Path, report: dict[str, Any]) -> None:
     head = json.dumps({k: v for k, v in report.items() if k != "scored"}, indent=1)
     text = head[:-2] + f',\n "scored": [\n  {rows}\n ]\n}}\n'
     partial = path.with_name(path.name + ".partial")
-    partial.write_text(text)
+    with partial.open("w") as file:
+        file.write(text)
+        file.flush()
+        os.fsync(file.fileno())
     os.replace(partial, path)
 
 
